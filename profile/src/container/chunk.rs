@@ -1,0 +1,195 @@
+//! Chunks: independently decodable pieces of one thread's streams.
+//!
+//! A chunk starts at a block boundary and carries what recovery needs to start there: the
+//! current H-tag, which registers are current and the register context. Layout (216-byte
+//! header, little-endian), then the zstd frames of the sections back to back:
+//!
+//! ```text
+//!   0 thread u32        4 seq u32          8 hi u64
+//!  16 status u32 (bit n: register n current at the start)   20 flags u32 (bit 0: last chunk)
+//!  24 regs [u64; 18]   (rax..r15, fs_base, gs_base)
+//! 168 tags   raw_len u64, comp_len u64
+//! 184 values raw_len u64, comp_len u64
+//! 200 truth  raw_len u64, comp_len u64
+//! ```
+
+use crate::regs::NUM_REGS;
+
+/// Bytes in a chunk header.
+pub const CHUNK_HEADER_LEN: usize = 216;
+/// Flag: the thread's last chunk (it ended normally).
+pub const FLAG_LAST: u32 = 1;
+
+/// The three streams of a chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Section {
+    /// DEP_c.
+    Tags = 0,
+    /// DEP_m.
+    Values = 1,
+    /// The truth stream.
+    Truth = 2,
+}
+
+impl Section {
+    pub const ALL: [Section; 3] = [Section::Tags, Section::Values, Section::Truth];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Section::Tags => "DEP_c",
+            Section::Values => "DEP_m",
+            Section::Truth => "truth",
+        }
+    }
+}
+
+/// A chunk's contents before compression.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkData<'a> {
+    pub thread: u32,
+    pub seq: u32,
+    pub hi: u64,
+    pub status: u32,
+    pub last: bool,
+    pub regs: [u64; NUM_REGS],
+    pub tags: &'a [u8],
+    pub values: &'a [u8],
+    pub truth: &'a [u8],
+}
+
+impl ChunkData<'_> {
+    /// The record payload, each section compressed with zstd at `level`.
+    pub fn encode(&self, level: i32) -> std::io::Result<Vec<u8>> {
+        let sections = [self.tags, self.values, self.truth];
+        let mut frames = Vec::with_capacity(3);
+        for s in sections {
+            frames.push(if s.is_empty() { Vec::new() } else { zstd::bulk::compress(s, level)? });
+        }
+        let mut b = Vec::with_capacity(CHUNK_HEADER_LEN + frames.iter().map(Vec::len).sum::<usize>());
+        b.extend_from_slice(&self.thread.to_le_bytes());
+        b.extend_from_slice(&self.seq.to_le_bytes());
+        b.extend_from_slice(&self.hi.to_le_bytes());
+        b.extend_from_slice(&self.status.to_le_bytes());
+        b.extend_from_slice(&(if self.last { FLAG_LAST } else { 0 }).to_le_bytes());
+        for r in self.regs {
+            b.extend_from_slice(&r.to_le_bytes());
+        }
+        for (s, f) in sections.iter().zip(&frames) {
+            b.extend_from_slice(&(s.len() as u64).to_le_bytes());
+            b.extend_from_slice(&(f.len() as u64).to_le_bytes());
+        }
+        debug_assert_eq!(b.len(), CHUNK_HEADER_LEN);
+        for f in frames {
+            b.extend_from_slice(&f);
+        }
+        Ok(b)
+    }
+}
+
+/// A chunk read in place from the memory-mapped profile.
+#[derive(Clone, Copy, Debug)]
+pub struct ChunkView<'a> {
+    payload: &'a [u8],
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().unwrap())
+}
+
+impl<'a> ChunkView<'a> {
+    /// Checks the layout of a chunk payload; the error says what is wrong.
+    pub fn parse(payload: &'a [u8]) -> Result<Self, String> {
+        if payload.len() < CHUNK_HEADER_LEN {
+            return Err(format!("chunk of {} bytes is shorter than its {CHUNK_HEADER_LEN}-byte header", payload.len()));
+        }
+        let v = ChunkView { payload };
+        let mut need = CHUNK_HEADER_LEN as u64;
+        for s in Section::ALL {
+            let (raw, comp) = v.lens(s);
+            if (raw == 0) != (comp == 0) {
+                return Err(format!("{} section sizes are inconsistent (raw {raw}, compressed {comp})", s.name()));
+            }
+            need = need.saturating_add(comp);
+        }
+        if need != payload.len() as u64 {
+            return Err(format!("sections need {need} bytes but the chunk has {}", payload.len()));
+        }
+        Ok(v)
+    }
+
+    pub fn thread(&self) -> u32 {
+        u32_at(self.payload, 0)
+    }
+
+    pub fn seq(&self) -> u32 {
+        u32_at(self.payload, 4)
+    }
+
+    /// The H-tag current at the chunk's start.
+    pub fn hi(&self) -> u64 {
+        u64_at(self.payload, 8)
+    }
+
+    /// Bit n set: register n is current at the chunk's start, with value `regs()[n]`.
+    pub fn status(&self) -> u32 {
+        u32_at(self.payload, 16)
+    }
+
+    pub fn is_last(&self) -> bool {
+        u32_at(self.payload, 20) & FLAG_LAST != 0
+    }
+
+    /// The register context at the chunk's start.
+    pub fn regs(&self) -> [u64; NUM_REGS] {
+        std::array::from_fn(|i| u64_at(self.payload, 24 + 8 * i))
+    }
+
+    /// Raw and compressed length of a section.
+    pub fn lens(&self, s: Section) -> (u64, u64) {
+        let o = 168 + 16 * s as usize;
+        (u64_at(self.payload, o), u64_at(self.payload, o + 8))
+    }
+
+    /// The compressed bytes of a section, in place.
+    pub fn compressed(&self, s: Section) -> &'a [u8] {
+        let mut o = CHUNK_HEADER_LEN;
+        for t in Section::ALL {
+            let (_, comp) = self.lens(t);
+            if t == s {
+                return &self.payload[o..o + comp as usize];
+            }
+            o += comp as usize;
+        }
+        unreachable!()
+    }
+
+    /// Decompresses a section into `out` (cleared first).
+    pub fn decompress_into(&self, s: Section, out: &mut Vec<u8>) -> Result<(), String> {
+        out.clear();
+        let (raw, _) = self.lens(s);
+        if raw == 0 {
+            return Ok(());
+        }
+        if raw > (1 << 40) {
+            return Err(format!("{} section claims {raw} bytes", s.name()));
+        }
+        out.reserve(raw as usize);
+        let mut d = zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?;
+        let n = d.decompress_to_buffer(self.compressed(s), out).map_err(|e| format!("{} section does not decompress: {e}", s.name()))?;
+        if n as u64 != raw {
+            return Err(format!("{} section decompresses to {n} bytes, header says {raw}", s.name()));
+        }
+        Ok(())
+    }
+
+    /// Decompresses a section.
+    pub fn decompress(&self, s: Section) -> Result<Vec<u8>, String> {
+        let mut v = Vec::new();
+        self.decompress_into(s, &mut v)?;
+        Ok(v)
+    }
+}

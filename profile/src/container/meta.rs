@@ -1,0 +1,102 @@
+//! The profile's tables: metadata, modules, threads, blocks and the end record.
+
+use serde::{Deserialize, Serialize};
+
+/// Facts about the profiled run, the first record of every profile.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Metadata {
+    pub format_version: u16,
+    /// 32 or 64.
+    pub width: u8,
+    /// The program and its arguments.
+    pub command: Vec<String>,
+    /// The resolved path of the program.
+    pub program: String,
+    pub pid: u32,
+    /// Wall-clock start, nanoseconds since the Unix epoch.
+    pub start_time_ns: u64,
+    /// Size of the XSAVE area (CPUID 0xD.0 EBX), the access size of xsave/xrstor.
+    pub xsave_size: u32,
+    /// Whether chunks carry a truth stream.
+    pub truth: bool,
+    /// The dep version that wrote the profile.
+    pub tool: String,
+    /// Profile of the parent process for a forked child or an exec'd image.
+    #[serde(default)]
+    pub parent: Option<ParentLink>,
+}
+
+/// How a profile relates to the one it was split from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentLink {
+    /// "fork" or "exec".
+    pub how: String,
+    pub parent_pid: u32,
+}
+
+/// A module (executable or shared library) mapped or unmapped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleEvent {
+    /// "load" or "unload".
+    pub event: String,
+    pub path: String,
+    pub base: u64,
+    pub size: u64,
+    /// GNU build id in hex, when the module has one.
+    #[serde(default)]
+    pub build_id: Option<String>,
+    /// Entry point, for the executable.
+    #[serde(default)]
+    pub entry: Option<u64>,
+}
+
+/// A thread started or ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadEvent {
+    /// "start" or "end".
+    pub event: String,
+    /// Index in creation order, 0 for the first thread.
+    pub index: u32,
+    /// The kernel's thread id.
+    pub tid: u32,
+    /// Nanoseconds since the Unix epoch.
+    pub time_ns: u64,
+}
+
+/// The end of the run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndInfo {
+    /// Exit status as a shell reports it (128+N after signal N).
+    pub exit_status: i32,
+    pub end_time_ns: u64,
+    /// Bytes the collector could not deliver (0 when the profile is complete).
+    #[serde(default)]
+    pub lost_bytes: u64,
+}
+
+/// One block of the block table: its code, so recovery never needs the binaries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockEntry {
+    pub addr: u64,
+    /// 0 for the first code seen at `addr`, then 1, 2, ... each time it changes.
+    pub version: u32,
+    pub insn_count: u32,
+    pub code: Vec<u8>,
+}
+
+/// Bytes before the code in a block record.
+pub const BLOCK_HEADER_LEN: usize = 24;
+
+impl BlockEntry {
+    /// The record payload: addr u64, version u32, insn_count u32, code_len u32, flags u32, code.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(BLOCK_HEADER_LEN + self.code.len());
+        b.extend_from_slice(&self.addr.to_le_bytes());
+        b.extend_from_slice(&self.version.to_le_bytes());
+        b.extend_from_slice(&self.insn_count.to_le_bytes());
+        b.extend_from_slice(&(self.code.len() as u32).to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&self.code);
+        b
+    }
+}

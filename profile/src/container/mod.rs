@@ -1,0 +1,90 @@
+//! The profile file: a header, then a sequence of checksummed records (metadata, modules,
+//! threads, blocks, chunks, end). Records are appended as the program runs, so a profile
+//! whose writer was killed is readable up to its last complete record.
+//!
+//! ```text
+//! file header, 16 bytes: magic "DEPPROF\0", version u16, width u8 (32|64), flags u8, reserved u32
+//! record header, 16 bytes: magic u16 0xde9f, kind u16, crc32 u32 (of the payload), len u64
+//! payload: len bytes, then zero padding to a multiple of 8
+//! ```
+
+pub mod chunk;
+pub mod meta;
+pub mod reader;
+pub mod writer;
+
+pub use chunk::{ChunkData, ChunkView, Section};
+pub use meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ThreadEvent};
+pub use reader::{ChunkRef, Profile, ThreadInfo};
+pub use writer::ProfileWriter;
+
+use thiserror::Error;
+
+/// First 8 bytes of every profile.
+pub const MAGIC: &[u8; 8] = b"DEPPROF\0";
+/// The format version this library reads and writes.
+pub const VERSION: u16 = 1;
+/// Bytes in the file header.
+pub const FILE_HEADER_LEN: usize = 16;
+/// Bytes in a record header.
+pub const RECORD_HEADER_LEN: usize = 16;
+/// First two bytes of every record header.
+pub const RECORD_MAGIC: u16 = 0xde9f;
+
+/// What a record holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum RecordKind {
+    /// JSON [`Metadata`].
+    Meta = 1,
+    /// JSON [`ModuleEvent`].
+    Module = 2,
+    /// JSON [`ThreadEvent`].
+    Thread = 3,
+    /// Binary [`BlockEntry`].
+    Block = 4,
+    /// Binary chunk, see [`chunk`].
+    Chunk = 5,
+    /// JSON [`EndInfo`].
+    End = 6,
+}
+
+impl RecordKind {
+    pub fn from_u16(k: u16) -> Option<Self> {
+        Some(match k {
+            1 => RecordKind::Meta,
+            2 => RecordKind::Module,
+            3 => RecordKind::Thread,
+            4 => RecordKind::Block,
+            5 => RecordKind::Chunk,
+            6 => RecordKind::End,
+            _ => return None,
+        })
+    }
+}
+
+/// Errors reading or writing a profile; each names where the problem is.
+#[derive(Debug, Error)]
+pub enum ProfileError {
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("{path}: not a DEP profile ({why})")]
+    NotAProfile { path: String, why: String },
+    #[error("{path}: unknown format version {version} (this dep reads version {VERSION})")]
+    Version { path: String, version: u16 },
+    #[error("{path}: record at byte {offset}: {why}")]
+    Record { path: String, offset: u64, why: String },
+    #[error("{path}: thread {thread} chunk {seq} (byte {offset}): {why}")]
+    Chunk { path: String, thread: u32, seq: u32, offset: u64, why: String },
+    #[error("{path}: block {addr:#x} version {version}: {why}")]
+    Block { path: String, addr: u64, version: u32, why: String },
+    #[error("{path}: no metadata record")]
+    NoMetadata { path: String },
+    #[error("write error: {0}")]
+    Write(#[from] std::io::Error),
+}
+
+/// Bytes of padding after a payload of `len` bytes.
+pub fn padding(len: u64) -> usize {
+    ((8 - len % 8) % 8) as usize
+}

@@ -1,0 +1,246 @@
+//! Reads a profile in place from a memory map.
+
+use super::chunk::ChunkView;
+use super::meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ThreadEvent, BLOCK_HEADER_LEN};
+use super::{padding, ProfileError, RecordKind, FILE_HEADER_LEN, MAGIC, RECORD_HEADER_LEN, RECORD_MAGIC, VERSION};
+use crate::Width;
+use memmap2::Mmap;
+use std::collections::HashMap;
+use std::fs::File;
+use std::ops::Range;
+use std::path::Path;
+
+/// Where a chunk's payload lies in the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkRef {
+    pub thread: u32,
+    pub seq: u32,
+    /// Offset of the record header.
+    pub offset: u64,
+    payload: (usize, usize),
+    crc: u32,
+}
+
+/// A block of the block table, its code in place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockRef {
+    pub addr: u64,
+    pub version: u32,
+    pub insn_count: u32,
+    code: Range<usize>,
+}
+
+/// One thread's entry in the thread table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ThreadInfo {
+    pub index: u32,
+    pub tid: u32,
+    pub start_ns: Option<u64>,
+    pub end_ns: Option<u64>,
+    /// The thread's chunks in sequence order.
+    pub chunks: Vec<ChunkRef>,
+}
+
+/// An open profile.
+pub struct Profile {
+    path: String,
+    map: Mmap,
+    pub width: Width,
+    pub meta: Metadata,
+    pub modules: Vec<ModuleEvent>,
+    pub threads: Vec<ThreadInfo>,
+    blocks: Vec<BlockRef>,
+    block_index: HashMap<(u64, u32), usize>,
+    pub end: Option<EndInfo>,
+    /// Offset where a torn last record starts, when the writer was killed mid-record.
+    pub truncated_at: Option<u64>,
+}
+
+impl Profile {
+    /// Opens and indexes a profile; chunk payloads are checked when read.
+    pub fn open(path: impl AsRef<Path>) -> Result<Profile, ProfileError> {
+        let path_s = path.as_ref().display().to_string();
+        let file = File::open(path.as_ref()).map_err(|source| ProfileError::Io { path: path_s.clone(), source })?;
+        // SAFETY: the profile is treated as read-only input; a writer appending concurrently
+        // only adds bytes past the length mapped here.
+        let map = unsafe { Mmap::map(&file) }.map_err(|source| ProfileError::Io { path: path_s.clone(), source })?;
+        Self::index(path_s, map)
+    }
+
+    fn index(path: String, map: Mmap) -> Result<Profile, ProfileError> {
+        let not = |why: &str| ProfileError::NotAProfile { path: path.clone(), why: why.to_string() };
+        if map.len() < FILE_HEADER_LEN {
+            return Err(not(if map.is_empty() { "empty file" } else { "shorter than the file header" }));
+        }
+        if &map[..8] != MAGIC {
+            return Err(not("bad magic"));
+        }
+        let version = u16::from_le_bytes([map[8], map[9]]);
+        if version != VERSION {
+            return Err(ProfileError::Version { path, version });
+        }
+        let width = Width::from_bits(map[10]).ok_or_else(|| not(&format!("address width {} is neither 32 nor 64", map[10])))?;
+
+        let mut meta = None;
+        let mut modules = Vec::new();
+        let mut threads: Vec<ThreadInfo> = Vec::new();
+        let mut blocks = Vec::new();
+        let mut block_index = HashMap::new();
+        let mut end = None;
+        let mut truncated_at = None;
+        let mut off = FILE_HEADER_LEN;
+        let rec_err = |offset: usize, why: String| ProfileError::Record { path: path.clone(), offset: offset as u64, why };
+        let thread_mut = |threads: &mut Vec<ThreadInfo>, index: u32| -> usize {
+            match threads.iter().position(|t| t.index == index) {
+                Some(p) => p,
+                None => {
+                    threads.push(ThreadInfo { index, ..Default::default() });
+                    threads.len() - 1
+                }
+            }
+        };
+        while off < map.len() {
+            if map.len() - off < RECORD_HEADER_LEN {
+                truncated_at = Some(off as u64);
+                break;
+            }
+            let h = &map[off..off + RECORD_HEADER_LEN];
+            let magic = u16::from_le_bytes([h[0], h[1]]);
+            if magic != RECORD_MAGIC {
+                if map[off..].iter().all(|&b| b == 0) {
+                    truncated_at = Some(off as u64);
+                    break;
+                }
+                return Err(rec_err(off, format!("bad record magic {magic:#06x}")));
+            }
+            let kind_raw = u16::from_le_bytes([h[2], h[3]]);
+            let crc = u32::from_le_bytes(h[4..8].try_into().unwrap());
+            let len = u64::from_le_bytes(h[8..16].try_into().unwrap());
+            let start = off + RECORD_HEADER_LEN;
+            let avail = (map.len() - start) as u64;
+            if len > avail {
+                truncated_at = Some(off as u64);
+                break;
+            }
+            let end_payload = start + len as usize;
+            let payload = &map[start..end_payload];
+            let kind = RecordKind::from_u16(kind_raw).ok_or_else(|| rec_err(off, format!("unknown record kind {kind_raw}")))?;
+            if kind != RecordKind::Chunk && crc32fast::hash(payload) != crc {
+                return Err(rec_err(off, format!("{kind:?} record checksum mismatch")));
+            }
+            let json_err = |e: serde_json::Error| rec_err(off, format!("{kind:?} record is not valid: {e}"));
+            match kind {
+                RecordKind::Meta => meta = Some(serde_json::from_slice::<Metadata>(payload).map_err(json_err)?),
+                RecordKind::Module => modules.push(serde_json::from_slice::<ModuleEvent>(payload).map_err(json_err)?),
+                RecordKind::Thread => {
+                    let t: ThreadEvent = serde_json::from_slice(payload).map_err(json_err)?;
+                    let i = thread_mut(&mut threads, t.index);
+                    threads[i].tid = t.tid;
+                    match t.event.as_str() {
+                        "start" => threads[i].start_ns = Some(t.time_ns),
+                        "end" => threads[i].end_ns = Some(t.time_ns),
+                        other => return Err(rec_err(off, format!("unknown thread event {other:?}"))),
+                    }
+                }
+                RecordKind::End => end = Some(serde_json::from_slice::<EndInfo>(payload).map_err(json_err)?),
+                RecordKind::Block => {
+                    if payload.len() < BLOCK_HEADER_LEN {
+                        return Err(rec_err(off, "block record shorter than its header".into()));
+                    }
+                    let addr = u64::from_le_bytes(payload[0..8].try_into().unwrap());
+                    let version = u32::from_le_bytes(payload[8..12].try_into().unwrap());
+                    let insn_count = u32::from_le_bytes(payload[12..16].try_into().unwrap());
+                    let code_len = u32::from_le_bytes(payload[16..20].try_into().unwrap()) as usize;
+                    if BLOCK_HEADER_LEN + code_len != payload.len() {
+                        return Err(rec_err(
+                            off,
+                            format!("block {addr:#x} claims {code_len} code bytes in a {}-byte record", payload.len()),
+                        ));
+                    }
+                    if block_index.insert((addr, version), blocks.len()).is_some() {
+                        return Err(rec_err(off, format!("block {addr:#x} version {version} appears twice")));
+                    }
+                    let code = start + BLOCK_HEADER_LEN..end_payload;
+                    blocks.push(BlockRef { addr, version, insn_count, code });
+                }
+                RecordKind::Chunk => {
+                    if payload.len() < 8 {
+                        return Err(rec_err(off, "chunk record shorter than its header".into()));
+                    }
+                    let thread = u32::from_le_bytes(payload[0..4].try_into().unwrap());
+                    let seq = u32::from_le_bytes(payload[4..8].try_into().unwrap());
+                    let i = thread_mut(&mut threads, thread);
+                    threads[i].chunks.push(ChunkRef { thread, seq, offset: off as u64, payload: (start, end_payload), crc });
+                }
+            }
+            off = end_payload + padding(len);
+        }
+        let meta = meta.ok_or_else(|| ProfileError::NoMetadata { path: path.clone() })?;
+        threads.sort_by_key(|t| t.index);
+        for t in &mut threads {
+            t.chunks.sort_by_key(|c| c.seq);
+            for (i, c) in t.chunks.iter().enumerate() {
+                if c.seq != i as u32 {
+                    return Err(ProfileError::Chunk {
+                        path: path.clone(),
+                        thread: t.index,
+                        seq: i as u32,
+                        offset: c.offset,
+                        why: format!("missing (found chunk {} instead)", c.seq),
+                    });
+                }
+            }
+        }
+        Ok(Profile { path, map, width, meta, modules, threads, blocks, block_index, end, truncated_at })
+    }
+
+    /// The file's path as given.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The whole file, for readers that want to look in place.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// Checks a chunk's checksum and layout and returns a view of it.
+    pub fn chunk(&self, c: &ChunkRef) -> Result<ChunkView<'_>, ProfileError> {
+        let err = |why: String| ProfileError::Chunk { path: self.path.clone(), thread: c.thread, seq: c.seq, offset: c.offset, why };
+        let payload = &self.map[c.payload.0..c.payload.1];
+        if crc32fast::hash(payload) != c.crc {
+            return Err(err("checksum mismatch".into()));
+        }
+        ChunkView::parse(payload).map_err(err)
+    }
+
+    /// Builds the chunk error for a problem found while decoding it.
+    pub fn chunk_error(&self, c: &ChunkRef, why: String) -> ProfileError {
+        ProfileError::Chunk { path: self.path.clone(), thread: c.thread, seq: c.seq, offset: c.offset, why }
+    }
+
+    /// The block table, in file order.
+    pub fn blocks(&self) -> &[BlockRef] {
+        &self.blocks
+    }
+
+    /// Looks up a block by address and version.
+    pub fn block(&self, addr: u64, version: u32) -> Option<&BlockRef> {
+        self.block_index.get(&(addr, version)).map(|&i| &self.blocks[i])
+    }
+
+    /// A block's code bytes, in place.
+    pub fn code(&self, b: &BlockRef) -> &[u8] {
+        &self.map[b.code.clone()]
+    }
+
+    /// A block as an owned entry.
+    pub fn block_entry(&self, b: &BlockRef) -> BlockEntry {
+        BlockEntry { addr: b.addr, version: b.version, insn_count: b.insn_count, code: self.code(b).to_vec() }
+    }
+
+    /// The semantics machine this profile was recorded on.
+    pub fn machine(&self) -> crate::Machine {
+        crate::Machine { width: self.width, xsave_size: self.meta.xsave_size }
+    }
+}

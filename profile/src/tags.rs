@@ -1,0 +1,423 @@
+//! DEP_c: the control-flow stream of 2-byte block tags (paper sections 2.1 and 4.1).
+//!
+//! A block at address `a` has H-tag `a >> 16` and L-tag `a & 0xffff`. While the H-tag is
+//! unchanged a block costs one word, its L-tag. The word `0x0000` introduces everything
+//! else; what follows it decides:
+//!
+//! | words after `0x0000`         | meaning                                                  |
+//! |------------------------------|----------------------------------------------------------|
+//! | `0x0000`                     | block whose L-tag is 0 (paper)                           |
+//! | `H` in `0x0001..=0xffef`     | bits 16..31 of the H-tag become `H` (paper's H change)   |
+//! | `0xfff0` + 1 or 3 words      | the whole H-tag (32-bit: 1 word; 64-bit: 3 words)        |
+//! | `0xfff1..=0xfff8` + payload  | escape records, see [`Escape`]                           |
+//!
+//! For 32-bit programs this is exactly the paper's scheme for every H-tag below `0xfff0`.
+//! `profile/FORMAT.md` documents the layout byte by byte.
+
+use crate::Width;
+use thiserror::Error;
+
+/// Word introducing an H change, an L-tag of 0 or an escape.
+pub const ESC: u16 = 0x0000;
+/// The largest H-tag (bits 16..31) that the short `0x0000, H` form can carry.
+pub const MAX_SHORT_H: u16 = 0xffef;
+/// Control word: the full H-tag follows.
+pub const CTL_SET_HI: u16 = 0xfff0;
+/// Control word: chunk start, 2-word sequence number follows.
+pub const CTL_CHUNK_START: u16 = 0xfff1;
+/// Control word: the thread starts.
+pub const CTL_THREAD_START: u16 = 0xfff2;
+/// Control word: the thread ends.
+pub const CTL_THREAD_END: u16 = 0xfff3;
+/// Control word: a signal handler is entered, 1-word signal number follows.
+pub const CTL_SIGNAL: u16 = 0xfff4;
+/// Control word: a signal handler returned (sigreturn).
+pub const CTL_SIGNAL_RETURN: u16 = 0xfff5;
+/// Control word: the previous block stopped at an instruction, 1-word index follows.
+pub const CTL_INTERRUPTED: u16 = 0xfff6;
+/// Control word: the next block is a later code version, 2-word version follows.
+pub const CTL_CODE_VERSION: u16 = 0xfff7;
+/// Control word: every register value expires (the collector lost track of them).
+pub const CTL_EXPIRE_ALL: u16 = 0xfff8;
+
+/// A record of the control-flow stream other than a plain block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Escape {
+    /// First record of every chunk; `seq` is the chunk's number within its thread.
+    ChunkStart { seq: u32 },
+    /// The thread begins executing application code.
+    ThreadStart,
+    /// The thread exits.
+    ThreadEnd,
+    /// Signal `signo` is delivered: the handler's blocks follow; all registers expire.
+    Signal { signo: u16 },
+    /// The handler returned through sigreturn; all registers expire.
+    SignalReturn,
+    /// The previous block ran only up to instruction `insn` (0-based), which was attempted:
+    /// its memory references count, its register effects do not. A `Signal` follows.
+    Interrupted { insn: u16 },
+    /// The next block is version `version` of the code at its address (version 0 needs no record).
+    CodeVersion { version: u32 },
+    /// All register values expire (e.g. after a state the collector cannot model).
+    ExpireAll,
+}
+
+/// One decoded item of DEP_c.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TagItem {
+    /// A block executed, starting at this address.
+    Block(u64),
+    /// An escape record.
+    Escape(Escape),
+}
+
+/// Errors in a DEP_c word stream; offsets count 16-bit words from the stream's start.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum TagError {
+    #[error("tag stream ends inside a record that starts at word {0}")]
+    Truncated(usize),
+    #[error("unknown control word {word:#06x} at word {offset}")]
+    UnknownControl { word: u16, offset: usize },
+    #[error("tag stream has an odd number of bytes ({0})")]
+    OddLength(usize),
+}
+
+fn hi_mask(width: Width) -> u64 {
+    match width {
+        Width::W32 => 0xffff,
+        Width::W64 => 0xffff_ffff_ffff,
+    }
+}
+
+/// Encodes blocks and escapes into DEP_c words, tracking the current H-tag.
+#[derive(Clone, Debug)]
+pub struct TagEncoder {
+    width: Width,
+    hi: u64,
+    words: Vec<u16>,
+}
+
+impl TagEncoder {
+    /// A new encoder whose current H-tag is `hi` (0 at a thread's start).
+    pub fn new(width: Width, hi: u64) -> Self {
+        TagEncoder { width, hi, words: Vec::new() }
+    }
+
+    /// The current H-tag.
+    pub fn hi(&self) -> u64 {
+        self.hi
+    }
+
+    /// Appends the words for a block at `addr`.
+    pub fn block(&mut self, addr: u64) {
+        let hi = (addr >> 16) & hi_mask(self.width);
+        push_hi_change(self.width, self.hi, hi, &mut self.words);
+        self.hi = hi;
+        push_l_tag(addr as u16, &mut self.words);
+    }
+
+    /// Appends an escape record.
+    pub fn escape(&mut self, e: Escape) {
+        push_escape(e, &mut self.words);
+    }
+
+    /// Appends a decoded item.
+    pub fn item(&mut self, item: TagItem) {
+        match item {
+            TagItem::Block(a) => self.block(a),
+            TagItem::Escape(e) => self.escape(e),
+        }
+    }
+
+    /// The words written so far.
+    pub fn words(&self) -> &[u16] {
+        &self.words
+    }
+
+    /// The stream as little-endian bytes, as stored in a chunk.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+}
+
+/// Appends the words that change the H-tag from `cur` to `new` (nothing if equal).
+pub fn push_hi_change(width: Width, cur: u64, new: u64, out: &mut Vec<u16>) {
+    if cur == new {
+        return;
+    }
+    let short = new as u16;
+    if (cur >> 16) == (new >> 16) && (1..=MAX_SHORT_H).contains(&short) {
+        out.extend([ESC, short]);
+        return;
+    }
+    out.extend([ESC, CTL_SET_HI, new as u16]);
+    if width == Width::W64 {
+        out.extend([(new >> 16) as u16, (new >> 32) as u16]);
+    }
+}
+
+/// Appends a block's L-tag: one word, or `0x0000 0x0000` for L-tag 0.
+pub fn push_l_tag(l: u16, out: &mut Vec<u16>) {
+    if l == 0 {
+        out.extend([ESC, ESC]);
+    } else {
+        out.push(l);
+    }
+}
+
+/// Appends an escape record's words.
+pub fn push_escape(e: Escape, out: &mut Vec<u16>) {
+    match e {
+        Escape::ChunkStart { seq } => out.extend([ESC, CTL_CHUNK_START, seq as u16, (seq >> 16) as u16]),
+        Escape::ThreadStart => out.extend([ESC, CTL_THREAD_START]),
+        Escape::ThreadEnd => out.extend([ESC, CTL_THREAD_END]),
+        Escape::Signal { signo } => out.extend([ESC, CTL_SIGNAL, signo]),
+        Escape::SignalReturn => out.extend([ESC, CTL_SIGNAL_RETURN]),
+        Escape::Interrupted { insn } => out.extend([ESC, CTL_INTERRUPTED, insn]),
+        Escape::CodeVersion { version } => out.extend([ESC, CTL_CODE_VERSION, version as u16, (version >> 16) as u16]),
+        Escape::ExpireAll => out.extend([ESC, CTL_EXPIRE_ALL]),
+    }
+}
+
+/// Decodes DEP_c bytes (little-endian words) into items, tracking the H-tag.
+#[derive(Clone, Debug)]
+pub struct TagDecoder<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    width: Width,
+    hi: u64,
+}
+
+impl<'a> TagDecoder<'a> {
+    /// A decoder over `bytes` whose H-tag starts as `hi`.
+    pub fn new(width: Width, bytes: &'a [u8], hi: u64) -> Result<Self, TagError> {
+        if bytes.len() % 2 != 0 {
+            return Err(TagError::OddLength(bytes.len()));
+        }
+        Ok(TagDecoder { bytes, pos: 0, width, hi })
+    }
+
+    /// The current H-tag.
+    pub fn hi(&self) -> u64 {
+        self.hi
+    }
+
+    /// Position of the next item, in words.
+    pub fn word_offset(&self) -> usize {
+        self.pos / 2
+    }
+
+    #[inline]
+    fn word(&mut self, start: usize) -> Result<u16, TagError> {
+        match self.bytes.get(self.pos..self.pos + 2) {
+            Some(b) => {
+                self.pos += 2;
+                Ok(u16::from_le_bytes([b[0], b[1]]))
+            }
+            None => Err(TagError::Truncated(start / 2)),
+        }
+    }
+
+    /// The next item, `None` at the end of the stream.
+    #[inline]
+    pub fn next_item(&mut self) -> Result<Option<TagItem>, TagError> {
+        loop {
+            let start = self.pos;
+            if start >= self.bytes.len() {
+                return Ok(None);
+            }
+            let w = self.word(start)?;
+            if w != ESC {
+                return Ok(Some(TagItem::Block((self.hi << 16) | w as u64)));
+            }
+            let c = self.word(start)?;
+            let item = match c {
+                ESC => TagItem::Block(self.hi << 16),
+                1..=MAX_SHORT_H => {
+                    self.hi = (self.hi & !0xffff) | c as u64;
+                    continue;
+                }
+                CTL_SET_HI => {
+                    let mut hi = self.word(start)? as u64;
+                    if self.width == Width::W64 {
+                        hi |= (self.word(start)? as u64) << 16;
+                        hi |= (self.word(start)? as u64) << 32;
+                    }
+                    self.hi = hi;
+                    continue;
+                }
+                CTL_CHUNK_START => {
+                    let lo = self.word(start)? as u32;
+                    let hi = self.word(start)? as u32;
+                    TagItem::Escape(Escape::ChunkStart { seq: lo | (hi << 16) })
+                }
+                CTL_THREAD_START => TagItem::Escape(Escape::ThreadStart),
+                CTL_THREAD_END => TagItem::Escape(Escape::ThreadEnd),
+                CTL_SIGNAL => TagItem::Escape(Escape::Signal { signo: self.word(start)? }),
+                CTL_SIGNAL_RETURN => TagItem::Escape(Escape::SignalReturn),
+                CTL_INTERRUPTED => TagItem::Escape(Escape::Interrupted { insn: self.word(start)? }),
+                CTL_CODE_VERSION => {
+                    let lo = self.word(start)? as u32;
+                    let hi = self.word(start)? as u32;
+                    TagItem::Escape(Escape::CodeVersion { version: lo | (hi << 16) })
+                }
+                CTL_EXPIRE_ALL => TagItem::Escape(Escape::ExpireAll),
+                word => return Err(TagError::UnknownControl { word, offset: start / 2 }),
+            };
+            return Ok(Some(item));
+        }
+    }
+}
+
+impl Iterator for TagDecoder<'_> {
+    type Item = Result<TagItem, TagError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_item().transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn words_to_bytes(w: &[u16]) -> Vec<u8> {
+        w.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn paper_figure1() {
+        let blocks = [0x0804ff48u64, 0x0804ffa4, 0x08050000, 0x08050026, 0x08050048];
+        let mut enc = TagEncoder::new(Width::W32, 0x0804);
+        for b in blocks {
+            enc.block(b);
+        }
+        assert_eq!(enc.words(), &[0xff48, 0xffa4, 0x0000, 0x0805, 0x0000, 0x0000, 0x0026, 0x0048]);
+        let bytes = enc.to_bytes();
+        assert_eq!(bytes.len(), 16);
+        assert_eq!(bytes, [0x48, 0xff, 0xa4, 0xff, 0, 0, 0x05, 0x08, 0, 0, 0, 0, 0x26, 0, 0x48, 0]);
+        let dec: Vec<_> = TagDecoder::new(Width::W32, &bytes, 0x0804).unwrap().map(Result::unwrap).collect();
+        assert_eq!(dec, blocks.map(TagItem::Block));
+    }
+
+    #[test]
+    fn sixty_four_bit_forms() {
+        let mut enc = TagEncoder::new(Width::W64, 0);
+        enc.block(0x5555_5555_1234); // upper bits change: long form
+        enc.block(0x5555_5556_0000); // bits 16..31 change: short form, then L-tag 0
+        enc.block(0x5555_fff5_0010); // H16 in the control range: long form
+        enc.block(0x5555_fff5_0020);
+        assert_eq!(
+            enc.words(),
+            &[
+                0, 0xfff0, 0x5555, 0x5555, 0, 0x1234, //
+                0, 0x5556, 0, 0, //
+                0, 0xfff0, 0xfff5, 0x5555, 0, 0x0010, //
+                0x0020,
+            ]
+        );
+    }
+
+    #[test]
+    fn escape_layouts() {
+        let mut w = Vec::new();
+        push_escape(Escape::ChunkStart { seq: 0x0001_0002 }, &mut w);
+        push_escape(Escape::Signal { signo: 11 }, &mut w);
+        push_escape(Escape::Interrupted { insn: 3 }, &mut w);
+        push_escape(Escape::CodeVersion { version: 7 }, &mut w);
+        assert_eq!(w, [0, 0xfff1, 2, 1, 0, 0xfff4, 11, 0, 0xfff6, 3, 0, 0xfff7, 7, 0]);
+    }
+
+    #[test]
+    fn malformed_streams_are_errors() {
+        let e = TagDecoder::new(Width::W64, &words_to_bytes(&[0x10, 0]), 0).unwrap().collect::<Result<Vec<_>, _>>();
+        assert_eq!(e, Err(TagError::Truncated(1)));
+        let e = TagDecoder::new(Width::W64, &words_to_bytes(&[0, 0xfffe]), 0).unwrap().collect::<Result<Vec<_>, _>>();
+        assert_eq!(e, Err(TagError::UnknownControl { word: 0xfffe, offset: 0 }));
+        let e = TagDecoder::new(Width::W64, &words_to_bytes(&[0, 0xfff0, 1]), 0).unwrap().collect::<Result<Vec<_>, _>>();
+        assert_eq!(e, Err(TagError::Truncated(0)));
+        assert!(matches!(TagDecoder::new(Width::W64, &[1, 2, 3], 0), Err(TagError::OddLength(3))));
+    }
+
+    fn escape_strategy() -> impl Strategy<Value = Escape> {
+        prop_oneof![
+            any::<u32>().prop_map(|seq| Escape::ChunkStart { seq }),
+            Just(Escape::ThreadStart),
+            Just(Escape::ThreadEnd),
+            any::<u16>().prop_map(|signo| Escape::Signal { signo }),
+            Just(Escape::SignalReturn),
+            any::<u16>().prop_map(|insn| Escape::Interrupted { insn }),
+            any::<u32>().prop_map(|version| Escape::CodeVersion { version }),
+            Just(Escape::ExpireAll),
+        ]
+    }
+
+    /// Addresses biased towards the hard cases: zero 16-bit pieces, control-range H-tags, repeats.
+    fn addr_strategy(width: Width) -> impl Strategy<Value = u64> {
+        let mask = match width {
+            Width::W32 => 0xffff_ffffu64,
+            Width::W64 => u64::MAX,
+        };
+        prop_oneof![
+            any::<u64>(),
+            (any::<u16>(), any::<u16>(), any::<u16>(), any::<u16>()).prop_map(|(a, b, c, d)| {
+                let pick = |x: u16| match x % 4 {
+                    0 => 0,
+                    1 => 0xfff0 | (x >> 12),
+                    2 => 0x5555,
+                    _ => x,
+                };
+                pick(a) as u64 | (pick(b) as u64) << 16 | (pick(c) as u64) << 32 | (pick(d) as u64) << 48
+            }),
+        ]
+        .prop_map(move |a| a & mask)
+    }
+
+    fn items(width: Width) -> impl Strategy<Value = Vec<TagItem>> {
+        proptest::collection::vec(
+            prop_oneof![
+                4 => addr_strategy(width).prop_map(TagItem::Block),
+                1 => escape_strategy().prop_map(TagItem::Escape),
+            ],
+            0..200,
+        )
+    }
+
+    fn round_trip(width: Width, start_hi: u64, items: &[TagItem]) {
+        let mut enc = TagEncoder::new(width, start_hi);
+        for &i in items {
+            enc.item(i);
+        }
+        let bytes = enc.to_bytes();
+        let mut dec = TagDecoder::new(width, &bytes, start_hi).unwrap();
+        let got: Vec<_> = dec.by_ref().collect::<Result<_, _>>().unwrap();
+        assert_eq!(got, items);
+        assert_eq!(dec.hi(), enc.hi());
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip_64(items in items(Width::W64), hi in any::<u64>()) {
+            round_trip(Width::W64, hi & 0xffff_ffff_ffff, &items);
+        }
+
+        #[test]
+        fn round_trip_32(items in items(Width::W32), hi in any::<u16>()) {
+            round_trip(Width::W32, hi as u64, &items);
+        }
+
+        #[test]
+        fn one_word_per_block_while_hi_is_unchanged(hi in 1u64..0xffff_ffff_ffff, lows in proptest::collection::vec(1u16.., 1..50)) {
+            let mut enc = TagEncoder::new(Width::W64, hi);
+            for l in &lows { enc.block(hi << 16 | *l as u64); }
+            prop_assert_eq!(enc.words().len(), lows.len());
+        }
+
+        #[test]
+        fn decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            if let Ok(d) = TagDecoder::new(Width::W64, &bytes, 0) {
+                for _ in d {}
+            }
+        }
+    }
+}

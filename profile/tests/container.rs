@@ -1,0 +1,244 @@
+//! The container: exact layout, round trips, and every kind of bad input named precisely.
+
+use dep_profile::container::*;
+use dep_profile::tags::{Escape, TagEncoder};
+use dep_profile::values::ValueWriter;
+use dep_profile::{Width, NUM_REGS};
+use std::io::Write;
+
+fn meta() -> Metadata {
+    Metadata {
+        format_version: VERSION,
+        width: 64,
+        command: vec!["/bin/true".into()],
+        program: "/bin/true".into(),
+        pid: 42,
+        start_time_ns: 1,
+        xsave_size: 2696,
+        truth: false,
+        tool: "test".into(),
+        parent: None,
+    }
+}
+
+/// A two-thread profile with two chunks on thread 0.
+fn write_sample(path: &std::path::Path) {
+    let f = std::fs::File::create(path).unwrap();
+    let mut w = ProfileWriter::new(f, Width::W64, 3).unwrap();
+    w.meta(&meta()).unwrap();
+    w.module(&ModuleEvent {
+        event: "load".into(),
+        path: "/bin/true".into(),
+        base: 0x40_0000,
+        size: 0x1000,
+        build_id: Some("abcd".into()),
+        entry: Some(0x40_0100),
+    })
+    .unwrap();
+    w.block(&BlockEntry { addr: 0x40_0100, version: 0, insn_count: 2, code: vec![0x50, 0xc3] }).unwrap();
+    w.block(&BlockEntry { addr: 0x40_0100, version: 1, insn_count: 1, code: vec![0xc3] }).unwrap();
+    for t in 0..2u32 {
+        w.thread(&ThreadEvent { event: "start".into(), index: t, tid: 100 + t, time_ns: 5 }).unwrap();
+    }
+    for seq in 0..2u32 {
+        let mut tags = TagEncoder::new(Width::W64, 0);
+        tags.escape(Escape::ChunkStart { seq });
+        tags.block(0x40_0100);
+        let mut vals = ValueWriter::new(Width::W64);
+        vals.push(0x7ffc_0000_1000 + seq as u64);
+        let regs: [u64; NUM_REGS] = std::array::from_fn(|i| i as u64 * 3);
+        w.chunk(&ChunkData {
+            thread: 0,
+            seq,
+            hi: 0x40,
+            status: 0b10000,
+            last: seq == 1,
+            regs,
+            tags: &tags.to_bytes(),
+            values: vals.as_bytes(),
+            truth: &[],
+        })
+        .unwrap();
+    }
+    w.chunk(&ChunkData {
+        thread: 1,
+        seq: 0,
+        hi: 0,
+        status: 0,
+        last: true,
+        regs: [0; NUM_REGS],
+        tags: &[0, 0, 0xf3, 0xff],
+        values: &[],
+        truth: &[],
+    })
+    .unwrap();
+    w.thread(&ThreadEvent { event: "end".into(), index: 1, tid: 101, time_ns: 9 }).unwrap();
+    w.end(&EndInfo { exit_status: 0, end_time_ns: 10, lost_bytes: 0 }).unwrap();
+    w.flush().unwrap();
+}
+
+#[test]
+fn round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.dep");
+    write_sample(&p);
+    let prof = Profile::open(&p).unwrap();
+    assert_eq!(prof.width, Width::W64);
+    assert_eq!(prof.meta, meta());
+    assert_eq!(prof.modules.len(), 1);
+    assert_eq!(prof.modules[0].build_id.as_deref(), Some("abcd"));
+    assert_eq!(prof.blocks().len(), 2);
+    let b = prof.block(0x40_0100, 1).unwrap();
+    assert_eq!(prof.code(b), &[0xc3]);
+    assert_eq!(prof.threads.len(), 2);
+    assert_eq!(prof.threads[0].chunks.len(), 2);
+    assert_eq!(prof.threads[1].tid, 101);
+    assert_eq!(prof.threads[1].end_ns, Some(9));
+    assert_eq!(prof.end.as_ref().unwrap().exit_status, 0);
+    assert_eq!(prof.truncated_at, None);
+    let c = prof.chunk(&prof.threads[0].chunks[1]).unwrap();
+    assert_eq!((c.thread(), c.seq(), c.hi(), c.status(), c.is_last()), (0, 1, 0x40, 0b10000, true));
+    assert_eq!(c.regs()[5], 15);
+    assert_eq!(c.decompress(Section::Values).unwrap(), (0x7ffc_0000_1001u64).to_le_bytes());
+    assert_eq!(c.decompress(Section::Truth).unwrap(), Vec::<u8>::new());
+    let tags = c.decompress(Section::Tags).unwrap();
+    // chunk start 1, then H change to 0x40 (short form: upper bits unchanged), then L-tag 0x0100
+    assert_eq!(tags, [0, 0, 0xf1, 0xff, 1, 0, 0, 0, 0, 0, 0x40, 0, 0, 0x01]);
+}
+
+#[test]
+fn exact_header_bytes() {
+    let mut out = Vec::new();
+    let mut w = ProfileWriter::new(&mut out, Width::W64, 1).unwrap();
+    w.record(RecordKind::End, b"{}").unwrap();
+    assert_eq!(&out[..16], b"DEPPROF\0\x01\x00\x40\x00\x00\x00\x00\x00");
+    assert_eq!(&out[16..20], &[0x9f, 0xde, 6, 0]);
+    assert_eq!(&out[20..24], &crc32fast::hash(b"{}").to_le_bytes());
+    assert_eq!(&out[24..32], &2u64.to_le_bytes());
+    assert_eq!(&out[32..], b"{}\0\0\0\0\0\0");
+}
+
+fn open_err(bytes: &[u8]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.dep");
+    std::fs::write(&p, bytes).unwrap();
+    match Profile::open(&p) {
+        Ok(_) => panic!("opened a bad profile"),
+        Err(e) => e.to_string().replace(&p.display().to_string(), "P"),
+    }
+}
+
+#[test]
+fn bad_inputs_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.dep");
+    write_sample(&p);
+    let good = std::fs::read(&p).unwrap();
+
+    assert_eq!(open_err(b""), "P: not a DEP profile (empty file)");
+    assert_eq!(open_err(b"DEPPROF"), "P: not a DEP profile (shorter than the file header)");
+    assert_eq!(open_err(b"#!/bin/sh\necho hello world\n"), "P: not a DEP profile (bad magic)");
+    let mut v = good.clone();
+    v[8] = 9;
+    assert_eq!(open_err(&v), "P: unknown format version 9 (this dep reads version 1)");
+    // the metadata record's payload flipped: its checksum catches it
+    let mut v = good.clone();
+    v[40] ^= 0x20;
+    assert_eq!(open_err(&v), "P: record at byte 16: Meta record checksum mismatch");
+    // garbage where a record header should be
+    let mut v = good.clone();
+    v[16] = 0x11;
+    assert_eq!(open_err(&v), "P: record at byte 16: bad record magic 0xde11");
+    let e = Profile::open(dir.path().join("missing.dep")).err().unwrap().to_string();
+    assert!(e.ends_with("missing.dep: No such file or directory (os error 2)"), "{e}");
+}
+
+#[test]
+fn corrupt_chunk_is_named_when_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.dep");
+    write_sample(&p);
+    let prof = Profile::open(&p).unwrap();
+    let c = prof.threads[0].chunks[1];
+    drop(prof);
+    let mut v = std::fs::read(&p).unwrap();
+    let last = (c.offset as usize) + 16 + 216 + 3; // inside the compressed DEP_c frame
+    v[last] ^= 0xff;
+    std::fs::write(&p, &v).unwrap();
+    let prof = Profile::open(&p).unwrap();
+    let e = prof.chunk(&prof.threads[0].chunks[1]).unwrap_err().to_string();
+    assert_eq!(e, format!("{}: thread 0 chunk 1 (byte {}): checksum mismatch", p.display(), c.offset));
+}
+
+#[test]
+fn killed_writer_leaves_a_readable_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.dep");
+    write_sample(&p);
+    let good = std::fs::read(&p).unwrap();
+    let prof = Profile::open(&p).unwrap();
+    let second = prof.threads[0].chunks[1].offset as usize;
+    drop(prof);
+    // Cut anywhere inside the second chunk: the first chunk and the tables before it survive.
+    for cut in [second + 1, second + 16, second + 100, second + 250] {
+        let t = dir.path().join("t.dep");
+        std::fs::write(&t, &good[..cut]).unwrap();
+        let prof = Profile::open(&t).unwrap();
+        assert_eq!(prof.truncated_at, Some(second as u64), "cut at {cut}");
+        assert_eq!(prof.threads[0].chunks.len(), 1);
+        assert!(prof.end.is_none());
+        prof.chunk(&prof.threads[0].chunks[0]).unwrap().decompress(Section::Tags).unwrap();
+    }
+    // A writer that pre-extended the file with zeros.
+    let t = dir.path().join("z.dep");
+    let mut f = std::fs::File::create(&t).unwrap();
+    f.write_all(&good).unwrap();
+    f.write_all(&[0u8; 100]).unwrap();
+    drop(f);
+    assert_eq!(Profile::open(&t).unwrap().truncated_at, Some(good.len() as u64));
+}
+
+#[test]
+fn missing_chunk_in_sequence_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("gap.dep");
+    let mut w = ProfileWriter::new(std::fs::File::create(&p).unwrap(), Width::W64, 1).unwrap();
+    w.meta(&meta()).unwrap();
+    w.chunk(&ChunkData { thread: 3, seq: 1, hi: 0, status: 0, last: false, regs: [0; NUM_REGS], tags: &[], values: &[], truth: &[] })
+        .unwrap();
+    drop(w);
+    let e = Profile::open(&p).err().unwrap().to_string();
+    let meta_len = serde_json::to_vec(&meta()).unwrap().len();
+    let chunk_at = 16 + 16 + meta_len + padding(meta_len as u64);
+    assert!(e.ends_with(&format!("thread 3 chunk 0 (byte {chunk_at}): missing (found chunk 1 instead)")), "{e}");
+}
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+        /// Flipping or cutting bytes anywhere gives a profile or an error, never a panic.
+        #[test]
+        fn damaged_profiles_never_panic(flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6), cut in any::<prop::sample::Index>()) {
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("a.dep");
+            write_sample(&p);
+            let mut v = std::fs::read(&p).unwrap();
+            for (i, x) in flips { let i = i.index(v.len()); v[i] ^= x; }
+            let n = cut.index(v.len() + 1);
+            v.truncate(n.max(v.len() / 2));
+            std::fs::write(&p, &v).unwrap();
+            if let Ok(prof) = Profile::open(&p) {
+                for t in &prof.threads {
+                    for c in &t.chunks {
+                        if let Ok(view) = prof.chunk(c) {
+                            for s in Section::ALL { let _ = view.decompress(s); }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Placeholder crate root; filled by its own issue.
