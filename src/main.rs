@@ -1,1 +1,159 @@
-fn main() {}
+//! `dep`: record, recover and export Detailed Execution Profiles.
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "dep", version, about = "Detailed Execution Profiles: cheap whole-program memory traces of x86-64 Linux programs")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run PROGRAM under DynamoRIO and record its DEP profile; exits with the program's status.
+    Record {
+        /// Profile to write.
+        #[arg(short, long, default_value = "dep.out")]
+        output: PathBuf,
+        /// Also record every reference's address as computed at run time.
+        #[arg(long)]
+        truth: bool,
+        /// Record into the buffers and count what would be written, writing nothing.
+        #[arg(long)]
+        discard: bool,
+        /// The program and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        program: Vec<String>,
+    },
+    /// Rebuild every memory reference (or block) from a profile.
+    Recover {
+        profile: PathBuf,
+        /// Write the truth stream recorded alongside instead of recovering.
+        #[arg(long)]
+        truth: bool,
+        /// text, blocks or binary.
+        #[arg(long, default_value = "text")]
+        format: String,
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// Instruction, block and reference counts and stream sizes against the paper's baselines.
+    Stats {
+        profile: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write Intel DCFG JSON (and optionally the DCFG-trace).
+    Dcfg {
+        profile: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+        #[arg(long)]
+        trace: Option<PathBuf>,
+    },
+    /// Write a WET dependence trace.
+    Wet {
+        profile: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+        #[arg(long)]
+        history: Option<usize>,
+    },
+    /// Write a Callgrind profile.
+    Callgrind {
+        profile: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Report data races between threads.
+    Races {
+        profile: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Export the recovered trace in another tool's format.
+    Export {
+        #[command(subcommand)]
+        what: Export,
+    },
+    /// Print the metadata, tables and decoded per-thread streams.
+    Dump {
+        profile: PathBuf,
+        /// Items printed per stream per chunk.
+        #[arg(long, default_value_t = 200)]
+        max: usize,
+        /// Print every item.
+        #[arg(long)]
+        all: bool,
+        /// Disassemble the block table with each instruction's DEP semantics.
+        #[arg(long)]
+        disasm: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum Export {
+    /// The indexed binary trace layout (UMT).
+    Umt {
+        profile: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// A ChampSim trace.
+    Champsim {
+        profile: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            // One line: the causes joined, most general first.
+            let msg = e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ");
+            let _ = writeln!(std::io::stderr(), "dep: error: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn not_built(what: &str) -> Result<ExitCode> {
+    bail!("`dep {what}` is not built yet")
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.cmd {
+        Cmd::Dump { profile, max, all, disasm } => {
+            let p = dep_profile::container::Profile::open(&profile)?;
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            let opts = dep_profile::dump::DumpOptions { max_items: (!all).then_some(max), disassemble: disasm };
+            match dep_profile::dump::dump(&p, &mut out, opts) {
+                Err(dep_profile::dump::DumpError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
+                r => r?,
+            }
+            out.flush().context("writing the dump")?;
+            if let Some(t) = p.truncated_at {
+                bail!("{}: truncated at byte {t}: the records before it were dumped", profile.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Record { .. } => not_built("record"),
+        Cmd::Recover { .. } => not_built("recover"),
+        Cmd::Stats { .. } => not_built("stats"),
+        Cmd::Dcfg { .. } => not_built("dcfg"),
+        Cmd::Wet { .. } => not_built("wet"),
+        Cmd::Callgrind { .. } => not_built("callgrind"),
+        Cmd::Races { .. } => not_built("races"),
+        Cmd::Export { what: Export::Umt { .. } } => not_built("export umt"),
+        Cmd::Export { what: Export::Champsim { .. } } => not_built("export champsim"),
+    }
+}

@@ -5,8 +5,10 @@
 
 pub mod blocks;
 pub mod container;
+pub mod dump;
 pub mod regs;
 pub mod semantics;
+pub mod simulate;
 pub mod tags;
 pub mod truth;
 pub mod values;

@@ -1,1 +1,13 @@
-//! Placeholder crate root; filled by its own issue.
+//! Recovery of memory references and block sequences from DEP profiles (paper section 6.2),
+//! as a stream of events to a [`Sink`]; every exporter is a sink.
+
+pub mod driver;
+pub mod events;
+pub mod plans;
+pub mod render;
+pub mod traverse;
+pub mod truth;
+
+pub use driver::{RecoverError, Recovery, Source};
+pub use events::{BlockEvent, Counts, Marker, MemEvent, Sink};
+pub use render::{Format, Renderer};

@@ -66,8 +66,8 @@ impl RecordKind {
 /// Errors reading or writing a profile; each names where the problem is.
 #[derive(Debug, Error)]
 pub enum ProfileError {
-    #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    #[error("{path}: {err}")]
+    Io { path: String, err: std::io::Error },
     #[error("{path}: not a DEP profile ({why})")]
     NotAProfile { path: String, why: String },
     #[error("{path}: unknown format version {version} (this dep reads version {VERSION})")]

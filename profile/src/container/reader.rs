@@ -60,10 +60,10 @@ impl Profile {
     /// Opens and indexes a profile; chunk payloads are checked when read.
     pub fn open(path: impl AsRef<Path>) -> Result<Profile, ProfileError> {
         let path_s = path.as_ref().display().to_string();
-        let file = File::open(path.as_ref()).map_err(|source| ProfileError::Io { path: path_s.clone(), source })?;
+        let file = File::open(path.as_ref()).map_err(|err| ProfileError::Io { path: path_s.clone(), err })?;
         // SAFETY: the profile is treated as read-only input; a writer appending concurrently
         // only adds bytes past the length mapped here.
-        let map = unsafe { Mmap::map(&file) }.map_err(|source| ProfileError::Io { path: path_s.clone(), source })?;
+        let map = unsafe { Mmap::map(&file) }.map_err(|err| ProfileError::Io { path: path_s.clone(), err })?;
         Self::index(path_s, map)
     }
 

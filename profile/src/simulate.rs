@@ -1,0 +1,391 @@
+//! A software reference collector: records DEP exactly as the DynamoRIO client must, for a
+//! given path through real code with synthetic register values, plus the truth stream of
+//! the same run. It is the executable specification that recovery is tested against, and
+//! the source of profiles for benchmarks that must run without DynamoRIO.
+
+use crate::blocks::BlockPlan;
+use crate::container::{BlockEntry, ChunkData, EndInfo, Metadata, ProfileError, ProfileWriter, ThreadEvent, VERSION};
+use crate::regs::{Reg, RegSet, NUM_REGS};
+use crate::semantics::{Access, RegEffect, Semantics, Special};
+use crate::tags::{Escape, TagEncoder};
+use crate::truth::{TruthKind, TruthRecord};
+use crate::values::ValueWriter;
+use crate::{Machine, Width};
+use std::io::Write;
+
+/// A small deterministic generator (xorshift64*), so simulations are reproducible by seed.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A value in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// What happens at one point of a simulated thread's path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PathStep {
+    /// Execute block `i` of the code set.
+    Block(usize),
+    /// Execute block `i` up to instruction `k`, which faults; a signal handler follows.
+    Interrupt(usize, u16),
+    /// An asynchronous signal is delivered between blocks.
+    Signal(u16),
+    /// The handler returns.
+    SignalReturn,
+    /// The collector hands off its buffers: a new chunk starts.
+    Flush,
+}
+
+/// One simulated thread's output.
+#[derive(Default)]
+struct ThreadOut {
+    chunks: Vec<(u64, u32, [u64; NUM_REGS], Vec<u8>, Vec<u8>, Vec<u8>)>,
+}
+
+/// A simulated collector for one thread.
+struct SimThread<'a> {
+    width: Width,
+    plans: &'a [BlockPlan],
+    decisions: &'a [crate::blocks::Decisions],
+    rng: Rng,
+    vals: [u64; NUM_REGS],
+    /// The collector's shadow: bit n set = RECORDED.
+    recorded: u32,
+    tags: TagEncoder,
+    values: ValueWriter,
+    truth: Vec<u8>,
+    chunk_start: (u64, u32, [u64; NUM_REGS]),
+    seq: u32,
+    out: ThreadOut,
+}
+
+impl SimThread<'_> {
+    fn mask(&self) -> u64 {
+        if self.width == Width::W32 {
+            0xffff_ffff
+        } else {
+            u64::MAX
+        }
+    }
+
+    fn random_value(&mut self) -> u64 {
+        // Mostly plausible pointers, sometimes anything.
+        let v = match self.rng.below(4) {
+            0 => self.rng.next(),
+            1 => 0x7ffc_0000_0000 + self.rng.below(1 << 20) * 8,
+            _ => 0x5555_0000_0000 + self.rng.below(1 << 24),
+        };
+        v & self.mask()
+    }
+
+    fn flush(&mut self) {
+        let (hi, status, regs) = self.chunk_start;
+        let tags = std::mem::replace(&mut self.tags, TagEncoder::new(self.width, 0));
+        self.out.chunks.push((
+            hi,
+            status,
+            regs,
+            tags.to_bytes(),
+            std::mem::replace(&mut self.values, ValueWriter::new(self.width)).into_bytes(),
+            std::mem::take(&mut self.truth),
+        ));
+        self.seq += 1;
+        // The next chunk starts with the current shadow state and register context.
+        self.chunk_start = (tags.hi(), self.recorded, self.vals);
+        self.tags = TagEncoder::new(self.width, tags.hi());
+        self.tags.escape(Escape::ChunkStart { seq: self.seq });
+    }
+
+    fn truth(&mut self, kind: TruthKind, size: u32, pc: u64, addr: u64) {
+        TruthRecord { kind, size, pc, addr }.write(&mut self.truth);
+    }
+
+    fn expire_all(&mut self) {
+        self.recorded = 0;
+        for r in Reg::all() {
+            self.vals[r.index()] = self.random_value();
+        }
+    }
+
+    /// Runs block `b`, or its first `stop + 1` instructions when a fault interrupts it.
+    fn block(&mut self, b: usize, stop: Option<u16>) {
+        let plan = &self.plans[b];
+        let decisions = &self.decisions[b];
+        self.tags.block(plan.addr);
+        self.truth(TruthKind::Block, plan.insns.len() as u32, plan.addr, 0);
+        let mask = self.mask();
+        let mut step_i = 0;
+        for (k, insn) in plan.insns.iter().enumerate() {
+            if stop.is_some_and(|s| k > s as usize) {
+                break;
+            }
+            if step_i < plan.steps.len() && plan.steps[step_i].insn as usize == k {
+                let d = decisions.steps[step_i];
+                // The collector's inline code: unconditional records, then shadow checks,
+                // together in ascending register order.
+                let record: RegSet = d.always.union(RegSet::from_bits(d.check.bits() & !self.recorded));
+                for r in insn.used.iter() {
+                    if record.contains(r) {
+                        self.values.push(self.vals[r.index()]);
+                    }
+                }
+                step_i += 1;
+                match insn.special {
+                    Special::None => {
+                        for m in &insn.refs {
+                            let a = m.addr.eval(&self.vals) & mask;
+                            let kind = if m.access == Access::Read { TruthKind::Read } else { TruthKind::Write };
+                            self.truth(kind, m.size, insn.pc, a);
+                        }
+                    }
+                    Special::Rep(rep) => {
+                        let n = self.rng.below(5);
+                        let dir: i64 = if self.rng.below(4) == 0 { -1 } else { 1 };
+                        let faulting = stop == Some(k as u16);
+                        let done = if faulting { n.saturating_sub(1) } else { n };
+                        let iters = if faulting { done + 1 } else { n };
+                        for it in 0..iters {
+                            let mut regs = self.vals;
+                            for m in &insn.refs {
+                                let p = m.addr.base.unwrap().reg;
+                                regs[p.index()] = self.vals[p.index()].wrapping_add((it as i64 * dir * rep.elem as i64) as u64);
+                                let a = m.addr.eval(&regs) & mask;
+                                let kind = if m.access == Access::Read { TruthKind::Read } else { TruthKind::Write };
+                                self.truth(kind, m.size, insn.pc, a);
+                            }
+                        }
+                        let delta = (done as i64 * dir * rep.elem as i64) as u64;
+                        let post = self.vals[rep.post.index()].wrapping_add(delta) & mask;
+                        self.values.push(post);
+                        self.vals[rep.post.index()] = post;
+                        if let Some(o) = rep.other {
+                            self.vals[o.index()] = self.vals[o.index()].wrapping_add(delta) & mask;
+                        }
+                    }
+                    Special::Gather(g) => {
+                        let idx: Vec<u8> = (0..g.index_bytes).map(|_| self.rng.next() as u8).collect();
+                        let m: Vec<u8> = (0..g.mask_bytes()).map(|_| self.rng.next() as u8).collect();
+                        self.values.push_raw(&idx);
+                        self.values.push_raw(&m);
+                        for r in &insn.refs {
+                            for e in 0..g.count() {
+                                if g.active(&m, e, r.size) {
+                                    let a = r.addr.eval(&self.vals).wrapping_add(g.index_value(&idx, e).wrapping_mul(r.addr.scale as u64))
+                                        & mask;
+                                    let kind = if r.access == Access::Read { TruthKind::Read } else { TruthKind::Write };
+                                    self.truth(kind, r.size, insn.pc, a);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            if stop == Some(k as u16) {
+                self.tags.escape(Escape::Interrupted { insn: k as u16 });
+                self.truth(TruthKind::Interrupted, k as u32, insn.pc, 0);
+                return;
+            }
+            for e in &insn.effects {
+                match *e {
+                    RegEffect::Expire(r) => self.vals[r.index()] = self.random_value(),
+                    RegEffect::Add(r, d) => self.vals[r.index()] = self.vals[r.index()].wrapping_add(d as u64) & mask,
+                }
+            }
+        }
+        self.recorded = (self.recorded & !decisions.exit_updated.bits()) | decisions.exit_recorded.bits();
+    }
+}
+
+/// Simulates threads following `paths` through `code` (address, bytes) and writes a profile.
+pub fn write_profile<W: Write>(
+    out: W,
+    machine: Machine,
+    code: &[(u64, Vec<u8>)],
+    paths: &[Vec<PathStep>],
+    seed: u64,
+) -> Result<W, ProfileError> {
+    let mut sem = Semantics::new(machine);
+    let plans: Vec<BlockPlan> =
+        code.iter().map(|(a, b)| BlockPlan::build(&mut sem, *a, b, None).expect("simulated blocks must decode")).collect();
+    let decisions: Vec<_> = plans.iter().map(BlockPlan::decisions).collect();
+    let mut w = ProfileWriter::new(out, machine.width, 3)?;
+    w.meta(&Metadata {
+        format_version: VERSION,
+        width: machine.width.bits(),
+        command: vec!["(simulated)".into()],
+        program: "(simulated)".into(),
+        pid: 0,
+        start_time_ns: 0,
+        xsave_size: machine.xsave_size,
+        truth: true,
+        tool: concat!("dep-profile ", env!("CARGO_PKG_VERSION"), " simulator").into(),
+        parent: None,
+    })?;
+    for p in &plans {
+        let bytes = &code.iter().find(|(a, _)| *a == p.addr).unwrap().1;
+        w.block(&BlockEntry { addr: p.addr, version: 0, insn_count: p.insns.len() as u32, code: bytes[..p.len()].to_vec() })?;
+    }
+    for (t, path) in paths.iter().enumerate() {
+        w.thread(&ThreadEvent { event: "start".into(), index: t as u32, tid: 1000 + t as u32, time_ns: 0 })?;
+        let mut th = SimThread {
+            width: machine.width,
+            plans: &plans,
+            decisions: &decisions,
+            rng: Rng::new(seed ^ (t as u64) << 32),
+            vals: [0; NUM_REGS],
+            recorded: 0,
+            tags: TagEncoder::new(machine.width, 0),
+            values: ValueWriter::new(machine.width),
+            truth: Vec::new(),
+            chunk_start: (0, 0, [0; NUM_REGS]),
+            seq: 0,
+            out: ThreadOut::default(),
+        };
+        th.expire_all();
+        th.chunk_start = (0, 0, th.vals);
+        th.tags.escape(Escape::ChunkStart { seq: 0 });
+        th.tags.escape(Escape::ThreadStart);
+        for step in path {
+            match *step {
+                PathStep::Block(b) => th.block(b, None),
+                PathStep::Interrupt(b, k) => {
+                    th.block(b, Some(k));
+                    th.tags.escape(Escape::Signal { signo: 11 });
+                    th.expire_all();
+                }
+                PathStep::Signal(s) => {
+                    th.tags.escape(Escape::Signal { signo: s });
+                    th.expire_all();
+                }
+                PathStep::SignalReturn => {
+                    th.tags.escape(Escape::SignalReturn);
+                    th.expire_all();
+                }
+                PathStep::Flush => th.flush(),
+            }
+        }
+        th.tags.escape(Escape::ThreadEnd);
+        th.flush();
+        let n = th.out.chunks.len();
+        for (seq, (hi, status, regs, tags, values, truth)) in th.out.chunks.into_iter().enumerate() {
+            w.chunk(&ChunkData {
+                thread: t as u32,
+                seq: seq as u32,
+                hi,
+                status,
+                last: seq + 1 == n,
+                regs,
+                tags: &tags,
+                values: &values,
+                truth: &truth,
+            })?;
+        }
+        w.thread(&ThreadEvent { event: "end".into(), index: t as u32, tid: 1000 + t as u32, time_ns: 1 })?;
+    }
+    w.end(&EndInfo { exit_status: 0, end_time_ns: 1, lost_bytes: 0 })?;
+    w.flush()?;
+    Ok(w.into_inner())
+}
+
+/// Instruction encodings the random code generator draws from: every kind of reference.
+pub const INSN_POOL: &[&[u8]] = &[
+    &[0x50],                                        // push rax
+    &[0x55],                                        // push rbp
+    &[0x5d],                                        // pop rbp
+    &[0x58],                                        // pop rax
+    &[0x48, 0x89, 0xe5],                            // mov rbp, rsp
+    &[0x48, 0x83, 0xec, 0x20],                      // sub rsp, 0x20
+    &[0x48, 0x83, 0xc4, 0x10],                      // add rsp, 0x10
+    &[0x48, 0x8b, 0x03],                            // mov rax, [rbx]
+    &[0x48, 0x8b, 0x08],                            // mov rcx, [rax]
+    &[0x48, 0x8b, 0x50, 0x08],                      // mov rdx, [rax+8]
+    &[0x8b, 0x5c, 0x88, 0x10],                      // mov ebx, [rax+rcx*4+0x10]
+    &[0x48, 0x89, 0x44, 0x24, 0x08],                // mov [rsp+8], rax
+    &[0xc7, 0x44, 0x24, 0x04, 1, 0, 0, 0],          // mov dword [rsp+4], 1
+    &[0x48, 0x83, 0x00, 0x01],                      // add qword [rax], 1
+    &[0x48, 0x8b, 0x05, 0x10, 0, 0, 0],             // mov rax, [rip+0x10]
+    &[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0], // mov rax, fs:[0x28]
+    &[0x65, 0x89, 0x4b, 0x08],                      // mov gs:[rbx+8], ecx
+    &[0x48, 0xff, 0xc7],                            // inc rdi
+    &[0x48, 0x8d, 0x76, 0x10],                      // lea rsi, [rsi+0x10]
+    &[0x48, 0x8d, 0x43, 0x08],                      // lea rax, [rbx+8]
+    &[0xb0, 0x01],                                  // mov al, 1
+    &[0xd7],                                        // xlat
+    &[0xa4],                                        // movsb
+    &[0xf3, 0x48, 0xa5],                            // rep movsq
+    &[0xf3, 0xaa],                                  // rep stosb
+    &[0xf3, 0xa6],                                  // repe cmpsb
+    &[0xf3, 0xad],                                  // rep lodsd
+    &[0x0f, 0x05],                                  // syscall
+    &[0x48, 0x0f, 0x44, 0x03],                      // cmove rax, [rbx]
+    &[0x48, 0x0f, 0xb1, 0x0b],                      // cmpxchg [rbx], rcx
+    &[0xc4, 0xe2, 0x65, 0x90, 0x0c, 0x90],          // vpgatherdd ymm1, [rax+ymm2*4], ymm3
+    &[0xc4, 0xe2, 0xe5, 0x93, 0x0c, 0xd0],          // vgatherqpd ymm1, [rax+ymm2*8], ymm3
+    &[0x62, 0xf2, 0x7d, 0x49, 0xa0, 0x0c, 0x90],    // vpscatterdd [rax+zmm2*4]{k1}, zmm1
+    &[0x0f, 0xae, 0x20],                            // xsave [rax]
+    &[0xff, 0x74, 0x24, 0x08],                      // push qword [rsp+8]
+    &[0x8f, 0x44, 0x24, 0x08],                      // pop qword [rsp+8]
+    &[0xc9],                                        // leave
+    &[0x48, 0x93],                                  // xchg rax, rbx
+    &[0x0f, 0x18, 0x08],                            // prefetcht0 [rax]
+    &[0x67, 0x8b, 0x03],                            // mov eax, [ebx]
+];
+
+/// Generates `n` random blocks at addresses spread over H-tag boundaries, ending in `ret`.
+pub fn random_code(rng: &mut Rng, n: usize) -> Vec<(u64, Vec<u8>)> {
+    let mut code = Vec::new();
+    let mut used = std::collections::HashSet::new();
+    while code.len() < n {
+        let addr = match rng.below(4) {
+            0 => 0x40_0000 + rng.below(0x4_0000),
+            1 => 0x7f12_3456_0000 + rng.below(0x3) * 0x1_0000, // L-tag 0
+            2 => 0x5555_fff0_0000 + rng.below(0x10_0000),      // H in the control range
+            _ => rng.next() & 0xffff_ffff_ffff,
+        };
+        if !used.insert(addr) {
+            continue;
+        }
+        let len = 1 + rng.below(7) as usize;
+        let mut bytes = Vec::new();
+        for _ in 0..len {
+            bytes.extend_from_slice(INSN_POOL[rng.below(INSN_POOL.len() as u64) as usize]);
+        }
+        bytes.push(0xc3); // ret
+        code.push((addr, bytes));
+    }
+    code
+}
+
+/// A random path of `len` steps through `n_blocks` blocks, with signals and flushes.
+pub fn random_path(rng: &mut Rng, code: &[(u64, Vec<u8>)], len: usize, events: bool) -> Vec<PathStep> {
+    let mut sem = Semantics::new(Machine::x86_64(2696));
+    let counts: Vec<usize> = code.iter().map(|(a, b)| BlockPlan::build(&mut sem, *a, b, None).unwrap().insns.len()).collect();
+    let mut p = Vec::with_capacity(len);
+    for _ in 0..len {
+        let b = rng.below(code.len() as u64) as usize;
+        p.push(match rng.below(if events { 40 } else { 1 }) {
+            1 => PathStep::Flush,
+            2 => PathStep::Signal(10),
+            3 => PathStep::SignalReturn,
+            4 => PathStep::Interrupt(b, rng.below(counts[b] as u64) as u16),
+            _ => PathStep::Block(b),
+        });
+    }
+    p
+}

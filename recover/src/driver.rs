@@ -1,0 +1,172 @@
+//! Runs recovery over a whole profile: threads one after another, each chunk in order,
+//! chunks recovered in parallel when the output allows it.
+
+use crate::events::Sink;
+use crate::plans::Plans;
+use crate::traverse::{recover_chunk, Scratch};
+use crate::truth::replay_chunk;
+use dep_profile::container::{ChunkRef, Profile, ProfileError};
+use std::collections::BTreeMap;
+use std::io::Write;
+
+/// Errors of a recovery run.
+#[derive(Debug, thiserror::Error)]
+pub enum RecoverError {
+    #[error(transparent)]
+    Profile(#[from] ProfileError),
+    #[error("writing output: {0}")]
+    Output(std::io::Error),
+    #[error("{0}: the profile has no truth stream (record with --truth)")]
+    NoTruth(String),
+}
+
+/// What to replay from each chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Recover from DEP_c and DEP_m.
+    Dep,
+    /// Replay the truth stream recorded alongside.
+    Truth,
+}
+
+/// A profile ready for recovery: its block table pre-decoded.
+pub struct Recovery<'p> {
+    pub profile: &'p Profile,
+    pub plans: Plans,
+    workers: usize,
+}
+
+impl<'p> Recovery<'p> {
+    /// Pre-decodes the block table with `workers` threads (0: all cores).
+    pub fn new(profile: &'p Profile, workers: usize) -> Self {
+        let workers = if workers == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { workers };
+        Recovery { profile, plans: Plans::build(profile, workers), workers }
+    }
+
+    /// Every chunk in output order: thread by thread, each in sequence.
+    pub fn chunks(&self) -> Vec<ChunkRef> {
+        self.profile.threads.iter().flat_map(|t| t.chunks.iter().copied()).collect()
+    }
+
+    fn check_source(&self, source: Source) -> Result<(), RecoverError> {
+        if source == Source::Truth && !self.profile.meta.truth {
+            return Err(RecoverError::NoTruth(self.profile.path().to_string()));
+        }
+        Ok(())
+    }
+
+    /// Runs one chunk into `sink`.
+    pub fn chunk<S: Sink>(
+        &self,
+        c: &ChunkRef,
+        source: Source,
+        scratch: &mut Scratch,
+        truth_buf: &mut Vec<u8>,
+        sink: &mut S,
+    ) -> Result<(), RecoverError> {
+        let view = self.profile.chunk(c)?;
+        let r = match source {
+            Source::Dep => recover_chunk(self.profile.width, &self.plans, &view, scratch, sink),
+            Source::Truth => replay_chunk(&view, truth_buf, sink),
+        };
+        r.map_err(|f| match f {
+            crate::traverse::ChunkFault::Sink(e) => RecoverError::Output(e),
+            f => RecoverError::Profile(self.profile.chunk_error(c, f.to_string())),
+        })
+    }
+
+    /// Sends every event, in order, to one sink, on the calling thread.
+    pub fn run<S: Sink>(&self, source: Source, sink: &mut S) -> Result<(), RecoverError> {
+        self.check_source(source)?;
+        let mut scratch = Scratch::default();
+        let mut tb = Vec::new();
+        for c in self.chunks() {
+            self.chunk(&c, source, &mut scratch, &mut tb, sink)?;
+        }
+        Ok(())
+    }
+
+    /// Recovers chunks in parallel, each into a sink made by `make`; `finish` turns a sink
+    /// into bytes that are written to `out` in chunk order. `progress` sees each chunk done.
+    pub fn run_ordered<S, M, F>(
+        &self,
+        source: Source,
+        make: M,
+        finish: F,
+        out: &mut dyn Write,
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> Result<(), RecoverError>
+    where
+        S: Sink,
+        M: Fn() -> S + Sync,
+        F: Fn(S) -> std::io::Result<Vec<u8>> + Sync,
+    {
+        self.check_source(source)?;
+        let chunks = self.chunks();
+        let workers = self.workers.min(chunks.len()).max(1);
+        if workers == 1 {
+            let mut scratch = Scratch::default();
+            let mut tb = Vec::new();
+            for c in &chunks {
+                let mut s = make();
+                self.chunk(c, source, &mut scratch, &mut tb, &mut s)?;
+                out.write_all(&finish(s).map_err(RecoverError::Output)?).map_err(RecoverError::Output)?;
+                progress(1);
+            }
+            return Ok(());
+        }
+        // Bounded reordering: at most `window` chunks are recovered ahead of the writer.
+        let window = workers * 2;
+        let (job_tx, job_rx) = crossbeam::channel::unbounded::<usize>();
+        let (res_tx, res_rx) = crossbeam::channel::unbounded::<(usize, Result<Vec<u8>, RecoverError>)>();
+        crossbeam::thread::scope(|s| {
+            for _ in 0..workers {
+                let job_rx = job_rx.clone();
+                let res_tx = res_tx.clone();
+                let chunks = &chunks;
+                let make = &make;
+                let finish = &finish;
+                s.spawn(move |_| {
+                    let mut scratch = Scratch::default();
+                    let mut tb = Vec::new();
+                    for k in job_rx {
+                        let mut sink = make();
+                        let r = self
+                            .chunk(&chunks[k], source, &mut scratch, &mut tb, &mut sink)
+                            .and_then(|_| finish(sink).map_err(RecoverError::Output));
+                        if res_tx.send((k, r)).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            drop(res_tx);
+            let mut sent = 0;
+            while sent < chunks.len().min(window) {
+                job_tx.send(sent).unwrap();
+                sent += 1;
+            }
+            let mut next = 0;
+            let mut ready = BTreeMap::new();
+            let result = (|| {
+                while next < chunks.len() {
+                    let (k, r) = res_rx.recv().expect("recovery workers stopped early");
+                    ready.insert(k, r);
+                    while let Some(r) = ready.remove(&next) {
+                        out.write_all(&r?).map_err(RecoverError::Output)?;
+                        progress(1);
+                        next += 1;
+                        if sent < chunks.len() {
+                            job_tx.send(sent).unwrap();
+                            sent += 1;
+                        }
+                    }
+                }
+                Ok(())
+            })();
+            drop(job_tx);
+            result
+        })
+        .expect("recovery worker panicked")
+    }
+}

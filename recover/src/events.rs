@@ -1,0 +1,102 @@
+//! The event stream recovery produces; every exporter is a [`Sink`].
+
+use dep_profile::semantics::Access;
+use dep_profile::BlockPlan;
+use std::io;
+
+/// A block entered by a thread.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockEvent<'a> {
+    /// Thread index, 0 for the first thread, in creation order.
+    pub thread: u32,
+    pub addr: u64,
+    /// Code version at `addr` (0 unless the code there changed during the run).
+    pub version: u32,
+    /// The block's instructions with their semantics; `None` when replaying a truth stream.
+    pub plan: Option<&'a BlockPlan>,
+    /// Instructions executed: all of them, or up to and including the interrupted one.
+    pub executed: u32,
+    /// A signal interrupted the block at instruction `executed - 1`.
+    pub interrupted: bool,
+}
+
+/// One memory reference `<pc, addr, size, type>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MemEvent {
+    pub thread: u32,
+    pub pc: u64,
+    pub addr: u64,
+    pub size: u32,
+    pub access: Access,
+    /// Masked or conditional access that may not have touched memory.
+    pub conditional: bool,
+}
+
+/// Things in a thread's stream other than blocks and references.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Marker {
+    ThreadStart,
+    ThreadEnd,
+    /// A signal handler was entered.
+    Signal(u16),
+    /// A signal handler returned.
+    SignalReturn,
+    /// A chunk of the profile starts here.
+    ChunkStart(u32),
+}
+
+/// Receives recovered events in each thread's execution order.
+pub trait Sink {
+    /// A block is entered; its references follow.
+    fn block(&mut self, b: &BlockEvent) -> io::Result<()>;
+    /// A memory reference, in program order within its block.
+    fn mem(&mut self, m: &MemEvent) -> io::Result<()>;
+    /// A marker in the thread's stream.
+    fn marker(&mut self, _thread: u32, _m: Marker) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A sink that keeps only counts: the null sink for timing recovery itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub blocks: u64,
+    pub instructions: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub signals: u64,
+}
+
+impl Sink for Counts {
+    fn block(&mut self, b: &BlockEvent) -> io::Result<()> {
+        self.blocks += 1;
+        self.instructions += b.executed as u64;
+        Ok(())
+    }
+
+    fn mem(&mut self, m: &MemEvent) -> io::Result<()> {
+        match m.access {
+            Access::Read => self.reads += 1,
+            Access::Write => self.writes += 1,
+        }
+        Ok(())
+    }
+
+    fn marker(&mut self, _: u32, m: Marker) -> io::Result<()> {
+        if let Marker::Signal(_) = m {
+            self.signals += 1;
+        }
+        Ok(())
+    }
+}
+
+impl Counts {
+    /// Adds another count into this one.
+    pub fn add(&mut self, o: &Counts) {
+        self.blocks += o.blocks;
+        self.instructions += o.instructions;
+        self.reads += o.reads;
+        self.writes += o.writes;
+        self.signals += o.signals;
+    }
+}

@@ -1,0 +1,165 @@
+//! The `text`, `blocks` and `binary` renderings of `dep recover`.
+//!
+//! - text: `<thread> <pc> <R|W> <addr> <size>` per reference (pc, addr in `0x` lowercase hex);
+//! - blocks: `<thread> <start-pc> <instruction-count>` per executed block;
+//! - binary: a 16-byte header (`DEPREFS\0`, version u16 = 1, record size u16 = 24, 4 zero
+//!   bytes), then 24-byte little-endian records `pc u64, addr u64, thread u32, size u16,
+//!   kind u8 (0 read, 1 write), flags u8 (bit 0 conditional)`; sizes above 65535 saturate.
+
+use crate::events::{BlockEvent, MemEvent, Sink};
+use dep_profile::semantics::Access;
+use std::io::{self, Write};
+
+/// Output formats of `dep recover`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Blocks,
+    Binary,
+}
+
+impl Format {
+    pub fn parse(s: &str) -> Option<Format> {
+        Some(match s {
+            "text" => Format::Text,
+            "blocks" => Format::Blocks,
+            "binary" => Format::Binary,
+            _ => return None,
+        })
+    }
+
+    /// Bytes written once before all records.
+    pub fn header(self) -> &'static [u8] {
+        match self {
+            Format::Binary => b"DEPREFS\0\x01\x00\x18\x00\x00\x00\x00\x00",
+            _ => b"",
+        }
+    }
+}
+
+/// Bytes per binary record.
+pub const BINARY_RECORD: usize = 24;
+
+fn push_hex(out: &mut Vec<u8>, v: u64) {
+    const D: &[u8; 16] = b"0123456789abcdef";
+    out.extend_from_slice(b"0x");
+    if v == 0 {
+        out.push(b'0');
+        return;
+    }
+    let n = 16 - (v.leading_zeros() as usize / 4);
+    for i in (0..n).rev() {
+        out.push(D[((v >> (i * 4)) & 0xf) as usize]);
+    }
+}
+
+fn push_dec(out: &mut Vec<u8>, mut v: u64) {
+    let mut tmp = [0u8; 20];
+    let mut i = tmp.len();
+    loop {
+        i -= 1;
+        tmp[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&tmp[i..]);
+}
+
+/// Renders events in one format into a byte buffer, flushed to `W` in large pieces.
+pub struct Renderer<W: Write> {
+    format: Format,
+    buf: Vec<u8>,
+    out: W,
+}
+
+impl<W: Write> Renderer<W> {
+    pub fn new(format: Format, out: W) -> Self {
+        Renderer { format, buf: Vec::with_capacity(1 << 16), out }
+    }
+
+    #[inline]
+    fn spill(&mut self) -> io::Result<()> {
+        if self.buf.len() >= 1 << 16 {
+            self.out.write_all(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    /// Writes what is buffered and returns the output.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.out.write_all(&self.buf)?;
+        Ok(self.out)
+    }
+}
+
+impl<W: Write> Sink for Renderer<W> {
+    #[inline]
+    fn block(&mut self, b: &BlockEvent) -> io::Result<()> {
+        if self.format == Format::Blocks {
+            push_dec(&mut self.buf, b.thread as u64);
+            self.buf.push(b' ');
+            push_hex(&mut self.buf, b.addr);
+            self.buf.push(b' ');
+            push_dec(&mut self.buf, b.executed as u64);
+            self.buf.push(b'\n');
+            self.spill()?;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn mem(&mut self, m: &MemEvent) -> io::Result<()> {
+        match self.format {
+            Format::Blocks => return Ok(()),
+            Format::Text => {
+                push_dec(&mut self.buf, m.thread as u64);
+                self.buf.push(b' ');
+                push_hex(&mut self.buf, m.pc);
+                self.buf.extend_from_slice(if m.access == Access::Read { b" R " } else { b" W " });
+                push_hex(&mut self.buf, m.addr);
+                self.buf.push(b' ');
+                push_dec(&mut self.buf, m.size as u64);
+                self.buf.push(b'\n');
+            }
+            Format::Binary => {
+                self.buf.extend_from_slice(&m.pc.to_le_bytes());
+                self.buf.extend_from_slice(&m.addr.to_le_bytes());
+                self.buf.extend_from_slice(&m.thread.to_le_bytes());
+                self.buf.extend_from_slice(&(m.size.min(u16::MAX as u32) as u16).to_le_bytes());
+                self.buf.push(if m.access == Access::Read { 0 } else { 1 });
+                self.buf.push(m.conditional as u8);
+            }
+        }
+        self.spill()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_lines() {
+        let mut r = Renderer::new(Format::Text, Vec::new());
+        r.mem(&MemEvent { thread: 3, pc: 0x401000, addr: 0, size: 8, access: Access::Write, conditional: false }).unwrap();
+        r.mem(&MemEvent {
+            thread: 0,
+            pc: 0xffff_ffff_ffff_ffff,
+            addr: 0x7ffc_dead_beef,
+            size: 4096,
+            access: Access::Read,
+            conditional: true,
+        })
+        .unwrap();
+        assert_eq!(String::from_utf8(r.finish().unwrap()).unwrap(), "3 0x401000 W 0x0 8\n0 0xffffffffffffffff R 0x7ffcdeadbeef 4096\n");
+        let mut r = Renderer::new(Format::Binary, Vec::new());
+        r.mem(&MemEvent { thread: 1, pc: 2, addr: 3, size: 4, access: Access::Write, conditional: true }).unwrap();
+        let b = r.finish().unwrap();
+        assert_eq!(b.len(), BINARY_RECORD);
+        assert_eq!(&b[16..], &[1, 0, 0, 0, 4, 0, 1, 1]);
+        assert_eq!(Format::Binary.header().len(), 16);
+    }
+}
