@@ -141,13 +141,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 r => r?,
             }
             out.flush().context("writing the dump")?;
-            if let Some(t) = p.truncated_at {
-                bail!("{}: truncated at byte {t}: the records before it were dumped", profile.display());
-            }
+            check_truncated(&p)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Record { .. } => not_built("record"),
-        Cmd::Recover { .. } => not_built("recover"),
+        Cmd::Recover { profile, truth, format, output } => recover(&profile, truth, &format, output.as_deref()),
         Cmd::Stats { .. } => not_built("stats"),
         Cmd::Dcfg { .. } => not_built("dcfg"),
         Cmd::Wet { .. } => not_built("wet"),
@@ -156,4 +154,62 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Export { what: Export::Umt { .. } } => not_built("export umt"),
         Cmd::Export { what: Export::Champsim { .. } } => not_built("export champsim"),
     }
+}
+
+/// Opens the output file, or stdout when none is given.
+fn create_output(path: Option<&std::path::Path>) -> Result<Box<dyn Write>> {
+    Ok(match path {
+        Some(p) => Box::new(std::io::BufWriter::with_capacity(
+            1 << 20,
+            std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
+        )),
+        None => Box::new(std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock())),
+    })
+}
+
+/// A progress bar over `len` units on stderr, hidden unless stderr is a terminal.
+fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() || len < 2 {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = indicatif::ProgressBar::new(len);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} chunks, {elapsed} elapsed, {eta} left")
+            .unwrap()
+            .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    pb
+}
+
+/// Fails after the output is complete when the profile was cut short, so nothing goes unnoticed.
+fn check_truncated(p: &dep_profile::container::Profile) -> Result<()> {
+    if let Some(t) = p.truncated_at {
+        bail!("{}: truncated at byte {t} (the writer stopped mid-record): output covers the complete chunks before it", p.path());
+    }
+    Ok(())
+}
+
+fn recover(profile: &std::path::Path, truth: bool, format: &str, output: Option<&std::path::Path>) -> Result<ExitCode> {
+    use dep_recover::{Format, Recovery, Renderer, Source};
+    let fmt = Format::parse(format).with_context(|| format!("unknown format {format:?} (text, blocks or binary)"))?;
+    let p = dep_profile::container::Profile::open(profile)?;
+    let rec = Recovery::new(&p, 0);
+    let mut out = create_output(output)?;
+    let source = if truth { Source::Truth } else { Source::Dep };
+    let pb = progress_bar(rec.chunks().len() as u64, if truth { "replaying truth" } else { "recovering" });
+    out.write_all(fmt.header()).context("writing output")?;
+    let r = rec.run_ordered(source, || Renderer::new(fmt, Vec::new()), |r| r.finish(), &mut out, &|n| pb.inc(n));
+    pb.finish_and_clear();
+    match r {
+        Err(dep_recover::RecoverError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
+        r => r?,
+    }
+    match out.flush() {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
+        r => r.context("writing output")?,
+    }
+    check_truncated(&p)?;
+    Ok(ExitCode::SUCCESS)
 }
