@@ -144,7 +144,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             check_truncated(&p)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Record { .. } => not_built("record"),
+        Cmd::Record { output, truth, discard, program } => record(output, truth, discard, program),
         Cmd::Recover { profile, truth, format, output } => recover(&profile, truth, &format, output.as_deref()),
         Cmd::Stats { .. } => not_built("stats"),
         Cmd::Dcfg { .. } => not_built("dcfg"),
@@ -212,4 +212,18 @@ fn recover(profile: &std::path::Path, truth: bool, format: &str, output: Option<
     }
     check_truncated(&p)?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn record(output: PathBuf, truth: bool, discard: bool, program: Vec<String>) -> Result<ExitCode> {
+    let level = std::env::var("DEP_ZSTD_LEVEL").ok().and_then(|l| l.parse().ok()).unwrap_or(1);
+    let opts = dep_collector::RecordOptions { output, truth, discard, level, program };
+    let out = dep_collector::record(&opts)?;
+    for w in &out.warnings {
+        eprintln!("dep: warning: {w}");
+    }
+    if discard {
+        let [tags, values, truth, chunks] = out.counts;
+        eprintln!("dep: discarded {chunks} chunks: DEP_c {tags} bytes, DEP_m {values} bytes, truth {truth} bytes");
+    }
+    Ok(ExitCode::from((out.status & 0xff) as u8))
 }

@@ -5,9 +5,11 @@ pub mod driver;
 pub mod events;
 pub mod plans;
 pub mod render;
+pub mod stats;
 pub mod traverse;
 pub mod truth;
 
 pub use driver::{RecoverError, Recovery, Source};
 pub use events::{BlockEvent, Counts, Marker, MemEvent, Sink};
 pub use render::{Format, Renderer};
+pub use stats::{Stats, StatsSink};

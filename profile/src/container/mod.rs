@@ -14,7 +14,7 @@ pub mod reader;
 pub mod writer;
 
 pub use chunk::{ChunkData, ChunkView, Section};
-pub use meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ThreadEvent};
+pub use meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ParentLink, ThreadEvent};
 pub use reader::{ChunkRef, Profile, ThreadInfo};
 pub use writer::ProfileWriter;
 

@@ -1,0 +1,78 @@
+//! Small builders for the instructions the client inserts (the C INSTR_CREATE_* macros are
+//! not in the bindings).
+
+use core::ffi::{c_int, c_void};
+use dynamorio_sys::*;
+
+/// Where inserted code goes: before `at` in `bb`.
+pub struct Emit {
+    pub dc: *mut c_void,
+    pub bb: *mut instrlist_t,
+    pub at: *mut instr_t,
+}
+
+impl Emit {
+    pub unsafe fn ins(&self, i: *mut instr_t) {
+        instrlist_meta_preinsert(self.bb, self.at, i);
+    }
+
+    pub unsafe fn label(&self) -> *mut instr_t {
+        instr_create_0dst_0src(self.dc, OP_LABEL as c_int)
+    }
+
+    pub unsafe fn mov_ld(&self, dst: reg_id_t, src: opnd_t) {
+        self.ins(instr_create_1dst_1src(self.dc, OP_mov_ld as c_int, reg(dst), src));
+    }
+
+    pub unsafe fn mov_st(&self, dst: opnd_t, src: opnd_t) {
+        self.ins(instr_create_1dst_1src(self.dc, OP_mov_st as c_int, dst, src));
+    }
+
+    /// `mov reg, imm64`.
+    pub unsafe fn mov_imm64(&self, dst: reg_id_t, v: u64) {
+        self.ins(instr_create_1dst_1src(
+            self.dc,
+            OP_mov_imm as c_int,
+            reg(dst),
+            opnd_create_immed_int(v as i64 as ptr_int_t, OPSZ_8 as opnd_size_t),
+        ));
+    }
+
+    /// `lea dst, [base + disp]`: advances a pointer without touching flags.
+    pub unsafe fn add_lea(&self, dst: reg_id_t, disp: i32) {
+        let m = opnd_create_base_disp(dst, DR_REG_NULL as reg_id_t, 0, disp, OPSZ_0 as opnd_size_t);
+        self.ins(instr_create_1dst_1src(self.dc, OP_lea as c_int, reg(dst), m));
+    }
+
+    pub unsafe fn cmp(&self, a: opnd_t, b: opnd_t) {
+        self.ins(instr_create_0dst_2src(self.dc, OP_cmp as c_int, a, b));
+    }
+
+    pub unsafe fn jcc(&self, op: u32, target: *mut instr_t) {
+        self.ins(instr_create_0dst_1src(self.dc, op as c_int, opnd_create_instr(target)));
+    }
+
+    /// A store of raw vector or mask register contents.
+    pub unsafe fn store_vec(&self, dst: opnd_t, src: reg_id_t, op: u32) {
+        self.ins(instr_create_1dst_1src(self.dc, op as c_int, dst, reg(src)));
+    }
+}
+
+pub unsafe fn reg(r: reg_id_t) -> opnd_t {
+    opnd_create_reg(r)
+}
+
+/// `[base + disp]` of `size` (an OPSZ_ constant).
+pub unsafe fn mem(base: reg_id_t, disp: i32, size: u32) -> opnd_t {
+    opnd_create_base_disp(base, DR_REG_NULL as reg_id_t, 0, disp, size as opnd_size_t)
+}
+
+/// An immediate; it must fit `size` as a signed value.
+pub unsafe fn imm(v: i64, size: u32) -> opnd_t {
+    opnd_create_immed_int(v as ptr_int_t, size as opnd_size_t)
+}
+
+/// A 32-bit immediate from its bit pattern.
+pub unsafe fn imm32(bits: u32) -> opnd_t {
+    imm(bits as i32 as i64, OPSZ_4)
+}

@@ -1,0 +1,530 @@
+//! Inline instrumentation of each block, driven by the shared block plans of `profile/`:
+//! block-entry tag code (paper 4.1), lazy value recording before each step (4.2), the
+//! block's shadow updates at its end, and, with `--truth`, observed addresses.
+
+use crate::codegen::*;
+use crate::state::*;
+use crate::table;
+use core::ffi::c_void;
+use dep_profile::blocks::{Decisions, StepDecision};
+use dep_profile::semantics::{GatherMask, Special};
+use dep_profile::tags::{CTL_CODE_VERSION, CTL_SET_HI, MAX_SHORT_H};
+use dep_profile::{BlockPlan, Machine, Reg, RegSet, Semantics};
+use dynamorio_sys::*;
+
+/// What the analysis phase learned about a block, for its insertion phase.
+pub struct BlockInfo {
+    plan: BlockPlan,
+    decisions: Decisions,
+    version: u32,
+    /// Step index of each instruction, if it has one.
+    step_of: Vec<Option<usize>>,
+    /// Whether the pre-instruction code of each instruction was emitted.
+    done: Vec<bool>,
+    need_v: usize,
+    /// A rep string's pointer register to store after it, at the next app instruction.
+    pending_post: Option<Reg>,
+    /// The block is one rep string expanded into a loop.
+    expanded: bool,
+    /// The entry code was emitted (before the first application instruction).
+    entered: bool,
+}
+
+/// Whether the instruction at `pc` carries a rep prefix (an expansion dropped it).
+unsafe fn is_rep_at(pc: u64) -> bool {
+    let mut b = [0u8; 15];
+    let mut got: usize = 0;
+    dr_safe_read(pc as *const c_void, b.len(), b.as_mut_ptr() as *mut c_void, &mut got);
+    let i = iced_x86::Decoder::with_ip(64, &b[..got], pc, iced_x86::DecoderOptions::NONE).decode();
+    i.is_string_instruction() && (i.has_rep_prefix() || i.has_repne_prefix())
+}
+
+pub static mut MACHINE: Machine = Machine { width: dep_profile::Width::W64, xsave_size: 0 };
+
+fn check(st: drreg_status_t, what: &str) {
+    if st != drreg_status_t_DRREG_SUCCESS {
+        say(&format!("internal error: drreg failed ({st}) in {what}"));
+        unsafe { dr_abort() };
+    }
+}
+
+unsafe fn reserve(dc: *mut c_void, bb: *mut instrlist_t, at: *mut instr_t) -> reg_id_t {
+    let mut r: reg_id_t = 0;
+    check(drreg_reserve_register(dc, bb, at, core::ptr::null_mut(), &mut r), "reserve");
+    r
+}
+
+/// Reserves a scratch register that is none of `avoid` (nor rsp): drreg in this
+/// DynamoRIO restores a spilled register's application value only in place.
+unsafe fn reserve_avoiding(dc: *mut c_void, bb: *mut instrlist_t, at: *mut instr_t, avoid: RegSet) -> reg_id_t {
+    let mut allowed: [*mut c_void; 16] = [1usize as *mut c_void; 16];
+    allowed[Reg::RSP.index()] = core::ptr::null_mut();
+    for r in avoid.iter() {
+        if r.index() < 16 {
+            allowed[r.index()] = core::ptr::null_mut();
+        }
+    }
+    let mut v =
+        drvector_t { entries: 16, capacity: 16, array: allowed.as_mut_ptr(), synch: 0, lock: core::ptr::null_mut(), free_data_func: None };
+    let mut r: reg_id_t = 0;
+    check(drreg_reserve_register(dc, bb, at, &mut v, &mut r), "reserve");
+    r
+}
+
+unsafe fn unreserve(dc: *mut c_void, bb: *mut instrlist_t, at: *mut instr_t, r: reg_id_t) {
+    check(drreg_unreserve_register(dc, bb, at, r), "unreserve");
+}
+
+fn dr_gpr(r: Reg) -> reg_id_t {
+    (DR_REG_RAX + r.0 as u32) as reg_id_t
+}
+
+fn dr_vec(r: iced_x86::Register) -> reg_id_t {
+    use iced_x86::Register as R;
+    let n = |base: R| r as u32 - base as u32;
+    (if r.is_xmm() {
+        DR_REG_XMM0 + n(R::XMM0)
+    } else if r.is_ymm() {
+        DR_REG_YMM0 + n(R::YMM0)
+    } else if r.is_zmm() {
+        DR_REG_ZMM0 + n(R::ZMM0)
+    } else {
+        DR_REG_K0 + n(R::K0)
+    }) as reg_id_t
+}
+
+/// App2app: make sure a rep string never ends a block (its pointer is recorded after it),
+/// and in truth mode expand rep strings and gathers so each access is observed.
+pub unsafe extern "C" fn app2app(dc: *mut c_void, _tag: *mut c_void, bb: *mut instrlist_t, _ft: bool_, _tr: bool_) -> dr_emit_flags_t {
+    if opts().truth {
+        if drutil_expand_rep_string(dc, bb) == 0 {
+            say("cannot expand a rep string");
+        }
+        let mut expanded: bool_ = 0;
+        if drx_expand_scatter_gather(dc, bb, &mut expanded) == 0 {
+            say("cannot expand a gather or scatter");
+        }
+        return dr_emit_flags_t::DR_EMIT_DEFAULT;
+    }
+    let first = instrlist_first_app(bb);
+    let last = instrlist_last_app(bb);
+    if !last.is_null() && instr_is_rep_string_op(last) != 0 {
+        if first == last {
+            drutil_expand_rep_string(dc, bb);
+        } else {
+            instrlist_remove(bb, last);
+            instr_destroy(dc, last);
+        }
+    }
+    dr_emit_flags_t::DR_EMIT_DEFAULT
+}
+
+/// Reads the block's code and builds its plan.
+pub unsafe extern "C" fn analysis(
+    dc: *mut c_void,
+    _tag: *mut c_void,
+    bb: *mut instrlist_t,
+    _for_trace: bool_,
+    _translating: bool_,
+    ud: *mut *mut c_void,
+) -> dr_emit_flags_t {
+    let _ = dc;
+    // Distinct application pcs in order. A rep string expanded into a loop (truth mode)
+    // is a block of its own: the string instruction alone.
+    let mut pcs: Vec<u64> = Vec::new();
+    let mut expanded = None;
+    let mut i = instrlist_first_app(bb);
+    while !i.is_null() {
+        let pc = instr_get_app_pc(i) as u64;
+        if instr_is_string_op(i) != 0 && instr_is_rep_string_op(i) == 0 && is_rep_at(pc) {
+            expanded = Some(pc);
+        }
+        if pcs.last() != Some(&pc) {
+            pcs.push(pc);
+        }
+        i = instr_get_next_app(i);
+    }
+    if let Some(pc) = expanded {
+        pcs = vec![pc];
+    } else if pcs.windows(2).any(|w| w[0] >= w[1]) {
+        say(&format!("internal error: block at {:#x} is not contiguous", pcs[0]));
+        dr_abort();
+    }
+    if pcs.is_empty() {
+        *ud = core::ptr::null_mut();
+        return dr_emit_flags_t::DR_EMIT_DEFAULT;
+    }
+    let start = pcs[0];
+    let span = (pcs[pcs.len() - 1] - start) as usize;
+    let mut code = vec![0u8; span + 15];
+    let mut got: usize = 0;
+    let mut want = code.len();
+    while want > span {
+        if dr_safe_read(start as *const c_void, want, code.as_mut_ptr() as *mut c_void, &mut got) != 0 || got > span {
+            break;
+        }
+        want -= 1;
+    }
+    code.truncate(got.max(want.min(got)));
+    let mut sem = Semantics::new(MACHINE);
+    let plan = match BlockPlan::build(&mut sem, start, &code, Some(pcs.len())) {
+        Ok(p) => p,
+        Err(e) => {
+            say(&format!("internal error: {e}"));
+            dr_abort();
+            unreachable!()
+        }
+    };
+    if plan.insns.iter().map(|i| i.pc).ne(pcs.iter().copied()) {
+        say(&format!("internal error: DynamoRIO and iced-x86 split the block at {start:#x} differently"));
+        dr_abort();
+    }
+    code.truncate(plan.len());
+    let version = table::version_of(start, &code, pcs.len() as u32);
+    let decisions = plan.decisions();
+    let mut step_of = vec![None; plan.insns.len()];
+    let mut need_v = 0usize;
+    let mut need_t = 24usize;
+    for (s, step) in plan.steps.iter().enumerate() {
+        step_of[step.insn as usize] = Some(s);
+        let d = decisions.steps[s];
+        let insn = &plan.insns[step.insn as usize];
+        need_v += 8 * d.always.union(d.check).len();
+        match insn.special {
+            Special::Gather(g) => {
+                need_v += 64 + 64;
+                need_t += 24 * g.count() * insn.refs.len();
+            }
+            Special::Rep(_) => need_v += 8,
+            Special::None => need_t += 24 * insn.refs.len(),
+        }
+    }
+    if need_v > VAL_SLACK || need_t > TRU_SLACK {
+        say(&format!("internal error: block at {start:#x} needs {need_v} value bytes and {need_t} truth bytes"));
+        dr_abort();
+    }
+    let n = plan.insns.len();
+    let expanded = expanded.is_some();
+    *ud = Box::into_raw(Box::new(BlockInfo {
+        plan,
+        decisions,
+        version,
+        step_of,
+        done: vec![false; n],
+        need_v,
+        pending_post: None,
+        expanded,
+        entered: false,
+    })) as *mut c_void;
+    dr_emit_flags_t::DR_EMIT_DEFAULT
+}
+
+pub unsafe extern "C" fn insertion(
+    dc: *mut c_void,
+    _tag: *mut c_void,
+    bb: *mut instrlist_t,
+    inst: *mut instr_t,
+    _for_trace: bool_,
+    _translating: bool_,
+    ud: *mut c_void,
+) -> dr_emit_flags_t {
+    if ud.is_null() {
+        return dr_emit_flags_t::DR_EMIT_DEFAULT;
+    }
+    let info = &mut *(ud as *mut BlockInfo);
+    let last = drmgr_is_last_instr(dc, inst) != 0;
+    let e = Emit { dc, bb, at: inst };
+    if instr_is_app(inst) != 0 {
+        if !info.entered {
+            info.entered = true;
+            block_entry(&e, info);
+        }
+        if let Some(r) = info.pending_post.take() {
+            post_store(&e, r);
+        }
+        let pc = instr_get_app_pc(inst) as u64;
+        let k = if info.expanded { 0 } else { info.plan.insns.partition_point(|i| i.pc < pc) };
+        if !info.done[k] {
+            info.done[k] = true;
+            if let Some(s) = info.step_of[k] {
+                step_values(&e, info, s);
+            }
+        }
+        let rep = matches!(info.plan.insns[k].special, Special::Rep(_));
+        let string_op = instr_is_string_op(inst) != 0 || instr_is_rep_string_op(inst) != 0;
+        if opts().truth && !info.plan.insns[k].refs.is_empty() {
+            truth_refs(&e, info.plan.insns[k].pc, info.plan.insns[k].used, rep && string_op);
+        }
+        if rep && string_op {
+            if let Special::Rep(r) = info.plan.insns[k].special {
+                info.pending_post = Some(r.post);
+            }
+        }
+    }
+    if last {
+        if info.pending_post.is_some() {
+            say("internal error: a rep string ends its block");
+            dr_abort();
+        }
+        exit_shadows(&e, &info.decisions);
+        drop(Box::from_raw(ud as *mut BlockInfo));
+    }
+    dr_emit_flags_t::DR_EMIT_DEFAULT
+}
+
+/// Buffer checks, then the H-tag check and the L-tag store.
+unsafe fn block_entry(e: &Emit, info: &BlockInfo) {
+    let dc = e.dc;
+    let start = info.plan.addr;
+    let hi = start >> 16;
+    let lo = start as u16;
+    check(drreg_reserve_aflags(dc, e.bb, e.at), "aflags");
+    let r = reserve(dc, e.bb, e.at);
+    let big = hi >= 1 << 31;
+    let r2 = if big || opts().truth { reserve(dc, e.bb, e.at) } else { 0 };
+
+    let lflush = e.label();
+    let lok = e.label();
+    if info.need_v > 0 {
+        e.mov_ld(r, tls(S_VALPTR, 0, OPSZ_8));
+        e.cmp(reg(r), tls(S_VALLIM, 0, OPSZ_8));
+        e.jcc(OP_jnb, lflush);
+    }
+    if opts().truth {
+        e.mov_ld(r, tls(S_TRUPTR, 0, OPSZ_8));
+        e.cmp(reg(r), tls(S_TRULIM, 0, OPSZ_8));
+        e.jcc(OP_jnb, lflush);
+    }
+    e.mov_ld(r, tls(S_TAGPTR, 0, OPSZ_8));
+    e.cmp(reg(r), tls(S_TAGLIM, 0, OPSZ_8));
+    e.jcc(OP_jb, lok);
+    e.ins(lflush);
+    dr_insert_clean_call_ex(dc, e.bb, e.at, flush_cc as *mut c_void, dr_cleancall_save_t_DR_CLEANCALL_ALWAYS_OUT_OF_LINE, 0);
+    e.mov_ld(r, tls(S_TAGPTR, 0, OPSZ_8));
+    e.ins(lok);
+
+    // H-tag: unchanged in most blocks.
+    let lsame = e.label();
+    let hi_op = || if big { reg(r2) } else { imm32(hi as u32) };
+    if big {
+        e.mov_imm64(r2, hi);
+    }
+    e.cmp(tls(S_PREVHI, 0, OPSZ_8), hi_op());
+    e.jcc(OP_jz, lsame);
+    let h16 = hi as u16;
+    let lset = e.label();
+    let llong = e.label();
+    if (1..=MAX_SHORT_H).contains(&h16) {
+        // Short form when only bits 16..31 of the address change.
+        e.cmp(tls(S_PREVHI, 2, OPSZ_4), imm32((hi >> 16) as u32));
+        e.jcc(OP_jnz, llong);
+        e.mov_st(mem(r, 0, OPSZ_4), imm32((h16 as u32) << 16));
+        e.add_lea(r, 4);
+        e.jcc(OP_jmp, lset);
+    }
+    e.ins(llong);
+    e.mov_st(mem(r, 0, OPSZ_4), imm32((CTL_SET_HI as u32) << 16));
+    e.mov_st(mem(r, 4, OPSZ_4), imm32((hi as u32 & 0xffff) | ((hi as u32 >> 16) << 16)));
+    e.mov_st(mem(r, 8, OPSZ_2), imm((hi >> 32) as u16 as i16 as i64, OPSZ_2));
+    e.add_lea(r, 10);
+    e.ins(lset);
+    e.mov_st(tls(S_PREVHI, 0, OPSZ_8), hi_op());
+    e.ins(lsame);
+    if info.version > 0 {
+        e.mov_st(mem(r, 0, OPSZ_4), imm32((CTL_CODE_VERSION as u32) << 16));
+        e.mov_st(mem(r, 4, OPSZ_4), imm32(info.version));
+        e.add_lea(r, 8);
+    }
+    if lo == 0 {
+        e.mov_st(mem(r, 0, OPSZ_4), imm32(0));
+        e.add_lea(r, 4);
+    } else {
+        e.mov_st(mem(r, 0, OPSZ_2), imm(lo as i16 as i64, OPSZ_2));
+        e.add_lea(r, 2);
+    }
+    e.mov_st(tls(S_TAGPTR, 0, OPSZ_8), reg(r));
+    if opts().truth {
+        // Truth: a block record (kind 0, instruction count, start pc).
+        e.mov_ld(r, tls(S_TRUPTR, 0, OPSZ_8));
+        e.mov_st(mem(r, 0, OPSZ_4), imm32(0));
+        e.mov_st(mem(r, 4, OPSZ_4), imm32(info.plan.insns.len() as u32));
+        e.mov_imm64(r2, start);
+        e.mov_st(mem(r, 8, OPSZ_8), reg(r2));
+        e.mov_st(mem(r, 16, OPSZ_8), imm32(0));
+        e.add_lea(r, 24);
+        e.mov_st(tls(S_TRUPTR, 0, OPSZ_8), reg(r));
+    }
+    if r2 != 0 {
+        unreserve(dc, e.bb, e.at, r2);
+    }
+    unreserve(dc, e.bb, e.at, r);
+    check(drreg_unreserve_aflags(dc, e.bb, e.at), "unreserve aflags");
+}
+
+/// Makes a value register's application value available: a general register is restored
+/// in place and returned; a segment base is loaded into `scratch`.
+unsafe fn app_value(e: &Emit, r: Reg, scratch: reg_id_t) -> reg_id_t {
+    if r == Reg::FS_BASE || r == Reg::GS_BASE {
+        let seg = if r == Reg::FS_BASE { DR_SEG_FS } else { DR_SEG_GS };
+        if dr_insert_get_seg_base(e.dc, e.bb, e.at, seg as reg_id_t, scratch) == 0 {
+            say("internal error: cannot read a segment base");
+            dr_abort();
+        }
+        scratch
+    } else {
+        check(drreg_get_app_value(e.dc, e.bb, e.at, dr_gpr(r), dr_gpr(r)), "get_app_value");
+        dr_gpr(r)
+    }
+}
+
+/// Values recorded before step `s`: unconditional ones, shadow-checked ones (branchless:
+/// the value is always stored and the pointer advances by the shadow, 8 or 0), a gather's
+/// index vector and mask, a rep string's slot.
+unsafe fn step_values(e: &Emit, info: &BlockInfo, s: usize) {
+    let dc = e.dc;
+    let step = &info.plan.steps[s];
+    let StepDecision { always, check: checked } = info.decisions.steps[s];
+    let insn = &info.plan.insns[step.insn as usize];
+    let record: RegSet = always.union(checked);
+    if record.is_empty() && insn.special == Special::None {
+        return;
+    }
+    let mut avoid = step.used;
+    if let Special::Rep(rep) = insn.special {
+        avoid.insert(rep.post);
+    }
+    let v = reserve_avoiding(dc, e.bb, e.at, avoid);
+    let s_reg = reserve_avoiding(dc, e.bb, e.at, avoid);
+    e.mov_ld(v, tls(S_VALPTR, 0, OPSZ_8));
+    for r in step.used.iter() {
+        if !record.contains(r) {
+            continue;
+        }
+        let src = app_value(e, r, s_reg);
+        e.mov_st(mem(v, 0, OPSZ_8), reg(src));
+        if checked.contains(r) {
+            e.ins(instr_create_1dst_1src(dc, OP_movzx as i32, reg(s_reg), tls(S_SHADOW, r.0 as u32, OPSZ_1)));
+            let m = opnd_create_base_disp(v, s_reg, 1, 0, OPSZ_0 as opnd_size_t);
+            e.ins(instr_create_1dst_1src(dc, OP_lea as i32, reg(v), m));
+        } else {
+            e.add_lea(v, 8);
+        }
+    }
+    match insn.special {
+        Special::Gather(g) => {
+            let (op, sz) = match g.index_bytes {
+                16 => (OP_vmovdqu, OPSZ_16),
+                32 => (OP_vmovdqu, OPSZ_32),
+                _ => (OP_vmovdqu64, OPSZ_64),
+            };
+            e.store_vec(mem(v, 0, sz), dr_vec(g.index), op);
+            e.add_lea(v, g.index_bytes as i32);
+            match g.mask {
+                GatherMask::Vector { reg: m, bytes } => {
+                    let sz = if bytes == 16 { OPSZ_16 } else { OPSZ_32 };
+                    e.store_vec(mem(v, 0, sz), dr_vec(m), OP_vmovdqu);
+                    e.add_lea(v, bytes as i32);
+                }
+                GatherMask::K { reg: k } => {
+                    e.store_vec(mem(v, 0, OPSZ_8), dr_vec(k), OP_kmovq);
+                    e.add_lea(v, 8);
+                }
+            }
+        }
+        Special::Rep(rep) => {
+            // The slot for the pointer after the instruction; it holds the value before
+            // until the instruction (or each expanded iteration) overwrites it.
+            let src = app_value(e, rep.post, s_reg);
+            e.mov_st(mem(v, 0, OPSZ_8), reg(src));
+            e.mov_st(tls(S_REPPOST, 0, OPSZ_8), reg(v));
+            e.add_lea(v, 8);
+        }
+        Special::None => {}
+    }
+    e.mov_st(tls(S_VALPTR, 0, OPSZ_8), reg(v));
+    unreserve(dc, e.bb, e.at, s_reg);
+    unreserve(dc, e.bb, e.at, v);
+}
+
+/// Stores a rep string's pointer register, as it is now, into its DEP_m slot.
+unsafe fn post_store(e: &Emit, r: Reg) {
+    let t = reserve_avoiding(e.dc, e.bb, e.at, [r].into_iter().collect());
+    let src = app_value(e, r, t);
+    e.mov_ld(t, tls(S_REPPOST, 0, OPSZ_8));
+    e.mov_st(mem(t, 0, OPSZ_8), reg(src));
+    unreserve(e.dc, e.bb, e.at, t);
+}
+
+/// The shadows this block changed, written before its last instruction.
+unsafe fn exit_shadows(e: &Emit, d: &Decisions) {
+    for r in d.exit_updated.iter() {
+        e.mov_st(tls(S_SHADOW, r.0 as u32, OPSZ_1), imm(UPDATED as i64, OPSZ_1));
+    }
+    for r in d.exit_recorded.iter() {
+        e.mov_st(tls(S_SHADOW, r.0 as u32, OPSZ_1), imm(0, OPSZ_1));
+    }
+}
+
+/// Truth: each memory operand's address as computed at run time, reads then writes.
+unsafe fn truth_refs(e: &Emit, pc: u64, used: RegSet, in_loop: bool) {
+    let dc = e.dc;
+    let at = e.at;
+    if in_loop {
+        // A rep string iterates inside one block: keep its truth buffer from overflowing.
+        check(drreg_reserve_aflags(dc, e.bb, at), "aflags");
+        let t = reserve(dc, e.bb, at);
+        let ok = e.label();
+        e.mov_ld(t, tls(S_TRUPTR, 0, OPSZ_8));
+        e.cmp(reg(t), tls(S_TRULIM, 0, OPSZ_8));
+        e.jcc(OP_jb, ok);
+        dr_insert_clean_call_ex(dc, e.bb, at, flush_truth_cc as *mut c_void, dr_cleancall_save_t_DR_CLEANCALL_ALWAYS_OUT_OF_LINE, 0);
+        e.ins(ok);
+        unreserve(dc, e.bb, at, t);
+        check(drreg_unreserve_aflags(dc, e.bb, at), "unreserve aflags");
+    }
+    let mut refs = Vec::new();
+    for k in 0..instr_num_srcs(at) {
+        let o = instr_get_src(at, k as uint);
+        if opnd_is_memory_reference(o) != 0 {
+            refs.push((o, 1u32));
+        }
+    }
+    for k in 0..instr_num_dsts(at) {
+        let o = instr_get_dst(at, k as uint);
+        if opnd_is_memory_reference(o) != 0 {
+            refs.push((o, 2u32));
+        }
+    }
+    // Address registers of string operations are implicit: keep rsi/rdi out of the way too.
+    let mut avoid = used;
+    avoid.insert(Reg::RSI);
+    avoid.insert(Reg::RDI);
+    for (memref, kind) in refs {
+        let t = reserve_avoiding(dc, e.bb, at, avoid);
+        let a = reserve_avoiding(dc, e.bb, at, avoid);
+        let mut swap: reg_id_t = DR_REG_NULL as reg_id_t;
+        check(drreg_restore_app_values(dc, e.bb, at, memref, &mut swap), "restore_app_values");
+        if drutil_insert_get_mem_addr(dc, e.bb, at, memref, a, t) == 0 {
+            say(&format!("internal error: cannot compute an address at {pc:#x}"));
+            dr_abort();
+        }
+        // drutil cannot size XSAVE areas: they have the machine's XSAVE size by definition.
+        let size = match drutil_opnd_mem_size_in_bytes(memref, at) {
+            0 => MACHINE.xsave_size,
+            n => n,
+        };
+        e.mov_ld(t, tls(S_TRUPTR, 0, OPSZ_8));
+        e.mov_st(mem(t, 0, OPSZ_4), imm32(kind));
+        e.mov_st(mem(t, 4, OPSZ_4), imm32(size));
+        e.mov_st(mem(t, 16, OPSZ_8), reg(a));
+        e.mov_imm64(a, pc);
+        e.mov_st(mem(t, 8, OPSZ_8), reg(a));
+        e.add_lea(t, 24);
+        e.mov_st(tls(S_TRUPTR, 0, OPSZ_8), reg(t));
+        if swap != DR_REG_NULL as reg_id_t {
+            unreserve(dc, e.bb, at, swap);
+        }
+        unreserve(dc, e.bb, at, a);
+        unreserve(dc, e.bb, at, t);
+    }
+}

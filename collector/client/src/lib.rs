@@ -1,0 +1,335 @@
+//! The DEP DynamoRIO client. It records, per thread, the DEP_c block tags and the DEP_m
+//! register values inline (no clean call in the steady state), hands full buffers to the
+//! launcher over a Unix socket, and reports blocks, modules, threads and signals.
+//!
+//! Options (from `dep record`): `-socket PATH`, `-truth`, `-discard`.
+#![allow(clippy::missing_safety_doc, static_mut_refs)]
+
+mod codegen;
+mod instrument;
+mod state;
+mod table;
+
+use core::ffi::{c_char, c_int, c_void};
+use dep_collector::wire;
+use dep_profile::container::{Metadata, ModuleEvent, ParentLink, ThreadEvent, VERSION};
+use dep_profile::tags::Escape;
+use dynamorio_sys::*;
+use state::*;
+
+#[no_mangle]
+pub static _USES_DR_VERSION_: c_int = 1190;
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Bytes of the XSAVE area for the enabled state components.
+fn xsave_size() -> u32 {
+    core::arch::x86_64::__cpuid_count(0xd, 0).ebx
+}
+
+unsafe fn main_module_path() -> String {
+    let m = dr_get_main_module();
+    if m.is_null() {
+        return String::new();
+    }
+    let s = if (*m).full_path.is_null() { String::new() } else { std::ffi::CStr::from_ptr((*m).full_path).to_string_lossy().into_owned() };
+    dr_free_module_data(m);
+    s
+}
+
+fn command_line() -> Vec<String> {
+    std::fs::read("/proc/self/cmdline")
+        .map(|b| b.split(|&c| c == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect())
+        .unwrap_or_default()
+}
+
+static mut PARENT: Option<ParentLink> = None;
+static mut MODULES: Vec<ModuleEvent> = Vec::new();
+static MODULES_LOCK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+unsafe fn hello() {
+    let meta = Metadata {
+        format_version: VERSION,
+        width: 64,
+        command: command_line(),
+        program: main_module_path(),
+        pid: dr_get_process_id() as u32,
+        start_time_ns: now_ns(),
+        xsave_size: xsave_size(),
+        truth: opts().truth,
+        tool: concat!("dep ", env!("CARGO_PKG_VERSION")).into(),
+        parent: PARENT.clone(),
+    };
+    send(wire::HELLO, 0, &[&serde_json::to_vec(&meta).unwrap()]);
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+unsafe fn thread_event(pt: &PerThread, event: &str) {
+    let e = ThreadEvent { event: event.into(), index: pt.index, tid: pt.tid, time_ns: now_ns() };
+    send(wire::THREAD, pt.index, &[&json(&e)]);
+}
+
+unsafe extern "C" fn thread_init(dc: *mut c_void) {
+    let pt = new_thread(dc);
+    drmgr_set_tls_field(dc, TLS_IDX, pt as *mut c_void);
+    thread_event(&*pt, "start");
+}
+
+unsafe fn thread_done(dc: *mut c_void) {
+    let pt = get(dc);
+    if pt.is_null() {
+        return;
+    }
+    push_escape(&mut *pt, Escape::ThreadEnd);
+    flush(&mut *pt, true);
+    if opts().discard {
+        let c = (*pt).counts;
+        let b: Vec<u8> = c.iter().flat_map(|v| v.to_le_bytes()).collect();
+        send(wire::COUNTS, (*pt).index, &[&b]);
+    }
+    thread_event(&*pt, "end");
+    drmgr_set_tls_field(dc, TLS_IDX, core::ptr::null_mut());
+    let b = Box::from_raw(pt);
+    dr_raw_mem_free(b.tag_base as *mut c_void, TAG_BUF);
+    dr_raw_mem_free(b.val_base as *mut c_void, VAL_BUF);
+    if !b.tru_base.is_null() {
+        dr_raw_mem_free(b.tru_base as *mut c_void, TRU_BUF);
+    }
+}
+
+unsafe extern "C" fn thread_exit(dc: *mut c_void) {
+    thread_done(dc);
+}
+
+unsafe extern "C" fn event_exit() {
+    let dc = dr_get_current_drcontext();
+    if !dc.is_null() {
+        thread_done(dc);
+    }
+    disconnect();
+    drutil_exit();
+    drmgr_unregister_tls_field(TLS_IDX);
+    drreg_exit();
+    drx_exit();
+    drmgr_exit();
+}
+
+unsafe fn module_event(info: *const module_data_t, event: &str) {
+    let m = &*info;
+    let path = if m.full_path.is_null() { String::new() } else { std::ffi::CStr::from_ptr(m.full_path).to_string_lossy().into_owned() };
+    let base = m.__bindgen_anon_1.start as u64;
+    let e = ModuleEvent {
+        event: event.into(),
+        path,
+        base,
+        size: m.end as u64 - base,
+        build_id: None,
+        entry: (event == "load").then_some(m.entry_point as u64),
+    };
+    send(wire::MODULE, 0, &[&json(&e)]);
+    let _g = Spin::lock(&MODULES_LOCK);
+    if event == "load" {
+        MODULES.push(e);
+    } else {
+        MODULES.retain(|x| x.base != e.base);
+    }
+}
+
+unsafe extern "C" fn module_load(_dc: *mut c_void, info: *const module_data_t, _loaded: bool_) {
+    module_event(info, "load");
+}
+
+unsafe extern "C" fn module_unload(_dc: *mut c_void, info: *const module_data_t) {
+    module_event(info, "unload");
+}
+
+/// The block whose tag was written last in this chunk, if any.
+unsafe fn current_block(pt: &PerThread) -> Option<u64> {
+    let tp = *slot(pt, S_TAGPTR) as *mut u8;
+    if tp <= pt.c_mark {
+        return None;
+    }
+    let l = (tp.sub(2) as *const u16).read_unaligned();
+    Some((*slot(pt, S_PREVHI) << 16) | l as u64)
+}
+
+unsafe extern "C" fn signal_event(dc: *mut c_void, si: *mut dr_siginfo_t) -> dr_signal_action_t {
+    let si = &*si;
+    let pt = get(dc);
+    if pt.is_null() {
+        return dr_signal_action_t_DR_SIGNAL_DELIVER;
+    }
+    let pt = &mut *pt;
+    // A fault in the code cache stops the current block at the faulting instruction;
+    // other signals arrive between blocks.
+    if !si.fault_fragment_info.cache_start_pc.is_null() && !si.mcontext.is_null() {
+        let pc = (*si.mcontext).__bindgen_anon_10.xip as u64;
+        if let Some(block) = current_block(pt).and_then(table::latest) {
+            let mut sem = dep_profile::Semantics::new(instrument::MACHINE);
+            if let Ok(plan) = dep_profile::BlockPlan::build(&mut sem, block.addr, &block.code, Some(block.insn_count as usize)) {
+                if let Some(k) = plan.insns.iter().position(|i| i.pc == pc) {
+                    if let dep_profile::semantics::Special::Rep(r) = plan.insns[k].special {
+                        // The pointer where the rep string stopped goes in its slot.
+                        let regs = mcontext_regs(&*si.mcontext);
+                        let slot_ptr = *slot(pt, S_REPPOST) as *mut u64;
+                        if !slot_ptr.is_null() {
+                            slot_ptr.write_unaligned(regs[r.post.index()]);
+                        }
+                    }
+                    push_escape(pt, Escape::Interrupted { insn: k as u16 });
+                    if opts().truth {
+                        let p = *slot(pt, S_TRUPTR) as *mut u8;
+                        let mut rec = Vec::with_capacity(24);
+                        dep_profile::truth::TruthRecord { kind: dep_profile::truth::TruthKind::Interrupted, size: k as u32, pc, addr: 0 }
+                            .write(&mut rec);
+                        core::ptr::copy_nonoverlapping(rec.as_ptr(), p, 24);
+                        *slot(pt, S_TRUPTR) = p.add(24) as u64;
+                    }
+                }
+            }
+        }
+    }
+    push_escape(pt, Escape::Signal { signo: si.sig as u16 });
+    expire_all(pt);
+    // A signal may end the process: hand off what is buffered (a chunk may end here, as
+    // every register has just expired).
+    if matches!(
+        si.sig,
+        libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL | libc::SIGABRT | libc::SIGTERM | libc::SIGINT | libc::SIGQUIT
+    ) {
+        flush(pt, false);
+    }
+    dr_signal_action_t_DR_SIGNAL_DELIVER
+}
+
+const SYS_RT_SIGRETURN: c_int = 15;
+const SYS_EXECVE: c_int = 59;
+const SYS_EXIT_GROUP: c_int = 231;
+const SYS_EXECVEAT: c_int = 322;
+
+unsafe extern "C" fn syscall_filter(_dc: *mut c_void, sysnum: c_int) -> bool_ {
+    matches!(sysnum, SYS_RT_SIGRETURN | SYS_EXECVE | SYS_EXECVEAT | SYS_EXIT_GROUP) as bool_
+}
+
+unsafe extern "C" fn pre_syscall(dc: *mut c_void, sysnum: c_int) -> bool_ {
+    let pt = get(dc);
+    if pt.is_null() {
+        return 1;
+    }
+    let pt = &mut *pt;
+    match sysnum {
+        SYS_RT_SIGRETURN => {
+            push_escape(pt, Escape::SignalReturn);
+            expire_all(pt);
+        }
+        SYS_EXECVE | SYS_EXECVEAT => flush(pt, false),
+        SYS_EXIT_GROUP => {
+            let status = dr_syscall_get_param(dc, 0) as i32;
+            send(wire::EXIT, 0, &[&status.to_le_bytes()]);
+        }
+        _ => {}
+    }
+    1
+}
+
+unsafe extern "C" fn fork_init(dc: *mut c_void) {
+    PARENT = Some(ParentLink { how: "fork".into(), parent_pid: libc::getppid() as u32 });
+    reconnect_after_fork();
+    hello();
+    MODULES_LOCK.store(false, std::sync::atomic::Ordering::Relaxed);
+    for m in MODULES.iter() {
+        send(wire::MODULE, 0, &[&json(m)]);
+    }
+    table::resend_all();
+    let pt = get(dc);
+    if !pt.is_null() {
+        restart_in_child(&mut *pt, dc);
+        thread_event(&*pt, "start");
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dr_client_main(id: client_id_t, _argc: c_int, _argv: *const *const c_char) {
+    let mut argc: c_int = 0;
+    let mut argv: *mut *const c_char = core::ptr::null_mut();
+    dr_get_option_array(id, &mut argc, &mut argv);
+    let mut o = Opts::default();
+    let mut k = 1;
+    while k < argc as usize {
+        let a = std::ffi::CStr::from_ptr(*argv.add(k)).to_string_lossy().into_owned();
+        match a.as_str() {
+            "-socket" if k + 1 < argc as usize => {
+                k += 1;
+                o.socket = std::ffi::CStr::from_ptr(*argv.add(k)).to_string_lossy().into_owned();
+            }
+            "-truth" => o.truth = true,
+            "-discard" => o.discard = true,
+            _ => say(&format!("unknown client option {a}")),
+        }
+        k += 1;
+    }
+    OPTS = o;
+    instrument::MACHINE = dep_profile::Machine::x86_64(xsave_size());
+    // An exec'd image says where it came from.
+    if std::env::var_os("DEP_CHILD").is_some() {
+        PARENT = Some(ParentLink { how: "exec".into(), parent_pid: libc::getppid() as u32 });
+    }
+
+    if drmgr_init() == 0 || drx_init() == 0 || drutil_init() == 0 {
+        say("cannot initialise DynamoRIO extensions");
+        dr_abort();
+    }
+    let mut ro = drreg_options_t {
+        struct_size: core::mem::size_of::<drreg_options_t>(),
+        num_spill_slots: 6,
+        conservative: 0,
+        error_callback: None,
+        do_not_sum_slots: 0,
+    };
+    if drreg_init(&mut ro) != drreg_status_t_DRREG_SUCCESS {
+        say("cannot initialise drreg");
+        dr_abort();
+    }
+    let mut seg: reg_id_t = 0;
+    let mut offs: uint = 0;
+    if dr_raw_tls_calloc(&mut seg, &mut offs, NUM_SLOTS, 0) == 0 {
+        say("cannot allocate thread-local slots");
+        dr_abort();
+    }
+    TLS_SEG = seg;
+    TLS_OFFS = offs;
+    TLS_IDX = drmgr_register_tls_field();
+
+    connect();
+    hello();
+
+    dr_register_exit_event(Some(event_exit));
+    dr_register_fork_init_event(Some(fork_init));
+    dr_register_filter_syscall_event(Some(syscall_filter));
+    drmgr_register_pre_syscall_event(Some(pre_syscall));
+    drmgr_register_thread_init_event(Some(thread_init));
+    drmgr_register_thread_exit_event(Some(thread_exit));
+    drmgr_register_module_load_event(Some(module_load));
+    drmgr_register_module_unload_event(Some(module_unload));
+    drmgr_register_signal_event(Some(signal_event));
+    drmgr_register_bb_app2app_event(Some(instrument::app2app), core::ptr::null_mut());
+    drmgr_register_bb_instrumentation_event(Some(instrument::analysis), Some(instrument::insertion), core::ptr::null_mut());
+    if let Ok(a) = std::env::var("DEP_DISASM") {
+        DISASM = u64::from_str_radix(a.trim_start_matches("0x"), 16).unwrap_or(0);
+        drmgr_register_bb_instru2instru_event(Some(disasm_event), core::ptr::null_mut());
+    }
+}
+
+static mut DISASM: u64 = 0;
+
+unsafe extern "C" fn disasm_event(dc: *mut c_void, tag: *mut c_void, bb: *mut instrlist_t, _ft: bool_, _tr: bool_) -> dr_emit_flags_t {
+    if dr_fragment_app_pc(tag) as u64 & 0xfff == DISASM & 0xfff {
+        instrlist_disassemble(dc, tag as app_pc, bb, dr_stderr());
+    }
+    dr_emit_flags_t::DR_EMIT_DEFAULT
+}

@@ -1,0 +1,365 @@
+//! Per-thread buffers reached from inline code through raw TLS, the connection to the
+//! launcher, and the hand-off of full buffers as chunks.
+
+use core::ffi::{c_int, c_void};
+use dep_collector::wire;
+use dep_profile::tags::{self, Escape};
+use dep_profile::NUM_REGS;
+use dynamorio_sys::*;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+
+// Raw TLS slots (8 bytes each), relative to the offset DynamoRIO gave us.
+pub const S_TAGPTR: u32 = 0;
+pub const S_TAGLIM: u32 = 1;
+pub const S_PREVHI: u32 = 2;
+pub const S_VALPTR: u32 = 3;
+pub const S_VALLIM: u32 = 4;
+pub const S_TRUPTR: u32 = 5;
+pub const S_TRULIM: u32 = 6;
+/// Where the current rep string's post value goes (its DEP_m slot).
+pub const S_REPPOST: u32 = 7;
+/// 24 shadow bytes, one per value register: [`UPDATED`] or 0 (RECORDED).
+pub const S_SHADOW: u32 = 8;
+/// A shadow's UPDATED value: the bytes a record advances the value pointer by.
+pub const UPDATED: u8 = 8;
+pub const NUM_SLOTS: u32 = 11;
+
+pub const TAG_BUF: usize = 2 << 20;
+/// Room a block's entry code and the escapes a signal adds may use past the limit.
+pub const TAG_SLACK: usize = 128;
+pub const VAL_BUF: usize = 8 << 20;
+/// Room one block's values may use past the limit (blocks needing more are refused).
+pub const VAL_SLACK: usize = 64 << 10;
+pub const TRU_BUF: usize = 16 << 20;
+pub const TRU_SLACK: usize = 256 << 10;
+
+pub static mut TLS_SEG: reg_id_t = 0;
+pub static mut TLS_OFFS: u32 = 0;
+pub static mut TLS_IDX: c_int = -1;
+
+/// Client options.
+#[derive(Default, Clone)]
+pub struct Opts {
+    pub socket: String,
+    pub truth: bool,
+    pub discard: bool,
+}
+
+pub static mut OPTS: Opts = Opts { socket: String::new(), truth: false, discard: false };
+
+pub fn opts() -> &'static Opts {
+    unsafe { &*core::ptr::addr_of!(OPTS) }
+}
+
+/// A TLS slot as a memory operand of `size` (`byte` bytes into the slot).
+pub unsafe fn tls(slot: u32, byte: u32, size: u32) -> opnd_t {
+    opnd_create_far_base_disp(
+        TLS_SEG,
+        DR_REG_NULL as reg_id_t,
+        DR_REG_NULL as reg_id_t,
+        0,
+        (TLS_OFFS + 8 * slot + byte) as c_int,
+        size as opnd_size_t,
+    )
+}
+
+// ---------------------------------------------------------------- the connection
+
+static SOCK_FD: AtomicI32 = AtomicI32::new(-1);
+static SOCK_LOCK: AtomicBool = AtomicBool::new(false);
+
+/// A spin lock that fork can reset (a std Mutex held by another thread at fork stays held).
+pub struct Spin(pub &'static AtomicBool);
+
+impl Spin {
+    pub fn lock(l: &'static AtomicBool) -> Spin {
+        while l.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            unsafe { dr_thread_yield() };
+        }
+        Spin(l)
+    }
+}
+
+impl Drop for Spin {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+fn write_all(fd: c_int, mut b: &[u8]) -> bool {
+    while !b.is_empty() {
+        let r = unsafe { libc::write(fd, b.as_ptr() as *const c_void, b.len()) };
+        if r < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return false;
+        }
+        b = &b[r as usize..];
+    }
+    true
+}
+
+/// Sends one frame made of `parts`.
+pub fn send(kind: u32, thread: u32, parts: &[&[u8]]) {
+    let fd = SOCK_FD.load(Ordering::Relaxed);
+    if fd < 0 {
+        return;
+    }
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    let h = wire::frame_header(kind, thread, len as u64);
+    let _g = Spin::lock(&SOCK_LOCK);
+    if write_all(fd, &h) {
+        for p in parts {
+            if !write_all(fd, p) {
+                break;
+            }
+        }
+    }
+}
+
+/// Prints a line on the user's terminal.
+pub fn say(msg: &str) {
+    let line = format!("dep: {msg}\n");
+    unsafe { dr_write_file(dr_stderr(), line.as_ptr() as *const c_void, line.len()) };
+}
+
+/// Connects to the launcher; the descriptor is close-on-exec, so an exec'd image connects anew.
+pub fn connect() {
+    let o = opts();
+    if o.socket.is_empty() {
+        return;
+    }
+    match std::os::unix::net::UnixStream::connect(&o.socket) {
+        Ok(s) => {
+            use std::os::unix::io::IntoRawFd;
+            // Keep the descriptor out of the way of programs that reuse low numbers.
+            let fd = s.into_raw_fd();
+            let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 900) };
+            if high >= 0 {
+                unsafe { libc::close(fd) };
+                SOCK_FD.store(high, Ordering::Relaxed);
+            } else {
+                SOCK_FD.store(fd, Ordering::Relaxed);
+            }
+        }
+        Err(e) => say(&format!("cannot reach the launcher at {}: {e}", o.socket)),
+    }
+}
+
+/// After fork: the child drops the parent's connection and lock state.
+pub fn reconnect_after_fork() {
+    SOCK_LOCK.store(false, Ordering::Relaxed);
+    let fd = SOCK_FD.swap(-1, Ordering::Relaxed);
+    if fd >= 0 {
+        unsafe { libc::close(fd) };
+    }
+    connect();
+}
+
+pub fn disconnect() {
+    let fd = SOCK_FD.swap(-1, Ordering::Relaxed);
+    if fd >= 0 {
+        unsafe { libc::close(fd) };
+    }
+}
+
+// ---------------------------------------------------------------- per-thread state
+
+/// Next thread index, in creation order.
+pub static NEXT_THREAD: AtomicU32 = AtomicU32::new(0);
+
+pub struct PerThread {
+    pub index: u32,
+    pub tid: u32,
+    pub tls: *mut u8,
+    pub tag_base: *mut u8,
+    pub val_base: *mut u8,
+    pub tru_base: *mut u8,
+    pub seq: u32,
+    /// H-tag and register context at the current chunk's start.
+    pub chunk_hi: u64,
+    pub chunk_regs: [u64; NUM_REGS],
+    /// The tag pointer after the last words C code wrote: no block tag lies before it.
+    pub c_mark: *mut u8,
+    /// `--discard` totals.
+    pub counts: [u64; 4],
+}
+
+pub unsafe fn slot(pt: &PerThread, s: u32) -> *mut u64 {
+    pt.tls.add(8 * s as usize) as *mut u64
+}
+
+pub unsafe fn alloc(size: usize) -> *mut u8 {
+    let p = dr_raw_mem_alloc(size, DR_MEMPROT_READ | DR_MEMPROT_WRITE, core::ptr::null_mut());
+    if p.is_null() {
+        say("out of memory for trace buffers");
+        dr_abort();
+    }
+    p as *mut u8
+}
+
+pub unsafe fn get(dc: *mut c_void) -> *mut PerThread {
+    drmgr_get_tls_field(dc, TLS_IDX) as *mut PerThread
+}
+
+/// Marks every register UPDATED: each is recorded again at its next use.
+pub unsafe fn expire_all(pt: &PerThread) {
+    core::ptr::write_bytes(slot(pt, S_SHADOW) as *mut u8, UPDATED, 24);
+}
+
+/// Appends tag words from C code (escapes).
+pub unsafe fn push_words(pt: &mut PerThread, words: &[u16]) {
+    let mut p = *slot(pt, S_TAGPTR) as *mut u8;
+    for w in words {
+        (p as *mut u16).write_unaligned(*w);
+        p = p.add(2);
+    }
+    *slot(pt, S_TAGPTR) = p as u64;
+    pt.c_mark = p;
+}
+
+pub unsafe fn push_escape(pt: &mut PerThread, e: Escape) {
+    let mut w = Vec::with_capacity(4);
+    tags::push_escape(e, &mut w);
+    push_words(pt, &w);
+}
+
+/// Starts a fresh chunk in the (empty) buffers.
+unsafe fn begin_chunk(pt: &mut PerThread) {
+    *slot(pt, S_TAGPTR) = pt.tag_base as u64;
+    *slot(pt, S_TAGLIM) = pt.tag_base as u64 + (TAG_BUF - TAG_SLACK) as u64;
+    *slot(pt, S_VALPTR) = pt.val_base as u64;
+    *slot(pt, S_VALLIM) = pt.val_base as u64 + (VAL_BUF - VAL_SLACK) as u64;
+    *slot(pt, S_TRUPTR) = pt.tru_base as u64;
+    *slot(pt, S_TRULIM) = if pt.tru_base.is_null() { 0 } else { pt.tru_base as u64 + (TRU_BUF - TRU_SLACK) as u64 };
+    pt.chunk_hi = *slot(pt, S_PREVHI);
+    // Chunks start with every register expired, so recovery needs nothing from before.
+    expire_all(pt);
+    push_escape(pt, Escape::ChunkStart { seq: pt.seq });
+}
+
+pub unsafe fn new_thread(dc: *mut c_void) -> *mut PerThread {
+    let tls = (dr_get_dr_segment_base(TLS_SEG) as *mut u8).add(TLS_OFFS as usize);
+    let pt = Box::into_raw(Box::new(PerThread {
+        index: NEXT_THREAD.fetch_add(1, Ordering::Relaxed),
+        tid: dr_get_thread_id(dc) as u32,
+        tls,
+        tag_base: alloc(TAG_BUF),
+        val_base: alloc(VAL_BUF),
+        tru_base: if opts().truth { alloc(TRU_BUF) } else { core::ptr::null_mut() },
+        seq: 0,
+        chunk_hi: 0,
+        chunk_regs: [0; NUM_REGS],
+        c_mark: core::ptr::null_mut(),
+        counts: [0; 4],
+    }));
+    *slot(&*pt, S_PREVHI) = 0;
+    begin_chunk(&mut *pt);
+    push_escape(&mut *pt, Escape::ThreadStart);
+    pt
+}
+
+/// Restarts a thread's streams in a forked child: the parent hands off what was buffered.
+pub unsafe fn restart_in_child(pt: &mut PerThread, dc: *mut c_void) {
+    pt.index = 0;
+    pt.tid = dr_get_thread_id(dc) as u32;
+    pt.seq = 0;
+    pt.counts = [0; 4];
+    NEXT_THREAD.store(1, Ordering::Relaxed);
+    begin_chunk(pt);
+    push_escape(pt, Escape::ThreadStart);
+}
+
+/// Hands off the buffers as one chunk and starts the next one.
+pub unsafe fn flush(pt: &mut PerThread, last: bool) {
+    let tp = *slot(pt, S_TAGPTR) as *mut u8;
+    let vp = *slot(pt, S_VALPTR) as *mut u8;
+    let rp = *slot(pt, S_TRUPTR) as *mut u8;
+    let tn = tp.offset_from(pt.tag_base) as usize;
+    let vn = vp.offset_from(pt.val_base) as usize;
+    let rn = if pt.tru_base.is_null() { 0 } else { rp.offset_from(pt.tru_base) as usize };
+    if opts().discard {
+        pt.counts[0] += tn as u64;
+        pt.counts[1] += vn as u64;
+        pt.counts[2] += rn as u64;
+        pt.counts[3] += 1;
+    } else {
+        let h = wire::ChunkHeader {
+            seq: pt.seq,
+            last,
+            hi: pt.chunk_hi,
+            status: 0,
+            regs: pt.chunk_regs,
+            tags_len: tn as u64,
+            values_len: vn as u64,
+            truth_len: rn as u64,
+        };
+        let hb = h.encode();
+        let parts: [&[u8]; 4] = [
+            &hb,
+            core::slice::from_raw_parts(pt.tag_base, tn),
+            core::slice::from_raw_parts(pt.val_base, vn),
+            if rn == 0 { &[] } else { core::slice::from_raw_parts(pt.tru_base, rn) },
+        ];
+        send(wire::CHUNK, pt.index, &parts);
+    }
+    pt.seq += 1;
+    begin_chunk(pt);
+}
+
+/// Sends the truth gathered so far ahead of its chunk (a long rep string filled the buffer).
+pub unsafe fn flush_truth(pt: &mut PerThread) {
+    let rp = *slot(pt, S_TRUPTR) as *mut u8;
+    let rn = rp.offset_from(pt.tru_base) as usize;
+    if opts().discard {
+        pt.counts[2] += rn as u64;
+    } else if rn > 0 {
+        send(wire::TRUTH_PART, pt.index, &[core::slice::from_raw_parts(pt.tru_base, rn)]);
+    }
+    *slot(pt, S_TRUPTR) = pt.tru_base as u64;
+}
+
+/// Clean-call target of the block-entry check.
+pub unsafe extern "C" fn flush_cc() {
+    let dc = dr_get_current_drcontext();
+    let pt = get(dc);
+    if !pt.is_null() {
+        let mut mc: dr_mcontext_t = core::mem::zeroed();
+        mc.size = core::mem::size_of::<dr_mcontext_t>();
+        mc.flags = dr_mcontext_flags_t::DR_MC_INTEGER;
+        let regs = if dr_get_mcontext(dc, &mut mc) != 0 { mcontext_regs(&mc) } else { [0; NUM_REGS] };
+        flush(&mut *pt, false);
+        (*pt).chunk_regs = regs;
+    }
+}
+
+/// Clean-call target inside long rep strings in truth mode.
+pub unsafe extern "C" fn flush_truth_cc() {
+    let pt = get(dr_get_current_drcontext());
+    if !pt.is_null() {
+        flush_truth(&mut *pt);
+    }
+}
+
+/// The value registers from a machine context (segment bases are not in it).
+pub unsafe fn mcontext_regs(mc: &dr_mcontext_t) -> [u64; NUM_REGS] {
+    let mut r = [0u64; NUM_REGS];
+    r[0] = mc.__bindgen_anon_8.xax as u64;
+    r[1] = mc.__bindgen_anon_7.xcx as u64;
+    r[2] = mc.__bindgen_anon_6.xdx as u64;
+    r[3] = mc.__bindgen_anon_5.xbx as u64;
+    r[4] = mc.__bindgen_anon_4.xsp as u64;
+    r[5] = mc.__bindgen_anon_3.xbp as u64;
+    r[6] = mc.__bindgen_anon_2.xsi as u64;
+    r[7] = mc.__bindgen_anon_1.xdi as u64;
+    r[8] = mc.r8 as u64;
+    r[9] = mc.r9 as u64;
+    r[10] = mc.r10 as u64;
+    r[11] = mc.r11 as u64;
+    r[12] = mc.r12 as u64;
+    r[13] = mc.r13 as u64;
+    r[14] = mc.r14 as u64;
+    r[15] = mc.r15 as u64;
+    r
+}

@@ -1,0 +1,252 @@
+//! Finds DynamoRIO and the client, runs the program under them, and waits for its profiles.
+
+use crate::receive::Receiver;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Errors before the program runs, or while collecting its profiles.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("{0}: program not found (looked in PATH)")]
+    NotFound(String),
+    #[error("cannot find the DynamoRIO build tree (lib64/release/libdynamorio.so) next to {0}: build with `cargo build --release --workspace`, or set DEP_DYNAMORIO")]
+    NoDynamoRio(String),
+    #[error("cannot find the DEP client {0}: build with `cargo build --release --workspace`, or set DEP_CLIENT")]
+    NoClient(String),
+    #[error("cannot write {0}: {1}")]
+    Output(String, String),
+    #[error("{0}")]
+    Io(String),
+}
+
+/// How to record.
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    pub output: PathBuf,
+    pub truth: bool,
+    pub discard: bool,
+    /// zstd level for chunks.
+    pub level: i32,
+    pub program: Vec<String>,
+}
+
+/// What a recording produced.
+#[derive(Debug)]
+pub struct RecordOutcome {
+    /// The program's exit status as a shell reports it (128+N after signal N).
+    pub status: i32,
+    /// Profiles written, the main process's first.
+    pub profiles: Vec<PathBuf>,
+    /// `--discard` totals over all processes: tag bytes, value bytes, truth bytes, chunks.
+    pub counts: [u64; 4],
+    /// Problems that did not stop the program (the profile may be incomplete).
+    pub warnings: Vec<String>,
+}
+
+/// Where DynamoRIO and the client live.
+#[derive(Clone, Debug)]
+pub struct Install {
+    pub dynamorio: PathBuf,
+    pub client: PathBuf,
+}
+
+impl Install {
+    /// Looks next to the running executable (cargo's target directory layout) unless
+    /// DEP_DYNAMORIO / DEP_CLIENT say otherwise.
+    pub fn find() -> Result<Install, RecordError> {
+        let exe = std::fs::read_link("/proc/self/exe").map_err(|e| RecordError::Io(format!("/proc/self/exe: {e}")))?;
+        let dir = exe.parent().unwrap_or(Path::new("/")).to_path_buf();
+        let search: Vec<PathBuf> = [Some(dir.clone()), dir.parent().map(Path::to_path_buf)].into_iter().flatten().collect();
+        let dynamorio = match std::env::var_os("DEP_DYNAMORIO") {
+            Some(p) => PathBuf::from(p),
+            None => find_dynamorio(&search).ok_or_else(|| RecordError::NoDynamoRio(dir.display().to_string()))?,
+        };
+        if !dynamorio.join("lib64/release/libdynamorio.so").exists() {
+            return Err(RecordError::NoDynamoRio(dynamorio.display().to_string()));
+        }
+        let client = match std::env::var_os("DEP_CLIENT") {
+            Some(p) => PathBuf::from(p),
+            None => search.iter().map(|d| d.join("libdep_client.so")).find(|p| p.exists()).unwrap_or_else(|| dir.join("libdep_client.so")),
+        };
+        if !client.exists() {
+            return Err(RecordError::NoClient(client.display().to_string()));
+        }
+        Ok(Install { dynamorio, client })
+    }
+}
+
+/// The newest `dynamorio-sys-*/out/build` tree that holds libdynamorio.so.
+fn find_dynamorio(dirs: &[PathBuf]) -> Option<PathBuf> {
+    let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
+    for d in dirs {
+        let Ok(rd) = std::fs::read_dir(d.join("build")) else { continue };
+        for e in rd.flatten() {
+            if !e.file_name().to_string_lossy().starts_with("dynamorio-sys-") {
+                continue;
+            }
+            let b = e.path().join("out/build");
+            if let Ok(md) = std::fs::metadata(b.join("lib64/release/libdynamorio.so")) {
+                let t = md.modified().unwrap_or(std::time::UNIX_EPOCH);
+                if best.as_ref().is_none_or(|(bt, _)| t > *bt) {
+                    best = Some((t, b));
+                }
+            }
+        }
+    }
+    best.map(|(_, p)| p)
+}
+
+/// Resolves a program name through PATH, as a shell would.
+pub fn resolve_program(prog: &str) -> Option<PathBuf> {
+    let is_exec = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if prog.contains('/') {
+        let p = PathBuf::from(prog);
+        return is_exec(&p).then(|| std::fs::canonicalize(&p).unwrap_or(p));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    std::env::split_paths(&path).map(|d| d.join(prog)).find(|c| is_exec(c)).map(|c| std::fs::canonicalize(&c).unwrap_or(c))
+}
+
+/// DynamoRIO cannot start a `#!` script: run its interpreter with the script as the kernel would.
+fn unwrap_scripts(mut app: PathBuf, mut args: Vec<String>) -> Result<(PathBuf, Vec<String>), RecordError> {
+    for _ in 0..4 {
+        let head = match std::fs::read(&app) {
+            Ok(b) => b[..b.len().min(256)].to_vec(),
+            Err(_) => break,
+        };
+        if !head.starts_with(b"#!") {
+            break;
+        }
+        let line = String::from_utf8_lossy(&head[2..]).lines().next().unwrap_or("").trim().to_string();
+        let mut it = line.splitn(2, [' ', '\t']);
+        let interp = it.next().unwrap_or("").to_string();
+        let mut new_args = Vec::new();
+        if let Some(a) = it.next().map(str::trim).filter(|s| !s.is_empty()) {
+            new_args.push(a.to_string());
+        }
+        new_args.push(app.display().to_string());
+        new_args.append(&mut args);
+        args = new_args;
+        app = resolve_program(&interp).ok_or(RecordError::NotFound(interp))?;
+    }
+    Ok((app, args))
+}
+
+/// Runs the program under DynamoRIO with the DEP client and collects its profiles.
+pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
+    let prog = opts.program.first().ok_or_else(|| RecordError::Io("no program given".into()))?;
+    let app = resolve_program(prog).ok_or_else(|| RecordError::NotFound(prog.clone()))?;
+    let install = Install::find()?;
+    let (app, args) = unwrap_scripts(app, opts.program[1..].to_vec())?;
+    if !opts.discard {
+        // Fail before running anything if the profile cannot be written.
+        std::fs::File::create(&opts.output).map_err(|e| RecordError::Output(opts.output.display().to_string(), e.to_string()))?;
+    }
+
+    let sock = std::env::temp_dir().join(format!("dep-{}-{}.sock", std::process::id(), crate::receive::now_ns() % 1_000_000));
+    let _ = std::fs::remove_file(&sock);
+    let listener =
+        std::os::unix::net::UnixListener::bind(&sock).map_err(|e| RecordError::Io(format!("cannot listen on {}: {e}", sock.display())))?;
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let receiver = Receiver::new(&opts.output, opts.discard, opts.level, workers);
+    let stop = Arc::new(AtomicBool::new(false));
+    let server = receiver.serve(listener, stop.clone());
+
+    let mut client_opts = format!("-socket {}", sock.display());
+    if opts.truth {
+        client_opts.push_str(" -truth");
+    }
+    if opts.discard {
+        client_opts.push_str(" -discard");
+    }
+    let command_json = serde_json::to_string(&opts.program).unwrap_or_default();
+    let dr_opts = format!(
+        "-code_api -stack_size 56K -signal_stack_size 32K -max_elide_jmp 0 -max_elide_call 0 -early_inject -emulate_brk \
+         -no_inline_ignored_syscalls -client_lib64 \"{};0;{}\"",
+        install.client.display(),
+        client_opts
+    );
+    let ext = install.dynamorio.join("ext/lib64/release");
+    let ld = match std::env::var_os("LD_LIBRARY_PATH") {
+        Some(old) if !old.is_empty() => format!("{}:{}", ext.display(), old.to_string_lossy()),
+        _ => ext.display().to_string(),
+    };
+    let mut cmd = Command::new(install.dynamorio.join("lib64/release/libdynamorio.so"));
+    cmd.arg0(&app).args(&args).env("DYNAMORIO_EXE_PATH", &app).env("DYNAMORIO_OPTIONS", dr_opts).env("LD_LIBRARY_PATH", ld);
+    cmd.env("DEP_COMMAND", command_json);
+    // The terminal's interrupt goes to the program; dep waits for it and reports its status.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let old_int = unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+    let old_quit = unsafe { libc::signal(libc::SIGQUIT, libc::SIG_IGN) };
+    let child = cmd.spawn();
+    let status = child.and_then(|mut c| c.wait());
+    unsafe {
+        libc::signal(libc::SIGINT, old_int);
+        libc::signal(libc::SIGQUIT, old_quit);
+    }
+    let status = match status {
+        Ok(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
+        Err(e) => {
+            stop.store(true, Ordering::Release);
+            let _ = std::fs::remove_file(&sock);
+            return Err(RecordError::Io(format!("cannot start DynamoRIO: {e}")));
+        }
+    };
+
+    // Processes that outlive the program (forked children) still deliver their profiles.
+    let mut warnings = Vec::new();
+    let grace = Duration::from_millis(50);
+    let drain = Duration::from_secs(std::env::var("DEP_DRAIN_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60));
+    std::thread::sleep(grace);
+    stop.store(true, Ordering::Release);
+    let handles = server.join().expect("accept thread panicked");
+    let _ = std::fs::remove_file(&sock);
+    let started = Instant::now();
+    let total = handles.len();
+    for h in handles {
+        while !h.is_finished() && started.elapsed() < drain {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if h.is_finished() {
+            let _ = h.join();
+        }
+    }
+    if receiver.finished() < total {
+        warnings.push(format!(
+            "{} process(es) still running after {}s: their profiles end where they stood",
+            total - receiver.finished(),
+            drain.as_secs()
+        ));
+    }
+    warnings.extend(receiver.finish(status));
+    let results = receiver.results.lock().unwrap().clone();
+    let mut counts = [0u64; 4];
+    let mut profiles = Vec::new();
+    for r in &results {
+        for (c, v) in counts.iter_mut().zip(r.counts) {
+            *c += v;
+        }
+        if let Some(p) = &r.path {
+            profiles.push(p.clone());
+        }
+        for e in &r.errors {
+            warnings.push(format!("pid {}: {e}", r.pid));
+        }
+    }
+    profiles.sort_by_key(|p| (p != &opts.output, p.clone()));
+    if results.is_empty() {
+        warnings.push("no process connected: nothing was recorded (did DynamoRIO fail to start the program?)".into());
+    }
+    Ok(RecordOutcome { status, profiles, counts, warnings })
+}

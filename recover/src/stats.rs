@@ -1,0 +1,761 @@
+//! Profile statistics: what a run executed, and how large DEP is next to the paper's
+//! baseline encodings of the same run (paper section 7, Table 2 and Figures 4-5).
+//!
+//! [`StatsSink`] consumes the recovered event stream and encodes, per thread, the three
+//! baselines the paper compares DEP against, counting their bytes raw and through a
+//! streaming zstd (level [`ZSTD_LEVEL`]) that keeps nothing but its window in memory:
+//!
+//! - **BB_pc**: the start address of every executed block, one address each (8 bytes on
+//!   64-bit, 4 on 32-bit);
+//! - **CF_bit**: one bit per executed conditional branch (1 = taken: the thread's next
+//!   block starts at the branch target), packed least significant bit first into bytes,
+//!   plus one full address per executed indirect jump, indirect call or return (the
+//!   thread's next block). A byte of bits enters the stream when it is full, addresses as
+//!   they happen; the raw size is `ceil(bits / 8) + addresses * width`;
+//! - **Mem_addr**: the address of every memory reference, one address each.
+//!
+//! [`profile_sizes`] sums per thread the raw and compressed sizes of DEP_c, DEP_m and the
+//! truth stream from the chunk headers, and [`Stats::add_profile_sizes`] puts the two side
+//! by side with the ratios the paper reports. Each DEP section is compressed per chunk by
+//! the collector, each baseline as one stream per thread here.
+//!
+//! Branch outcomes need the block's last instruction: recovered events carry the block
+//! plan; truth replay does not, so give the sink the profile's plans
+//! ([`StatsSink::with_plans`]). A branch is resolved by the next block of its thread at the
+//! same signal depth: a signal saves the pending branch, its return restores it. A branch
+//! never followed by a block (the thread ended, a handler returned right after it) still
+//! costs its bit or address, written as not taken or address 0, and is counted as
+//! unresolved. Truth replay has no signal markers, so there a handler's first block
+//! resolves the branch it interrupted.
+
+use crate::driver::{RecoverError, Recovery, Source};
+use crate::events::{BlockEvent, Marker, MemEvent, Sink};
+use crate::plans::Plans;
+use dep_profile::container::{Profile, ProfileError, Section};
+use dep_profile::semantics::{Access, Flow};
+use dep_profile::Width;
+use serde::Serialize;
+use std::io::{self, Write};
+
+/// The zstd level the baselines are compressed with.
+pub const ZSTD_LEVEL: i32 = 3;
+
+/// The paper's Table 2 averages (SPECint 2000, uncompressed).
+pub const PAPER_DEP_C_TO_BB_PC: f64 = 0.6033;
+pub const PAPER_CF_BIT_TO_BB_PC: f64 = 0.2323;
+pub const PAPER_DEP_M_TO_MEM_ADDR: f64 = 0.4779;
+
+/// Bytes staged before they are handed to the compressor.
+const STAGE: usize = 1 << 16;
+/// Signal nesting beyond which the oldest saved branch is given up as unresolved.
+const MAX_SIGNAL_DEPTH: usize = 256;
+
+/// A writer that only counts what it is given.
+#[derive(Debug, Default)]
+struct CountingWriter(u64);
+
+impl Write for CountingWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One baseline stream of one thread: counted raw, compressed on the fly.
+struct Stream {
+    raw: u64,
+    compressed: u64,
+    compress: bool,
+    stage: Vec<u8>,
+    enc: Option<zstd::stream::Encoder<'static, CountingWriter>>,
+    keep: Option<Vec<u8>>,
+}
+
+impl Stream {
+    fn new(compress: bool, keep: bool) -> Stream {
+        Stream { raw: 0, compressed: 0, compress, stage: Vec::new(), enc: None, keep: keep.then(Vec::new) }
+    }
+
+    #[inline]
+    fn push(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.raw += bytes.len() as u64;
+        if let Some(k) = &mut self.keep {
+            k.extend_from_slice(bytes);
+        }
+        if self.compress {
+            self.stage.extend_from_slice(bytes);
+            if self.stage.len() >= STAGE {
+                self.drain()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self) -> io::Result<()> {
+        if self.stage.is_empty() {
+            return Ok(());
+        }
+        if self.enc.is_none() {
+            self.enc = Some(zstd::stream::Encoder::new(CountingWriter::default(), ZSTD_LEVEL)?);
+        }
+        self.enc.as_mut().unwrap().write_all(&self.stage)?;
+        self.stage.clear();
+        Ok(())
+    }
+
+    /// Ends the zstd frame and frees the compressor; later bytes start a new frame.
+    fn finish(&mut self) -> io::Result<()> {
+        self.drain()?;
+        if let Some(e) = self.enc.take() {
+            self.compressed += e.finish()?.0;
+        }
+        self.stage = Vec::new();
+        Ok(())
+    }
+
+    fn size(&self) -> Size {
+        Size { raw: self.raw, compressed: self.compress.then_some(self.compressed) }
+    }
+}
+
+/// A branch waiting for the thread's next block to learn its outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pending {
+    None,
+    Conditional { target: u64 },
+    Indirect,
+}
+
+/// What the sink knows about one thread.
+struct ThreadState {
+    thread: u32,
+    counts: ThreadStats,
+    bb_pc: Stream,
+    cf_bit: Stream,
+    mem_addr: Stream,
+    bits: u8,
+    nbits: u8,
+    pending: Pending,
+    saved: Vec<Pending>,
+}
+
+impl ThreadState {
+    fn new(thread: u32, compress: bool, keep: bool) -> ThreadState {
+        ThreadState {
+            thread,
+            counts: ThreadStats { thread: Some(thread), ..Default::default() },
+            bb_pc: Stream::new(compress, keep),
+            cf_bit: Stream::new(compress, keep),
+            mem_addr: Stream::new(compress, keep),
+            bits: 0,
+            nbits: 0,
+            pending: Pending::None,
+            saved: Vec::new(),
+        }
+    }
+
+    #[inline]
+    fn bit(&mut self, taken: bool) -> io::Result<()> {
+        self.counts.conditional_branches += 1;
+        self.counts.taken_branches += taken as u64;
+        self.bits |= (taken as u8) << self.nbits;
+        self.nbits += 1;
+        if self.nbits == 8 {
+            self.cf_bit.push(&[self.bits])?;
+            self.bits = 0;
+            self.nbits = 0;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn target(&mut self, addr: u64, wb: usize) -> io::Result<()> {
+        self.counts.indirect_branches += 1;
+        self.cf_bit.push(&addr.to_le_bytes()[..wb])
+    }
+
+    /// Records the outcome of `p` given the next block's address, or as unresolved.
+    fn resolve(&mut self, p: Pending, next: Option<u64>, wb: usize) -> io::Result<()> {
+        if p != Pending::None && next.is_none() {
+            self.counts.unresolved_branches += 1;
+        }
+        match p {
+            Pending::None => Ok(()),
+            Pending::Conditional { target } => self.bit(next == Some(target)),
+            Pending::Indirect => self.target(next.unwrap_or(0), wb),
+        }
+    }
+
+    /// Gives up every pending branch and closes the streams (the thread ended).
+    fn close(&mut self, wb: usize) -> io::Result<()> {
+        let p = std::mem::replace(&mut self.pending, Pending::None);
+        self.resolve(p, None, wb)?;
+        while let Some(p) = self.saved.pop() {
+            self.resolve(p, None, wb)?;
+        }
+        if self.nbits > 0 {
+            self.cf_bit.push(&[self.bits])?;
+            self.bits = 0;
+            self.nbits = 0;
+        }
+        self.bb_pc.finish()?;
+        self.cf_bit.finish()?;
+        self.mem_addr.finish()
+    }
+
+    fn stats(&self) -> ThreadStats {
+        let mut s = self.counts.clone();
+        s.bb_pc = self.bb_pc.size();
+        s.cf_bit = self.cf_bit.size();
+        s.mem_addr = self.mem_addr.size();
+        s.refs = s.reads + s.writes;
+        s.compute_ratios();
+        s
+    }
+}
+
+/// The raw baseline streams of one thread, kept when [`StatsSink::keep_streams`] asks.
+#[derive(Clone, Copy, Debug)]
+pub struct RawStreams<'a> {
+    pub bb_pc: &'a [u8],
+    pub cf_bit: &'a [u8],
+    pub mem_addr: &'a [u8],
+}
+
+/// A [`Sink`] computing [`Stats`] from the recovered (or replayed) event stream.
+pub struct StatsSink<'p> {
+    width: Width,
+    compress: bool,
+    keep: bool,
+    plans: Option<&'p Plans>,
+    threads: Vec<ThreadState>,
+    /// Index in `threads` of the thread of the last event.
+    last: usize,
+}
+
+impl<'p> StatsSink<'p> {
+    /// A sink for a program of this address width, compressing the baselines.
+    pub fn new(width: Width) -> StatsSink<'p> {
+        StatsSink { width, compress: true, keep: false, plans: None, threads: Vec::new(), last: 0 }
+    }
+
+    /// Whether to compress the baselines (without, only raw sizes are known, much faster).
+    pub fn compress(mut self, on: bool) -> Self {
+        self.compress = on;
+        self
+    }
+
+    /// Also keeps the raw baseline streams in memory (for tests and small runs).
+    pub fn keep_streams(mut self, on: bool) -> Self {
+        self.keep = on;
+        self
+    }
+
+    /// Looks up blocks that arrive without a plan (truth replay), by address and version.
+    pub fn with_plans(mut self, plans: &'p Plans) -> Self {
+        self.plans = Some(plans);
+        self
+    }
+
+    /// The kept raw streams of a thread, if [`keep_streams`](Self::keep_streams) was on.
+    /// The last partial byte of CF_bit appears once the thread has ended.
+    pub fn streams(&self, thread: u32) -> Option<RawStreams<'_>> {
+        let t = self.threads.iter().find(|t| t.thread == thread)?;
+        Some(RawStreams { bb_pc: t.bb_pc.keep.as_deref()?, cf_bit: t.cf_bit.keep.as_deref()?, mem_addr: t.mem_addr.keep.as_deref()? })
+    }
+
+    #[inline]
+    fn state(&mut self, thread: u32) -> &mut ThreadState {
+        if self.threads.get(self.last).is_none_or(|t| t.thread != thread) {
+            self.last = match self.threads.iter().position(|t| t.thread == thread) {
+                Some(i) => i,
+                None => {
+                    self.threads.push(ThreadState::new(thread, self.compress, self.keep));
+                    self.threads.len() - 1
+                }
+            };
+        }
+        &mut self.threads[self.last]
+    }
+
+    /// Closes every thread's streams and returns the statistics, threads in index order.
+    /// DEP sizes are absent until [`Stats::add_profile_sizes`].
+    pub fn finish(mut self) -> io::Result<Stats> {
+        let wb = self.width.bytes();
+        for t in &mut self.threads {
+            t.close(wb)?;
+        }
+        self.threads.sort_by_key(|t| t.thread);
+        let threads: Vec<ThreadStats> = self.threads.iter().map(ThreadState::stats).collect();
+        let mut s = Stats {
+            width: self.width.bits(),
+            zstd_level: ZSTD_LEVEL,
+            threads,
+            total: ThreadStats::default(),
+            paper: PaperAverages::default(),
+        };
+        s.compute_total();
+        Ok(s)
+    }
+}
+
+impl Sink for StatsSink<'_> {
+    #[inline]
+    fn block(&mut self, b: &BlockEvent) -> io::Result<()> {
+        let width = self.width;
+        let wb = width.bytes();
+        let plans = self.plans;
+        let plan = b.plan.or_else(|| plans.and_then(|p| p.get(b.addr, b.version).ok()));
+        let t = self.state(b.thread);
+        let p = std::mem::replace(&mut t.pending, Pending::None);
+        t.resolve(p, Some(b.addr), wb)?;
+        t.counts.blocks += 1;
+        t.counts.instructions += b.executed as u64;
+        t.counts.interrupted_blocks += b.interrupted as u64;
+        t.bb_pc.push(&b.addr.to_le_bytes()[..wb])?;
+        match plan {
+            None => t.counts.blocks_without_plan += 1,
+            Some(_) if b.interrupted => {}
+            Some(plan) => {
+                t.pending = match plan.insns.last().map(|i| i.flow) {
+                    Some(Flow::Jump { target, conditional: true }) => Pending::Conditional { target },
+                    Some(Flow::IndirectJump | Flow::IndirectCall | Flow::Return) => Pending::Indirect,
+                    _ => Pending::None,
+                };
+            }
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn mem(&mut self, m: &MemEvent) -> io::Result<()> {
+        let wb = self.width.bytes();
+        let t = self.state(m.thread);
+        match m.access {
+            Access::Read => t.counts.reads += 1,
+            Access::Write => t.counts.writes += 1,
+        }
+        t.mem_addr.push(&m.addr.to_le_bytes()[..wb])
+    }
+
+    fn marker(&mut self, thread: u32, m: Marker) -> io::Result<()> {
+        let wb = self.width.bytes();
+        let t = self.state(thread);
+        match m {
+            Marker::Signal(_) => {
+                t.counts.signals += 1;
+                let p = std::mem::replace(&mut t.pending, Pending::None);
+                t.saved.push(p);
+                if t.saved.len() > MAX_SIGNAL_DEPTH {
+                    let oldest = t.saved.remove(0);
+                    t.resolve(oldest, None, wb)?;
+                }
+            }
+            Marker::SignalReturn => {
+                let p = std::mem::replace(&mut t.pending, Pending::None);
+                t.resolve(p, None, wb)?;
+                t.pending = t.saved.pop().unwrap_or(Pending::None);
+            }
+            Marker::ThreadEnd => t.close(wb)?,
+            Marker::ThreadStart | Marker::ChunkStart(_) => {}
+        }
+        Ok(())
+    }
+}
+
+/// A size in bytes, raw and zstd-compressed (`None` when not compressed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Size {
+    pub raw: u64,
+    pub compressed: Option<u64>,
+}
+
+impl Size {
+    fn add(self, o: Size) -> Size {
+        Size { raw: self.raw + o.raw, compressed: self.compressed.zip(o.compressed).map(|(a, b)| a + b) }
+    }
+}
+
+/// How one encoding compares with another.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Ratio {
+    /// Raw size over raw size (the paper's Table 2 percentages).
+    pub raw: f64,
+    /// Compressed size over compressed size.
+    pub compressed: Option<f64>,
+    /// Compressed size over the baseline's raw size (the paper's Figures 4 and 5).
+    pub compressed_to_raw_baseline: Option<f64>,
+}
+
+impl Ratio {
+    fn of(a: Size, b: Size) -> Option<Ratio> {
+        if b.raw == 0 {
+            return None;
+        }
+        let div = |x: u64, y: u64| (y != 0).then(|| x as f64 / y as f64);
+        Some(Ratio {
+            raw: a.raw as f64 / b.raw as f64,
+            compressed: a.compressed.zip(b.compressed).and_then(|(x, y)| div(x, y)),
+            compressed_to_raw_baseline: a.compressed.map(|x| x as f64 / b.raw as f64),
+        })
+    }
+}
+
+/// The ratios of paper section 7.2.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Ratios {
+    /// DEP_c / BB_pc.
+    pub dep_c_to_bb_pc: Option<Ratio>,
+    /// CF_bit / BB_pc.
+    pub cf_bit_to_bb_pc: Option<Ratio>,
+    /// DEP_m / Mem_addr.
+    pub dep_m_to_mem_addr: Option<Ratio>,
+}
+
+/// Statistics of one thread, or of all (`thread: None`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ThreadStats {
+    pub thread: Option<u32>,
+    pub instructions: u64,
+    pub blocks: u64,
+    /// Blocks a signal interrupted (they count their executed instructions only).
+    pub interrupted_blocks: u64,
+    /// Memory references: reads plus writes.
+    pub refs: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub signals: u64,
+    /// Executed conditional branches (CF_bit's bits).
+    pub conditional_branches: u64,
+    pub taken_branches: u64,
+    /// Executed indirect jumps, indirect calls and returns (CF_bit's addresses).
+    pub indirect_branches: u64,
+    /// Branches with no following block to tell their outcome (still counted above).
+    pub unresolved_branches: u64,
+    /// Blocks whose instructions were unknown: CF_bit does not cover their branches.
+    pub blocks_without_plan: u64,
+    pub bb_pc: Size,
+    pub cf_bit: Size,
+    pub mem_addr: Size,
+    /// DEP_c as stored in the profile, summed over the thread's chunks.
+    pub dep_c: Option<Size>,
+    /// DEP_m as stored in the profile.
+    pub dep_m: Option<Size>,
+    /// The truth stream as stored in the profile (absent or empty without `--truth`).
+    pub truth: Option<Size>,
+    pub chunks: Option<u64>,
+    pub ratios: Ratios,
+}
+
+impl ThreadStats {
+    fn compute_ratios(&mut self) {
+        self.ratios = Ratios {
+            dep_c_to_bb_pc: self.dep_c.and_then(|d| Ratio::of(d, self.bb_pc)),
+            cf_bit_to_bb_pc: Ratio::of(self.cf_bit, self.bb_pc),
+            dep_m_to_mem_addr: self.dep_m.and_then(|d| Ratio::of(d, self.mem_addr)),
+        };
+    }
+
+    fn add(&mut self, o: &ThreadStats) {
+        self.instructions += o.instructions;
+        self.blocks += o.blocks;
+        self.interrupted_blocks += o.interrupted_blocks;
+        self.refs += o.refs;
+        self.reads += o.reads;
+        self.writes += o.writes;
+        self.signals += o.signals;
+        self.conditional_branches += o.conditional_branches;
+        self.taken_branches += o.taken_branches;
+        self.indirect_branches += o.indirect_branches;
+        self.unresolved_branches += o.unresolved_branches;
+        self.blocks_without_plan += o.blocks_without_plan;
+        self.bb_pc = self.bb_pc.add(o.bb_pc);
+        self.cf_bit = self.cf_bit.add(o.cf_bit);
+        self.mem_addr = self.mem_addr.add(o.mem_addr);
+        let opt = |a: Option<Size>, b: Option<Size>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.add(b)),
+            (a, b) => a.or(b),
+        };
+        self.dep_c = opt(self.dep_c, o.dep_c);
+        self.dep_m = opt(self.dep_m, o.dep_m);
+        self.truth = opt(self.truth, o.truth);
+        self.chunks = match (self.chunks, o.chunks) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
+/// The paper's averages, for reference beside the measured ratios.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct PaperAverages {
+    pub dep_c_to_bb_pc: f64,
+    pub cf_bit_to_bb_pc: f64,
+    pub dep_m_to_mem_addr: f64,
+}
+
+impl Default for PaperAverages {
+    fn default() -> Self {
+        PaperAverages {
+            dep_c_to_bb_pc: PAPER_DEP_C_TO_BB_PC,
+            cf_bit_to_bb_pc: PAPER_CF_BIT_TO_BB_PC,
+            dep_m_to_mem_addr: PAPER_DEP_M_TO_MEM_ADDR,
+        }
+    }
+}
+
+/// Statistics of a run: per thread and in total.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Stats {
+    /// Address width in bits.
+    pub width: u8,
+    pub zstd_level: i32,
+    pub threads: Vec<ThreadStats>,
+    pub total: ThreadStats,
+    pub paper: PaperAverages,
+}
+
+/// The stored sizes of one thread's DEP sections.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProfileSizes {
+    pub thread: u32,
+    pub chunks: u64,
+    pub dep_c: Size,
+    pub dep_m: Size,
+    pub truth: Size,
+}
+
+/// Sums per thread the raw and compressed sizes of DEP_c, DEP_m and truth from the chunk
+/// headers (chunk checksums are verified).
+pub fn profile_sizes(p: &Profile) -> Result<Vec<ProfileSizes>, ProfileError> {
+    let mut out = Vec::with_capacity(p.threads.len());
+    for t in &p.threads {
+        let zero = Size { raw: 0, compressed: Some(0) };
+        let mut s = ProfileSizes { thread: t.index, chunks: 0, dep_c: zero, dep_m: zero, truth: zero };
+        for c in &t.chunks {
+            let v = p.chunk(c)?;
+            let size = |sec| {
+                let (raw, comp) = v.lens(sec);
+                Size { raw, compressed: Some(comp) }
+            };
+            s.chunks += 1;
+            s.dep_c = s.dep_c.add(size(Section::Tags));
+            s.dep_m = s.dep_m.add(size(Section::Values));
+            s.truth = s.truth.add(size(Section::Truth));
+        }
+        out.push(s);
+    }
+    Ok(out)
+}
+
+impl Stats {
+    /// Puts the stored DEP sizes beside the baselines; threads without events are added.
+    pub fn add_profile_sizes(&mut self, sizes: &[ProfileSizes]) {
+        for s in sizes {
+            let i = match self.threads.iter().position(|t| t.thread == Some(s.thread)) {
+                Some(i) => i,
+                None => {
+                    let compressed = self.threads.first().map_or(Some(0), |t| t.bb_pc.compressed.map(|_| 0));
+                    let empty = Size { raw: 0, compressed };
+                    self.threads.push(ThreadStats {
+                        thread: Some(s.thread),
+                        bb_pc: empty,
+                        cf_bit: empty,
+                        mem_addr: empty,
+                        ..Default::default()
+                    });
+                    self.threads.len() - 1
+                }
+            };
+            let t = &mut self.threads[i];
+            t.dep_c = Some(s.dep_c);
+            t.dep_m = Some(s.dep_m);
+            t.truth = Some(s.truth);
+            t.chunks = Some(s.chunks);
+            t.compute_ratios();
+        }
+        self.threads.sort_by_key(|t| t.thread);
+        self.compute_total();
+    }
+
+    fn compute_total(&mut self) {
+        let mut total = ThreadStats::default();
+        match self.threads.first() {
+            Some(first) => {
+                total.bb_pc.compressed = first.bb_pc.compressed.map(|_| 0);
+                total.cf_bit.compressed = total.bb_pc.compressed;
+                total.mem_addr.compressed = total.bb_pc.compressed;
+            }
+            None => {
+                total.bb_pc.compressed = Some(0);
+                total.cf_bit.compressed = Some(0);
+                total.mem_addr.compressed = Some(0);
+            }
+        }
+        for t in &self.threads {
+            total.add(t);
+        }
+        total.thread = None;
+        total.compute_ratios();
+        self.total = total;
+    }
+
+    /// The statistics as pretty-printed JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("statistics serialize")
+    }
+}
+
+/// Runs the whole profile through a [`StatsSink`] and adds the stored DEP sizes.
+pub fn compute(rec: &Recovery, source: Source, compress: bool) -> Result<Stats, RecoverError> {
+    let mut sink = StatsSink::new(rec.profile.width).compress(compress).with_plans(&rec.plans);
+    rec.run(source, &mut sink)?;
+    let mut stats = sink.finish().map_err(RecoverError::Output)?;
+    stats.add_profile_sizes(&profile_sizes(rec.profile)?);
+    Ok(stats)
+}
+
+/// `1234567` as `1,234,567`.
+fn grouped(v: u64) -> String {
+    let s = v.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn pct(r: Option<f64>) -> String {
+    r.map_or_else(|| "-".into(), |r| format!("{:.2}%", r * 100.0))
+}
+
+fn render_thread(out: &mut String, t: &ThreadStats, paper: &PaperAverages) {
+    use std::fmt::Write as _;
+    let title = match t.thread {
+        Some(i) => format!("thread {i}"),
+        None => "total".into(),
+    };
+    let _ = writeln!(
+        out,
+        "{title}: {} instructions, {} blocks, {} references ({} reads, {} writes)",
+        grouped(t.instructions),
+        grouped(t.blocks),
+        grouped(t.refs),
+        grouped(t.reads),
+        grouped(t.writes)
+    );
+    let mut notes = vec![
+        format!("{} conditional branches ({} taken)", grouped(t.conditional_branches), grouped(t.taken_branches)),
+        format!("{} indirect branches", grouped(t.indirect_branches)),
+    ];
+    if t.signals > 0 || t.interrupted_blocks > 0 {
+        notes.push(format!("{} signals, {} interrupted blocks", grouped(t.signals), grouped(t.interrupted_blocks)));
+    }
+    if t.unresolved_branches > 0 {
+        notes.push(format!("{} unresolved", grouped(t.unresolved_branches)));
+    }
+    if t.blocks_without_plan > 0 {
+        notes.push(format!("{} blocks without code: CF_bit incomplete", grouped(t.blocks_without_plan)));
+    }
+    if let Some(c) = t.chunks {
+        notes.push(format!("{} chunks", grouped(c)));
+    }
+    let _ = writeln!(out, "  {}", notes.join(", "));
+    let _ = writeln!(
+        out,
+        "  {:<9} {:>16} {:>16}  {:>12} {:>12} {:>12}  {:>8}",
+        "profile", "raw bytes", "zstd bytes", "raw ratio", "zstd ratio", "zstd/raw", "paper"
+    );
+    let row = |out: &mut String, name: &str, s: Option<Size>, r: Option<Ratio>, base: &str, paper: Option<f64>| {
+        let Some(s) = s else { return };
+        let ratio = |v: Option<f64>| if r.is_some() { pct(v) } else { String::new() };
+        let line = format!(
+            "  {:<9} {:>16} {:>16}  {:>12} {:>12} {:>12}  {:>8}{}",
+            name,
+            grouped(s.raw),
+            s.compressed.map_or_else(|| "-".into(), grouped),
+            ratio(r.map(|r| r.raw)),
+            ratio(r.and_then(|r| r.compressed)),
+            ratio(r.and_then(|r| r.compressed_to_raw_baseline)),
+            paper.map_or_else(String::new, |p| format!("{:.2}%", p * 100.0)),
+            if r.is_some() { format!("  of {base}") } else { String::new() },
+        );
+        let _ = writeln!(out, "{}", line.trim_end());
+    };
+    row(out, "BB_pc", Some(t.bb_pc), None, "", None);
+    row(out, "DEP_c", t.dep_c, t.ratios.dep_c_to_bb_pc, "BB_pc", Some(paper.dep_c_to_bb_pc));
+    row(out, "CF_bit", Some(t.cf_bit), t.ratios.cf_bit_to_bb_pc, "BB_pc", Some(paper.cf_bit_to_bb_pc));
+    row(out, "Mem_addr", Some(t.mem_addr), None, "", None);
+    row(out, "DEP_m", t.dep_m, t.ratios.dep_m_to_mem_addr, "Mem_addr", Some(paper.dep_m_to_mem_addr));
+    if let Some(tr) = t.truth.filter(|s| s.raw > 0) {
+        row(out, "truth", Some(tr), None, "", None);
+    }
+}
+
+/// The statistics for humans: a table per thread (when there are several) and the total.
+pub fn render_text(s: &Stats) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{}-bit program; baselines per paper section 7 ({}-byte addresses), zstd level {}; \
+         paper column: Table 2 averages (SPECint 2000, raw)\n",
+        s.width,
+        s.width / 8,
+        s.zstd_level
+    ));
+    if s.threads.len() > 1 {
+        for t in &s.threads {
+            out.push('\n');
+            render_thread(&mut out, t, &s.paper);
+        }
+    }
+    out.push('\n');
+    render_thread(&mut out, &s.total, &s.paper);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grouping_and_percentages() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1000), "1,000");
+        assert_eq!(grouped(1234567), "1,234,567");
+        assert_eq!(pct(Some(0.6033)), "60.33%");
+        assert_eq!(pct(None), "-");
+    }
+
+    #[test]
+    fn stream_counts_raw_and_compresses_repetition() {
+        let mut s = Stream::new(true, false);
+        for i in 0..100_000u64 {
+            s.push(&(0x40_0000 + (i % 16) * 8).to_le_bytes()).unwrap();
+        }
+        s.finish().unwrap();
+        assert_eq!(s.raw, 800_000);
+        assert!(s.compressed > 0 && s.compressed < s.raw / 10, "{}", s.compressed);
+        // An empty stream has no frame at all.
+        let mut e = Stream::new(true, false);
+        e.finish().unwrap();
+        assert_eq!(e.size(), Size { raw: 0, compressed: Some(0) });
+        assert_eq!(Stream::new(false, false).size(), Size { raw: 0, compressed: None });
+    }
+
+    #[test]
+    fn ratios() {
+        let a = Size { raw: 60, compressed: Some(10) };
+        let b = Size { raw: 100, compressed: Some(20) };
+        let r = Ratio::of(a, b).unwrap();
+        assert_eq!((r.raw, r.compressed, r.compressed_to_raw_baseline), (0.6, Some(0.5), Some(0.1)));
+        assert!(Ratio::of(a, Size::default()).is_none());
+    }
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Sets everything up, then records a small bundled program and recovers its memory trace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+cargo build --release --workspace
+make -s -C corpora OUT="$PWD/target/corpora"
+dep=target/release/dep
+out=target/demo
+mkdir -p "$out"
+echo "== dep record -o $out/hello.dep --truth -- target/corpora/hello"
+"$dep" record -o "$out/hello.dep" --truth -- target/corpora/hello
+echo "== dep dump (first lines)"
+"$dep" dump --max 5 "$out/hello.dep" | head -40
+echo "== dep recover --format text (first lines)"
+"$dep" recover "$out/hello.dep" --format text -o "$out/hello.refs"
+head -5 "$out/hello.refs"
+"$dep" recover "$out/hello.dep" --truth --format text -o "$out/hello.truth"
+if cmp -s "$out/hello.refs" "$out/hello.truth"; then
+  echo "== recovered trace equals the observed one: $(wc -l < "$out/hello.refs") references"
+else
+  echo "== recovered trace DIFFERS from the observed one" >&2
+  exit 1
+fi
