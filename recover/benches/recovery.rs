@@ -1,0 +1,104 @@
+//! Throughput of recovery, in memory references per second, on simulated profiles: the
+//! recovery loop alone (the null `Counts` sink), with text rendering to `io::sink()`, the
+//! statistics sink, and chunk-parallel `run_ordered` with 1 and 2 workers.
+//!
+//! Run with `cargo bench -p dep-recover --bench recovery` (add `-- --quick` for a fast pass).
+
+use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use dep_profile::container::Profile;
+use dep_profile::simulate::{random_code, write_profile, PathStep, Rng};
+use dep_profile::Machine;
+use dep_recover::stats::StatsSink;
+use dep_recover::{Counts, Format, Recovery, Renderer, Source};
+use std::path::Path;
+use std::time::Duration;
+
+/// Writes a profile of `threads` threads, each `blocks` blocks long over `n_code` random
+/// blocks, with a chunk hand-off every `chunk` blocks.
+fn simulated(path: &Path, seed: u64, n_code: usize, threads: usize, blocks: usize, chunk: usize) -> Profile {
+    let mut rng = Rng::new(seed);
+    let code = random_code(&mut rng, n_code);
+    let paths: Vec<Vec<PathStep>> = (0..threads)
+        .map(|_| {
+            let mut p = Vec::with_capacity(blocks + blocks / chunk);
+            for i in 0..blocks {
+                if i > 0 && i % chunk == 0 {
+                    p.push(PathStep::Flush);
+                }
+                p.push(PathStep::Block(rng.below(n_code as u64) as usize));
+            }
+            p
+        })
+        .collect();
+    write_profile(std::fs::File::create(path).unwrap(), Machine::x86_64(2696), &code, &paths, seed).unwrap();
+    Profile::open(path).unwrap()
+}
+
+fn counts(rec: &Recovery) -> Counts {
+    let mut c = Counts::default();
+    rec.run(Source::Dep, &mut c).unwrap();
+    c
+}
+
+fn sequential(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = simulated(&dir.path().join("seq.dep"), 11, 500, 1, 800_000, 50_000);
+    let rec = Recovery::new(&p, 1);
+    let n = counts(&rec);
+    let refs = n.reads + n.writes;
+    eprintln!("sequential profile: {} blocks, {} references, {} chunks", n.blocks, refs, p.threads[0].chunks.len());
+    let mut g = c.benchmark_group("recover");
+    g.throughput(Throughput::Elements(refs));
+    g.sample_size(10).measurement_time(Duration::from_secs(8)).warm_up_time(Duration::from_secs(1));
+    g.bench_function("null_sink", |b| b.iter(|| black_box(counts(&rec))));
+    g.bench_function("text_to_io_sink", |b| {
+        b.iter(|| {
+            let mut r = Renderer::new(Format::Text, std::io::sink());
+            rec.run(Source::Dep, &mut r).unwrap();
+            r.finish().unwrap();
+        })
+    });
+    g.bench_function("truth_replay_null_sink", |b| {
+        b.iter(|| {
+            let mut c = Counts::default();
+            rec.run(Source::Truth, &mut c).unwrap();
+            black_box(c)
+        })
+    });
+    g.bench_function("stats_sink_zstd", |b| {
+        b.iter(|| {
+            let mut s = StatsSink::new(p.width);
+            rec.run(Source::Dep, &mut s).unwrap();
+            black_box(s.finish().unwrap())
+        })
+    });
+    g.finish();
+}
+
+fn parallel(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = simulated(&dir.path().join("par.dep"), 12, 500, 4, 200_000, 20_000);
+    let n = counts(&Recovery::new(&p, 1));
+    let refs = n.reads + n.writes;
+    let chunks: usize = p.threads.iter().map(|t| t.chunks.len()).sum();
+    eprintln!("parallel profile: 4 threads, {} blocks, {} references, {chunks} chunks", n.blocks, refs);
+    let mut g = c.benchmark_group("run_ordered");
+    g.throughput(Throughput::Elements(refs));
+    g.sample_size(10).measurement_time(Duration::from_secs(8)).warm_up_time(Duration::from_secs(1));
+    for workers in [1, 2] {
+        let rec = Recovery::new(&p, workers);
+        g.bench_with_input(BenchmarkId::new("null_sink", workers), &rec, |b, rec| {
+            b.iter(|| rec.run_ordered(Source::Dep, Counts::default, |_| Ok(Vec::new()), &mut std::io::sink(), &|_| {}).unwrap())
+        });
+        g.bench_with_input(BenchmarkId::new("text", workers), &rec, |b, rec| {
+            b.iter(|| {
+                rec.run_ordered(Source::Dep, || Renderer::new(Format::Text, Vec::new()), |r| r.finish(), &mut std::io::sink(), &|_| {})
+                    .unwrap()
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, sequential, parallel);
+criterion_main!(benches);
