@@ -158,6 +158,48 @@ unsafe fn current_block(pt: &PerThread) -> Option<u64> {
     Some((*slot(pt, S_PREVHI) << 16) | l as u64)
 }
 
+/// Records that the current block stopped at `pc` (a fault, or DynamoRIO moving the thread):
+/// the instruction there was attempted and execution resumes there in a new block. Every
+/// register expires, since the block's shadow updates did not run.
+unsafe fn mark_interrupted(pt: &mut PerThread, mc: &dr_mcontext_t) {
+    let tp = *slot(pt, S_TAGPTR) as *mut u8;
+    if pt.interrupted_at == tp {
+        return;
+    }
+    let pc = mc.__bindgen_anon_10.xip as u64;
+    let Some(block) = current_block(pt).and_then(table::latest) else { return };
+    let mut sem = dep_profile::Semantics::new(instrument::MACHINE);
+    let Ok(plan) = dep_profile::BlockPlan::build(&mut sem, block.addr, &block.code, Some(block.insn_count as usize)) else { return };
+    let Some(k) = plan.insns.iter().position(|i| i.pc == pc) else { return };
+    if let dep_profile::semantics::Special::Rep(r) = plan.insns[k].special {
+        // Where the rep string stopped goes in its slot.
+        let slot_ptr = *slot(pt, S_REPPOST) as *mut u64;
+        if !slot_ptr.is_null() {
+            slot_ptr.write_unaligned(mcontext_regs(mc)[r.post.index()]);
+        }
+    }
+    push_escape(pt, Escape::Interrupted { insn: k as u16 });
+    push_escape(pt, Escape::ExpireAll);
+    expire_all(pt);
+    if opts().truth {
+        let p = *slot(pt, S_TRUPTR) as *mut u8;
+        let mut rec = Vec::with_capacity(24);
+        dep_profile::truth::TruthRecord { kind: dep_profile::truth::TruthKind::Interrupted, size: k as u32, pc, addr: 0 }.write(&mut rec);
+        core::ptr::copy_nonoverlapping(rec.as_ptr(), p, 24);
+        *slot(pt, S_TRUPTR) = p.add(24) as u64;
+    }
+    pt.interrupted_at = *slot(pt, S_TAGPTR) as *mut u8;
+}
+
+/// DynamoRIO translates a thread's state for a fault or to move the thread.
+unsafe extern "C" fn restore_event(dc: *mut c_void, _restore_memory: bool_, info: *mut dr_restore_state_info_t) -> bool_ {
+    let pt = get(dc);
+    if !pt.is_null() && !info.is_null() && !(*info).mcontext.is_null() {
+        mark_interrupted(&mut *pt, &*(*info).mcontext);
+    }
+    1
+}
+
 unsafe extern "C" fn signal_event(dc: *mut c_void, si: *mut dr_siginfo_t) -> dr_signal_action_t {
     let si = &*si;
     let pt = get(dc);
@@ -168,31 +210,7 @@ unsafe extern "C" fn signal_event(dc: *mut c_void, si: *mut dr_siginfo_t) -> dr_
     // A fault in the code cache stops the current block at the faulting instruction;
     // other signals arrive between blocks.
     if !si.fault_fragment_info.cache_start_pc.is_null() && !si.mcontext.is_null() {
-        let pc = (*si.mcontext).__bindgen_anon_10.xip as u64;
-        if let Some(block) = current_block(pt).and_then(table::latest) {
-            let mut sem = dep_profile::Semantics::new(instrument::MACHINE);
-            if let Ok(plan) = dep_profile::BlockPlan::build(&mut sem, block.addr, &block.code, Some(block.insn_count as usize)) {
-                if let Some(k) = plan.insns.iter().position(|i| i.pc == pc) {
-                    if let dep_profile::semantics::Special::Rep(r) = plan.insns[k].special {
-                        // The pointer where the rep string stopped goes in its slot.
-                        let regs = mcontext_regs(&*si.mcontext);
-                        let slot_ptr = *slot(pt, S_REPPOST) as *mut u64;
-                        if !slot_ptr.is_null() {
-                            slot_ptr.write_unaligned(regs[r.post.index()]);
-                        }
-                    }
-                    push_escape(pt, Escape::Interrupted { insn: k as u16 });
-                    if opts().truth {
-                        let p = *slot(pt, S_TRUPTR) as *mut u8;
-                        let mut rec = Vec::with_capacity(24);
-                        dep_profile::truth::TruthRecord { kind: dep_profile::truth::TruthKind::Interrupted, size: k as u32, pc, addr: 0 }
-                            .write(&mut rec);
-                        core::ptr::copy_nonoverlapping(rec.as_ptr(), p, 24);
-                        *slot(pt, S_TRUPTR) = p.add(24) as u64;
-                    }
-                }
-            }
-        }
+        mark_interrupted(pt, &*si.mcontext);
     }
     push_escape(pt, Escape::Signal { signo: si.sig as u16 });
     expire_all(pt);
@@ -317,6 +335,7 @@ pub unsafe extern "C" fn dr_client_main(id: client_id_t, _argc: c_int, _argv: *c
     drmgr_register_module_load_event(Some(module_load));
     drmgr_register_module_unload_event(Some(module_unload));
     drmgr_register_signal_event(Some(signal_event));
+    drmgr_register_restore_state_ex_event(Some(restore_event));
     drmgr_register_bb_app2app_event(Some(instrument::app2app), core::ptr::null_mut());
     drmgr_register_bb_instrumentation_event(Some(instrument::analysis), Some(instrument::insertion), core::ptr::null_mut());
     if let Ok(a) = std::env::var("DEP_DISASM") {

@@ -184,6 +184,8 @@ pub struct PerThread {
     pub c_mark: *mut u8,
     /// `--discard` totals.
     pub counts: [u64; 4],
+    /// The tag pointer right after the last interruption record (no double marking).
+    pub interrupted_at: *mut u8,
 }
 
 pub unsafe fn slot(pt: &PerThread, s: u32) -> *mut u64 {
@@ -253,6 +255,7 @@ pub unsafe fn new_thread(dc: *mut c_void) -> *mut PerThread {
         chunk_regs: [0; NUM_REGS],
         c_mark: core::ptr::null_mut(),
         counts: [0; 4],
+        interrupted_at: core::ptr::null_mut(),
     }));
     *slot(&*pt, S_PREVHI) = 0;
     begin_chunk(&mut *pt);
