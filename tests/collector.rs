@@ -1,0 +1,212 @@
+//! End to end: programs run under `dep record` behave exactly as natively, and the
+//! references recovered from DEP equal the ones observed at run time (`--truth`), byte for
+//! byte, in the `text` and `blocks` formats. Needs the DynamoRIO build (`cargo build
+//! --release --workspace`) and gcc.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::Hasher;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+fn dep() -> &'static str {
+    env!("CARGO_BIN_EXE_dep")
+}
+
+/// Builds corpora/ once into the target directory.
+fn corpus() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = Path::new(dep()).parent().unwrap().join("corpora-test");
+        let st = Command::new("make")
+            .args(["-s", "-C", concat!(env!("CARGO_MANIFEST_DIR"), "/corpora")])
+            .arg(format!("OUT={}", out.display()))
+            .status();
+        assert!(st.is_ok_and(|s| s.success()), "building corpora/ failed (is gcc installed?)");
+        out
+    })
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null()).output().expect("spawn")
+}
+
+/// Streams a command's stdout into a hash: traces too large for a file still compare.
+fn hash_stdout(args: &[&str]) -> (u64, u64) {
+    let mut child = Command::new(dep()).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut h = DefaultHasher::new();
+    let mut lines = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = out.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        h.write(&buf[..n]);
+        lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "dep {args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+    (h.finish(), lines)
+}
+
+/// Recovery equals the truth stream for one profile, in both formats.
+fn check_profile(p: &Path) -> (u64, u64) {
+    let p = p.to_str().unwrap();
+    let mut counts = (0, 0);
+    for fmt in ["text", "blocks"] {
+        let (rec, n) = hash_stdout(&["recover", p, "--format", fmt]);
+        let (tru, m) = hash_stdout(&["recover", p, "--truth", "--format", fmt]);
+        assert_eq!((rec, n), (tru, m), "{p}: recovered {fmt} ({n} lines) differs from the truth ({m} lines)");
+        assert!(n > 0, "{p}: empty {fmt} trace");
+        if fmt == "text" {
+            counts.0 = n;
+        } else {
+            counts.1 = n;
+        }
+    }
+    counts
+}
+
+/// Runs `prog args` natively and under `dep record --truth`; compares behaviour and traces.
+fn check(name: &str, prog: &Path, args: &[&str]) -> Vec<(u64, u64)> {
+    let native = run(Command::new(prog).args(args));
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join(format!("{name}.dep"));
+    let recorded = run(Command::new(dep()).arg("record").arg("--truth").arg("-o").arg(&profile).arg("--").arg(prog).args(args));
+    assert_eq!(String::from_utf8_lossy(&recorded.stdout), String::from_utf8_lossy(&native.stdout), "{name}: stdout differs");
+    assert_eq!(String::from_utf8_lossy(&recorded.stderr), String::from_utf8_lossy(&native.stderr), "{name}: stderr differs");
+    assert_eq!(recorded.status.code(), native.status.code(), "{name}: exit status differs");
+    // The main profile and those of forked children and exec'd images.
+    let mut profiles: Vec<PathBuf> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    profiles.sort();
+    assert!(!profiles.is_empty());
+    profiles.iter().map(|p| check_profile(p)).collect()
+}
+
+fn corpus_check(name: &str, args: &[&str]) -> Vec<(u64, u64)> {
+    check(name, &corpus().join(name), args)
+}
+
+#[test]
+fn hello() {
+    corpus_check("hello", &[]);
+}
+
+#[test]
+fn exit_status_is_the_programs() {
+    corpus_check("exit_code", &[]);
+}
+
+#[test]
+fn eight_threads_with_mutexes() {
+    let c = corpus_check("threads", &[]);
+    assert!(c[0].0 > 1_000_000);
+}
+
+#[test]
+fn signal_handler_interrupting_a_hot_loop() {
+    corpus_check("signal_loop", &["300"]);
+}
+
+#[test]
+fn siglongjmp_out_of_faults() {
+    corpus_check("siglongjmp", &[]);
+}
+
+#[test]
+fn rep_strings_with_large_counts() {
+    corpus_check("repstring", &[]);
+}
+
+#[test]
+fn avx_and_gathers() {
+    corpus_check("avx", &[]);
+}
+
+#[test]
+fn cpp_exceptions() {
+    corpus_check("exceptions", &[]);
+}
+
+#[test]
+fn fork_and_exec() {
+    let c = corpus_check("forkexec", &[]);
+    assert!(c.len() >= 4, "expected profiles for the parent, forked children and exec'd images, got {}", c.len());
+}
+
+#[test]
+fn code_rewritten_at_the_same_address() {
+    corpus_check("jit", &[]);
+}
+
+#[test]
+fn thread_local_storage_and_syscalls() {
+    corpus_check("syscalls", &[]);
+}
+
+#[test]
+fn deep_recursion_and_longjmp() {
+    corpus_check("stack", &[]);
+}
+
+#[test]
+fn gzip_from_the_system() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    let text: String = (0..60_000).map(|i| format!("line {i} of some text to compress {}\n", i * 7919 % 1000)).collect();
+    std::fs::write(&input, text).unwrap();
+    let gzip = Path::new("/bin/gzip");
+    check("gzip", gzip, &["-c", input.to_str().unwrap()]);
+}
+
+#[test]
+fn python3_from_the_system() {
+    // The interpreter itself, not a wrapper script around it.
+    let exe = run(Command::new("python3").args(["-c", "import sys; print(sys.executable)"]));
+    let exe = String::from_utf8(exe.stdout).unwrap();
+    check("python3", Path::new(exe.trim()), &["-c", "print(sum(i * i for i in range(20000)))"]);
+}
+
+#[test]
+fn missing_program_is_a_one_line_error() {
+    let o = run(Command::new(dep()).args(["record", "-o", "/tmp/never.dep", "--", "no-such-program-xyz"]));
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("no-such-program-xyz: program not found"), "{err}");
+}
+
+#[test]
+fn unwritable_profile_is_a_one_line_error() {
+    let o = run(Command::new(dep()).args(["record", "-o", "/nonexistent-dir/x.dep", "--", "true"]));
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("cannot write /nonexistent-dir/x.dep"), "{err}");
+}
+
+#[test]
+fn discard_writes_nothing_and_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("none.dep");
+    let o = run(Command::new(dep()).arg("record").arg("--discard").arg("-o").arg(&p).arg("--").arg(corpus().join("hello")));
+    assert!(o.status.success());
+    assert!(!p.exists(), "--discard wrote a profile");
+    let err = String::from_utf8_lossy(&o.stderr);
+    let line = err.lines().find(|l| l.starts_with("dep: discarded")).expect("a discard summary");
+    let dep_c: u64 = line.split("DEP_c ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert!(dep_c > 10_000, "{line}");
+}
+
+#[test]
+fn killed_program_status_and_readable_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("k.dep");
+    let o = run(Command::new(dep()).arg("record").arg("-o").arg(&p).arg("--").args(["sh", "-c", "kill -TERM $$"]));
+    assert_eq!(o.status.code(), Some(128 + 15));
+    let d = run(Command::new(dep()).arg("dump").arg("--max").arg("1").arg(&p));
+    assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
+}
