@@ -85,14 +85,14 @@ impl RegSet {
 
     /// Builds a set from its bit representation (bit n = register n).
     pub fn from_bits(bits: u32) -> RegSet {
-        let mut s = RegSet::EMPTY;
-        s.0.store_le(bits & ((1 << NUM_REGS) - 1));
-        s
+        RegSet(BitArray::new([bits & ((1 << NUM_REGS) - 1)]))
     }
 
-    /// The bit representation (bit n = register n).
+    /// The bit representation (bit n = register n); the recovery loop's hot path.
+    #[inline]
     pub fn bits(self) -> u32 {
-        self.0[..NUM_REGS].load_le::<u32>()
+        // Lsb0 over one u32: bit n of the word is register n.
+        self.0.into_inner()[0]
     }
 
     pub fn contains(self, r: Reg) -> bool {

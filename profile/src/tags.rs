@@ -218,9 +218,21 @@ impl<'a> TagDecoder<'a> {
         }
     }
 
-    /// The next item, `None` at the end of the stream.
-    #[inline]
+    /// The next item, `None` at the end of the stream; the one-word block is decoded inline.
+    #[inline(always)]
     pub fn next_item(&mut self) -> Result<Option<TagItem>, TagError> {
+        if let Some(b) = self.bytes.get(self.pos..self.pos + 2) {
+            let w = u16::from_le_bytes([b[0], b[1]]);
+            if w != ESC {
+                self.pos += 2;
+                return Ok(Some(TagItem::Block((self.hi << 16) | w as u64)));
+            }
+        }
+        self.next_item_slow()
+    }
+
+    #[inline(never)]
+    fn next_item_slow(&mut self) -> Result<Option<TagItem>, TagError> {
         loop {
             let start = self.pos;
             if start >= self.bytes.len() {

@@ -57,6 +57,40 @@ impl Plans {
     }
 }
 
+/// A small direct-mapped cache in front of [`Plans::get`], one per recovering thread.
+pub struct PlanCache<'a> {
+    slots: Vec<(u64, u32, Option<&'a BlockPlan>)>,
+}
+
+const CACHE_SLOTS: usize = 4096;
+
+impl<'a> PlanCache<'a> {
+    pub fn new() -> Self {
+        PlanCache { slots: vec![(u64::MAX, 0, None); CACHE_SLOTS] }
+    }
+
+    /// Looks up a block, first in the cache.
+    #[inline(always)]
+    pub fn get(&mut self, plans: &'a Plans, addr: u64, version: u32) -> Result<&'a BlockPlan, PlanMiss<'a>> {
+        let i = ((addr ^ (addr >> 12)) as usize) & (CACHE_SLOTS - 1);
+        let s = &mut self.slots[i];
+        if s.0 == addr && s.1 == version {
+            if let Some(p) = s.2 {
+                return Ok(p);
+            }
+        }
+        let p = plans.get(addr, version)?;
+        *s = (addr, version, Some(p));
+        Ok(p)
+    }
+}
+
+impl Default for PlanCache<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Why a block has no plan.
 #[derive(Debug)]
 pub enum PlanMiss<'a> {

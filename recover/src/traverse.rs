@@ -56,6 +56,7 @@ pub fn recover_chunk<S: Sink>(
     let mut tags = TagDecoder::new(width, &scratch.tags, chunk.hi()).map_err(|e| ChunkFault::Stream(e.to_string()))?;
     let mut version = 0u32;
     let mut pending: Option<TagItem> = None;
+    let mut cache = crate::plans::PlanCache::new();
     loop {
         let word = tags.word_offset();
         let item = match pending.take() {
@@ -68,7 +69,7 @@ pub fn recover_chunk<S: Sink>(
         };
         match item {
             TagItem::Block(addr) => {
-                let plan = match plans.get(addr, version) {
+                let plan = match cache.get(plans, addr, version) {
                     Ok(p) => p,
                     Err(PlanMiss::NotInTable) => return Err(ChunkFault::UnknownBlock { word, addr, version }),
                     Err(PlanMiss::Undecodable(why)) => return Err(ChunkFault::BadBlock { word, addr, why: why.to_string() }),
