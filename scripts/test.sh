@@ -5,4 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cargo build --release --workspace
-cargo test --release --workspace 2>&1
+log=$(mktemp)
+status=0
+cargo test --release --workspace --lib --bins --tests 2>&1 | tee "$log" || status=$?
+passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
+failed=$(grep -Eo '[0-9]+ failed;' "$log" | awk '{s+=$1} END {print s+0}')
+rm -f "$log"
+echo "tests: $passed passed, $failed failed"
+exit $status
