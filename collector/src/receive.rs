@@ -48,6 +48,19 @@ pub struct Receiver {
     pub results: Mutex<Vec<ConnResult>>,
     /// Open writers, finished with an end record once the launcher knows exit statuses.
     writers: Mutex<Vec<(usize, Writer)>>,
+    /// Pids that have connected: a second connection from one is an exec'd image.
+    pids: Mutex<Vec<u32>>,
+}
+
+/// The GNU build id of an ELF file on disk, in hex.
+fn build_id(path: &str) -> Option<String> {
+    use object::Object;
+    let f = File::open(path).ok()?;
+    // SAFETY: read-only map of a file the program itself has mapped.
+    let map = unsafe { memmap2::Mmap::map(&f) }.ok()?;
+    let obj = object::File::parse(&*map).ok()?;
+    let id = obj.build_id().ok()??;
+    Some(id.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 impl Receiver {
@@ -71,6 +84,7 @@ impl Receiver {
             jobs: tx,
             results: Mutex::new(Vec::new()),
             writers: Mutex::new(Vec::new()),
+            pids: Mutex::new(Vec::new()),
         })
     }
 
@@ -167,8 +181,15 @@ impl Receiver {
             };
             match kind {
                 wire::HELLO => {
-                    let meta: Metadata = serde_json::from_slice(&payload).map_err(|e| format!("bad hello: {e}"))?;
+                    let mut meta: Metadata = serde_json::from_slice(&payload).map_err(|e| format!("bad hello: {e}"))?;
                     res.pid = meta.pid;
+                    {
+                        let mut pids = self.pids.lock().unwrap();
+                        if meta.parent.is_none() && pids.contains(&meta.pid) {
+                            meta.parent = Some(dep_profile::container::ParentLink { how: "exec".into(), parent_pid: meta.pid });
+                        }
+                        pids.push(meta.pid);
+                    }
                     if !self.discard {
                         let index = {
                             let mut n = self.next_index.lock().unwrap();
@@ -185,7 +206,14 @@ impl Receiver {
                         writer = Some(pw);
                     }
                 }
-                wire::MODULE => w(&mut writer, res, RecordKind::Module, &payload),
+                wire::MODULE => {
+                    let mut m: dep_profile::container::ModuleEvent =
+                        serde_json::from_slice(&payload).map_err(|e| format!("bad module record: {e}"))?;
+                    if m.build_id.is_none() && m.event == "load" && m.path.starts_with('/') {
+                        m.build_id = build_id(&m.path);
+                    }
+                    w(&mut writer, res, RecordKind::Module, &serde_json::to_vec(&m).unwrap_or(payload))
+                }
                 wire::THREAD => w(&mut writer, res, RecordKind::Thread, &payload),
                 wire::BLOCK => w(&mut writer, res, RecordKind::Block, &payload),
                 wire::TRUTH_PART => truth_ahead.entry(thread).or_default().extend_from_slice(&payload),

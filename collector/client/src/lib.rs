@@ -140,12 +140,26 @@ unsafe fn module_event(info: *const module_data_t, event: &str) {
     }
 }
 
+/// DynamoRIO and this client are in the process but are not the program's.
+unsafe fn is_ours(info: *const module_data_t) -> bool {
+    let m = &*info;
+    if m.full_path.is_null() {
+        return false;
+    }
+    let p = std::ffi::CStr::from_ptr(m.full_path).to_string_lossy();
+    p.ends_with("/libdynamorio.so") || p.ends_with("/libdep_client.so")
+}
+
 unsafe extern "C" fn module_load(_dc: *mut c_void, info: *const module_data_t, _loaded: bool_) {
-    module_event(info, "load");
+    if !is_ours(info) {
+        module_event(info, "load");
+    }
 }
 
 unsafe extern "C" fn module_unload(_dc: *mut c_void, info: *const module_data_t) {
-    module_event(info, "unload");
+    if !is_ours(info) {
+        module_event(info, "unload");
+    }
 }
 
 /// The block whose tag was written last in this chunk, if any.
