@@ -210,3 +210,36 @@ fn killed_program_status_and_readable_profile() {
     let d = run(Command::new(dep()).arg("dump").arg("--max").arg("1").arg(&p));
     assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
 }
+
+/// The full-size case: gzip -c of 40 MB behaves exactly as natively under dep record
+/// (the profile is recovered to a null sink: 1.7e9 blocks are too many to compare as text here).
+#[test]
+fn gzip_40_mb_matches_native() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("big.txt");
+    let mut text = String::with_capacity(42 << 20);
+    let mut x: u64 = 1;
+    while text.len() < 40 << 20 {
+        for _ in 0..12 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let w = (x % 5000) as usize;
+            text.push_str(&format!("w{w} "));
+        }
+        text.push('\n');
+    }
+    std::fs::write(&input, &text).unwrap();
+    drop(text);
+    let native = run(Command::new("gzip").arg("-c").arg(&input));
+    let profile = dir.path().join("gzip.dep");
+    let recorded = run(Command::new(dep()).arg("record").arg("-o").arg(&profile).args(["--", "gzip", "-c"]).arg(&input));
+    assert_eq!(recorded.status.code(), native.status.code());
+    assert!(recorded.stdout == native.stdout, "gzip output differs under dep record");
+    assert_eq!(recorded.stderr, native.stderr);
+    let o = run(Command::new(dep()).arg("recover").arg(&profile).args(["--format", "null"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let line = String::from_utf8_lossy(&o.stderr);
+    let blocks: u64 = line.split("recovered ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert!(blocks > 100_000_000, "{line}");
+}
