@@ -51,7 +51,7 @@ pub fn recover_chunk<S: Sink>(
         vals: chunk.regs(),
         status: chunk.status(),
         values: ValueReader::new(width, &scratch.values),
-        width,
+        mask: if width == Width::W32 { 0xffff_ffff } else { u64::MAX },
     };
     let mut tags = TagDecoder::new(width, &scratch.tags, chunk.hi()).map_err(|e| ChunkFault::Stream(e.to_string()))?;
     let mut version = 0u32;
@@ -168,7 +168,8 @@ struct Walker<'v> {
     /// Bit n: register n is CURRENT.
     status: u32,
     values: ValueReader<'v>,
-    width: Width,
+    /// Address mask of the program's width.
+    mask: u64,
 }
 
 impl Walker<'_> {
@@ -176,11 +177,12 @@ impl Walker<'_> {
     fn block<S: Sink>(&mut self, plan: &BlockPlan, version: u32, stop: Option<u16>, sink: &mut S) -> Result<(), StepFault> {
         let executed = stop.map_or(plan.insns.len() as u32, |s| s as u32 + 1);
         sink.block(&BlockEvent { thread: self.thread, addr: plan.addr, version, plan: Some(plan), executed, interrupted: stop.is_some() })?;
-        let mask = if self.width == Width::W32 { 0xffff_ffff } else { u64::MAX };
-        for step in &plan.steps {
-            if stop.is_some_and(|s| step.insn > s) {
-                break;
-            }
+        let mask = self.mask;
+        let steps = match stop {
+            None => &plan.steps[..],
+            Some(s) => &plan.steps[..plan.steps.partition_point(|st| st.insn <= s)],
+        };
+        for step in steps {
             self.status &= !step.expired.bits();
             for &(r, d) in &step.adjust {
                 let v = &mut self.vals[r.index()];
