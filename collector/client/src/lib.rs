@@ -258,6 +258,7 @@ unsafe extern "C" fn pre_syscall(dc: *mut c_void, sysnum: c_int) -> bool_ {
         SYS_RT_SIGRETURN => {
             push_escape(pt, Escape::SignalReturn);
             expire_all(pt);
+            ensure_room(pt);
         }
         SYS_EXECVE | SYS_EXECVEAT => flush(pt, false),
         SYS_EXIT_GROUP => {

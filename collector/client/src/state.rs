@@ -311,6 +311,15 @@ pub unsafe fn flush(pt: &mut PerThread, last: bool) {
     begin_chunk(pt);
 }
 
+/// Hands off the buffers if escapes written outside blocks (a burst of signals during a
+/// system call) reached the limit; callers have just expired every register, so a chunk
+/// may begin here.
+pub unsafe fn ensure_room(pt: &mut PerThread) {
+    if *slot(pt, S_TAGPTR) >= *slot(pt, S_TAGLIM) {
+        flush(pt, false);
+    }
+}
+
 /// Sends the truth gathered so far ahead of its chunk (a long rep string filled the buffer).
 pub unsafe fn flush_truth(pt: &mut PerThread) {
     let rp = *slot(pt, S_TRUPTR) as *mut u8;
