@@ -10,8 +10,10 @@ out=target/demo
 mkdir -p "$out"
 echo "== dep record -o $out/hello.dep --truth -- target/corpora/hello"
 "$dep" record -o "$out/hello.dep" --truth -- target/corpora/hello
-echo "== dep dump (first lines)"
-"$dep" dump --max 5 "$out/hello.dep" | head -40
+echo "== dep dump: the per-thread streams and their sizes"
+"$dep" dump --max 0 "$out/hello.dep" | sed -n '/^threads/,/^$/p'
+echo "== dep stats"
+"$dep" stats "$out/hello.dep"
 echo "== dep recover --format text (first lines)"
 "$dep" recover "$out/hello.dep" --format text -o "$out/hello.refs"
 head -5 "$out/hello.refs"
