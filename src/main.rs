@@ -47,6 +47,9 @@ enum Cmd {
         profile: PathBuf,
         #[arg(long)]
         json: bool,
+        /// Skip compressing the baseline streams (much faster on large profiles).
+        #[arg(long)]
+        no_compress: bool,
     },
     /// Write Intel DCFG JSON (and optionally the DCFG-trace).
     Dcfg {
@@ -146,7 +149,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Record { output, truth, discard, program } => record(output, truth, discard, program),
         Cmd::Recover { profile, truth, format, output } => recover(&profile, truth, &format, output.as_deref()),
-        Cmd::Stats { profile, json } => stats(&profile, json),
+        Cmd::Stats { profile, json, no_compress } => stats(&profile, json, !no_compress),
         Cmd::Dcfg { .. } => not_built("dcfg"),
         Cmd::Wet { .. } => not_built("wet"),
         Cmd::Callgrind { .. } => not_built("callgrind"),
@@ -246,10 +249,10 @@ fn record(output: PathBuf, truth: bool, discard: bool, program: Vec<String>) -> 
     Ok(ExitCode::from((out.status & 0xff) as u8))
 }
 
-fn stats(profile: &std::path::Path, json: bool) -> Result<ExitCode> {
+fn stats(profile: &std::path::Path, json: bool, compress: bool) -> Result<ExitCode> {
     let p = dep_profile::container::Profile::open(profile)?;
     let rec = dep_recover::Recovery::new(&p, 0);
-    let s = dep_recover::stats::compute(&rec, dep_recover::Source::Dep, true)?;
+    let s = dep_recover::stats::compute(&rec, dep_recover::Source::Dep, compress)?;
     let mut out = std::io::stdout().lock();
     if json {
         writeln!(out, "{}", s.to_json())?;
