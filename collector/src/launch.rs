@@ -164,7 +164,6 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
     if opts.discard {
         client_opts.push_str(" -discard");
     }
-    let command_json = serde_json::to_string(&opts.program).unwrap_or_default();
     let dr_opts = format!(
         "-code_api -stack_size 56K -signal_stack_size 32K -max_elide_jmp 0 -max_elide_call 0 -early_inject -emulate_brk \
          -no_inline_ignored_syscalls -client_lib64 \"{};0;{}\"",
@@ -178,7 +177,6 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
     };
     let mut cmd = Command::new(install.dynamorio.join("lib64/release/libdynamorio.so"));
     cmd.arg0(&app).args(&args).env("DYNAMORIO_EXE_PATH", &app).env("DYNAMORIO_OPTIONS", dr_opts).env("LD_LIBRARY_PATH", ld);
-    cmd.env("DEP_COMMAND", command_json);
     // The terminal's interrupt goes to the program; dep waits for it and reports its status.
     unsafe {
         cmd.pre_exec(|| {

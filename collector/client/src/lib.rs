@@ -308,10 +308,6 @@ pub unsafe extern "C" fn dr_client_main(id: client_id_t, _argc: c_int, _argv: *c
     }
     OPTS = o;
     instrument::MACHINE = dep_profile::Machine::x86_64(xsave_size());
-    // An exec'd image says where it came from.
-    if std::env::var_os("DEP_CHILD").is_some() {
-        PARENT = Some(ParentLink { how: "exec".into(), parent_pid: libc::getppid() as u32 });
-    }
 
     if drmgr_init() == 0 || drx_init() == 0 || drutil_init() == 0 {
         say("cannot initialise DynamoRIO extensions");
@@ -353,6 +349,8 @@ pub unsafe extern "C" fn dr_client_main(id: client_id_t, _argc: c_int, _argv: *c
     drmgr_register_restore_state_ex_event(Some(restore_event));
     drmgr_register_bb_app2app_event(Some(instrument::app2app), core::ptr::null_mut());
     drmgr_register_bb_instrumentation_event(Some(instrument::analysis), Some(instrument::insertion), core::ptr::null_mut());
+    // Debugging aid: DEP_DISASM=ADDR prints the instrumented code of blocks whose start
+    // has the same low 12 bits as ADDR.
     if let Ok(a) = std::env::var("DEP_DISASM") {
         DISASM = u64::from_str_radix(a.trim_start_matches("0x"), 16).unwrap_or(0);
         drmgr_register_bb_instru2instru_event(Some(disasm_event), core::ptr::null_mut());
