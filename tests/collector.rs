@@ -243,3 +243,18 @@ fn gzip_40_mb_matches_native() {
     let blocks: u64 = line.split("recovered ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
     assert!(blocks > 100_000_000, "{line}");
 }
+
+#[test]
+fn program_closing_every_descriptor() {
+    let c = corpus_check("closefds", &[]);
+    assert!(c[0].0 > 100_000);
+    // Truth and DEP would be lost alike: the thread's end must be in the profile.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("c.dep");
+    let o = run(Command::new(dep()).arg("record").arg("-o").arg(&p).arg("--").arg(corpus().join("closefds")));
+    assert!(o.status.success());
+    let d = run(Command::new(dep()).arg("dump").arg("--max").arg("0").arg(&p));
+    let text = String::from_utf8_lossy(&d.stdout);
+    let line = text.lines().find(|l| l.starts_with("  thread 0 ")).expect("thread 0 in the table");
+    assert!(!line.contains(" end - "), "the thread's stream was cut short: {line}");
+}

@@ -239,16 +239,59 @@ unsafe extern "C" fn signal_event(dc: *mut c_void, si: *mut dr_siginfo_t) -> dr_
     dr_signal_action_t_DR_SIGNAL_DELIVER
 }
 
+const SYS_CLOSE: c_int = 3;
+const SYS_DUP2: c_int = 33;
+const SYS_DUP3: c_int = 292;
+const SYS_CLOSE_RANGE: c_int = 436;
 const SYS_RT_SIGRETURN: c_int = 15;
 const SYS_EXECVE: c_int = 59;
 const SYS_EXIT_GROUP: c_int = 231;
 const SYS_EXECVEAT: c_int = 322;
 
 unsafe extern "C" fn syscall_filter(_dc: *mut c_void, sysnum: c_int) -> bool_ {
-    matches!(sysnum, SYS_RT_SIGRETURN | SYS_EXECVE | SYS_EXECVEAT | SYS_EXIT_GROUP) as bool_
+    matches!(sysnum, SYS_RT_SIGRETURN | SYS_EXECVE | SYS_EXECVEAT | SYS_EXIT_GROUP | SYS_CLOSE | SYS_DUP2 | SYS_DUP3 | SYS_CLOSE_RANGE)
+        as bool_
+}
+
+/// Keeps the launcher connection alive when the program closes or reuses descriptors
+/// (daemons and `closefrom` close everything above 2). Returns false to skip the call.
+unsafe fn protect_connection(dc: *mut c_void, sysnum: c_int) -> bool {
+    let ours = sock_fd();
+    if ours < 0 {
+        return true;
+    }
+    let param = |i: c_int| dr_syscall_get_param(dc, i) as u64;
+    match sysnum {
+        SYS_CLOSE if param(0) as c_int == ours => {
+            dr_syscall_set_result(dc, 0);
+            return false;
+        }
+        SYS_DUP2 | SYS_DUP3 if param(1) as c_int == ours => move_sock_above(ours),
+        SYS_CLOSE_RANGE => {
+            let (first, last, flags) = (param(0) as u32, param(1) as u32, param(2) as u32);
+            let o = ours as u32;
+            if first <= o && o <= last {
+                // Close the part above our descriptor ourselves, let the program's call
+                // cover the part below, or nothing if none is left.
+                if o < last {
+                    libc::syscall(libc::SYS_close_range, o + 1, last, flags);
+                }
+                if first == o {
+                    dr_syscall_set_result(dc, 0);
+                    return false;
+                }
+                dr_syscall_set_param(dc, 1, (o - 1) as reg_t);
+            }
+        }
+        _ => {}
+    }
+    true
 }
 
 unsafe extern "C" fn pre_syscall(dc: *mut c_void, sysnum: c_int) -> bool_ {
+    if !protect_connection(dc, sysnum) {
+        return 0;
+    }
     let pt = get(dc);
     if pt.is_null() {
         return 1;

@@ -157,6 +157,27 @@ pub fn reconnect_after_fork() {
     connect();
 }
 
+/// The launcher connection's descriptor (-1 when none).
+pub fn sock_fd() -> c_int {
+    SOCK_FD.load(Ordering::Relaxed)
+}
+
+/// Moves the connection to another descriptor above `above` (the program is about to reuse
+/// its number); senders are held off meanwhile.
+pub fn move_sock_above(above: c_int) {
+    let _g = Spin::lock(&SOCK_LOCK);
+    let fd = SOCK_FD.load(Ordering::Relaxed);
+    if fd < 0 {
+        return;
+    }
+    let n = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, above + 1) };
+    if n >= 0 {
+        SOCK_FD.store(n, Ordering::Relaxed);
+        // The old number is the program's to take over.
+        unsafe { libc::close(fd) };
+    }
+}
+
 pub fn disconnect() {
     let fd = SOCK_FD.swap(-1, Ordering::Relaxed);
     if fd >= 0 {
