@@ -227,19 +227,30 @@ impl Walker<'_> {
                         )));
                     }
                     let count = bytes / rep.elem as u64 + interrupted_here as u64;
+                    // Each reference advances linearly from its start address; only a
+                    // 32-bit address size needs the wrap recomputed per iteration.
+                    // String instructions have at most two references (movs, cmps).
+                    let mut starts = [(0u64, false); 2];
+                    for (s, r) in starts.iter_mut().zip(&insn.refs) {
+                        *s = (r.addr.eval(&self.vals), r.addr.addr_bits == 64);
+                    }
                     let base = self.vals;
                     for k in 0..count {
                         let step_bytes = (k as i64 * dir * rep.elem as i64) as u64;
-                        for r in &insn.refs {
-                            let ptr_reg = r.addr.base.map(|b| b.reg);
-                            let mut regs = base;
-                            if let Some(p) = ptr_reg {
-                                regs[p.index()] = regs[p.index()].wrapping_add(step_bytes);
-                            }
+                        for (r, &(start, linear)) in insn.refs.iter().zip(&starts) {
+                            let addr = if linear {
+                                start.wrapping_add(step_bytes)
+                            } else {
+                                let mut regs = base;
+                                if let Some(p) = r.addr.base.map(|b| b.reg) {
+                                    regs[p.index()] = regs[p.index()].wrapping_add(step_bytes);
+                                }
+                                r.addr.eval(&regs)
+                            };
                             sink.mem(&MemEvent {
                                 thread: self.thread,
                                 pc: insn.pc,
-                                addr: r.addr.eval(&regs) & mask,
+                                addr: addr & mask,
                                 size: r.size,
                                 access: r.access,
                                 conditional: false,
