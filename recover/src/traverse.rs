@@ -4,7 +4,7 @@
 use crate::events::{BlockEvent, Marker, MemEvent, Sink};
 use crate::plans::{PlanMiss, Plans};
 use dep_profile::container::{ChunkView, Section};
-use dep_profile::semantics::{Access, Special};
+use dep_profile::semantics::Special;
 use dep_profile::tags::{Escape, TagDecoder, TagItem};
 use dep_profile::values::ValueReader;
 use dep_profile::{BlockPlan, Width, NUM_REGS};
@@ -173,6 +173,15 @@ struct Walker<'v> {
 }
 
 impl Walker<'_> {
+    /// Adds the plan's constants to the registers they move (push, pop, add rsp, ...).
+    #[inline(always)]
+    fn adjust(&mut self, adjust: &[(dep_profile::Reg, i64)]) {
+        for &(r, d) in adjust {
+            let v = &mut self.vals[r.index()];
+            *v = v.wrapping_add(d as u64) & self.mask;
+        }
+    }
+
     #[inline]
     fn block<S: Sink>(&mut self, plan: &BlockPlan, version: u32, stop: Option<u16>, sink: &mut S) -> Result<(), StepFault> {
         let executed = stop.map_or(plan.insns.len() as u32, |s| s as u32 + 1);
@@ -184,10 +193,7 @@ impl Walker<'_> {
         };
         for step in steps {
             self.status &= !step.expired.bits();
-            for &(r, d) in &step.adjust {
-                let v = &mut self.vals[r.index()];
-                *v = v.wrapping_add(d as u64) & mask;
-            }
+            self.adjust(&step.adjust);
             let used = step.used.bits();
             let mut need = used & !self.status;
             while need != 0 {
@@ -287,19 +293,8 @@ impl Walker<'_> {
         }
         if stop.is_none() {
             self.status &= !plan.tail_expired.bits();
-            for &(r, d) in &plan.tail_adjust {
-                let v = &mut self.vals[r.index()];
-                *v = v.wrapping_add(d as u64) & mask;
-            }
+            self.adjust(&plan.tail_adjust);
         }
         Ok(())
-    }
-}
-
-/// Whether an access is a read, as the text format spells it.
-pub fn access_char(a: Access) -> char {
-    match a {
-        Access::Read => 'R',
-        Access::Write => 'W',
     }
 }
