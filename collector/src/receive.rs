@@ -34,6 +34,7 @@ type Writer = ProfileWriter<BufWriter<File>>;
 /// A compression job: the chunk's raw frame payload and where to send the encoded record.
 struct Job {
     thread: u32,
+    width: Width,
     payload: Vec<u8>,
     done: crossbeam::channel::Sender<std::io::Result<Vec<u8>>>,
 }
@@ -71,7 +72,7 @@ impl Receiver {
             let rx = rx.clone();
             std::thread::spawn(move || {
                 for job in rx {
-                    let r = encode_chunk(job.thread, &job.payload, level);
+                    let r = encode_chunk(job.thread, job.width, &job.payload, level);
                     let _ = job.done.send(r);
                 }
             });
@@ -222,8 +223,8 @@ impl Receiver {
                         Some(ahead) => prepend_truth(&payload, &ahead).ok_or("malformed chunk frame from the client")?,
                         None => payload,
                     };
-                    if writer.is_some() {
-                        self.jobs.send(Job { thread, payload, done: done_tx.clone() }).map_err(|_| "compression pool stopped")?;
+                    if let Some(width) = writer.as_ref().map(|w| w.width()) {
+                        self.jobs.send(Job { thread, width, payload, done: done_tx.clone() }).map_err(|_| "compression pool stopped")?;
                         pending += 1;
                         while let Ok(r) = done_rx.try_recv() {
                             pending -= 1;
@@ -289,12 +290,12 @@ fn prepend_truth(payload: &[u8], ahead: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-fn encode_chunk(thread: u32, payload: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
+fn encode_chunk(thread: u32, width: Width, payload: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
     let h = ChunkHeader::decode(payload).ok_or_else(|| std::io::Error::other("malformed chunk frame"))?;
     let body = &payload[wire::CHUNK_HEADER..];
     let (tags, rest) = body.split_at(h.tags_len as usize);
     let (values, truth) = rest.split_at(h.values_len as usize);
-    ChunkData { thread, seq: h.seq, hi: h.hi, status: h.status, last: h.last, regs: h.regs, tags, values, truth }.encode(level)
+    ChunkData { thread, seq: h.seq, hi: h.hi, status: h.status, last: h.last, regs: h.regs, tags, values, truth }.encode(width, level)
 }
 
 /// Reads exactly `buf.len()` bytes; `false` at a clean end of stream before the first byte.

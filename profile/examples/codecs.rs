@@ -44,5 +44,27 @@ fn main() {
             run(&format!("zstd {level}"), &|c| zstd::bulk::compress(c, level).unwrap(), &|pk, n| zstd::bulk::decompress(pk, n).unwrap());
         }
         run("lz4", &|c| lz4_flex::compress(c), &|pk, n| lz4_flex::decompress(pk, n).unwrap());
+        if s == Section::Values {
+            let pack = |c: &[u8]| {
+                let mut v = Vec::new();
+                dep_profile::packing::pack(c, 8, &mut v).unwrap();
+                v
+            };
+            let unpack = |pk: &[u8], n: usize| {
+                let mut v = Vec::new();
+                dep_profile::packing::unpack(pk, 8, n, &mut v).unwrap();
+                v
+            };
+            run("packed", &pack, &unpack);
+            for level in [-5, -3, -1, 1, 3] {
+                run(&format!("pk+zstd {level}"), &|c| zstd::bulk::compress(&pack(c), level).unwrap(), &|pk, n| {
+                    let mut d = zstd::bulk::Decompressor::new().unwrap();
+                    let mut mid = Vec::with_capacity(n);
+                    d.decompress_to_buffer(pk, &mut mid).unwrap();
+                    unpack(&mid, n)
+                });
+            }
+            run("pk+lz4", &|c| lz4_flex::compress(&pack(c)), &|pk, n| unpack(&lz4_flex::decompress(pk, n).unwrap(), n));
+        }
     }
 }

@@ -6,6 +6,7 @@
 pub mod blocks;
 pub mod container;
 pub mod dump;
+pub mod packing;
 pub mod regs;
 pub mod semantics;
 pub mod simulate;

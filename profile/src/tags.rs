@@ -202,6 +202,27 @@ impl<'a> TagDecoder<'a> {
         self.hi
     }
 
+    /// Whether the next word is an escape (or the stream has ended): a block's plain
+    /// successor is decoded without looking further.
+    #[inline]
+    pub fn at_escape(&self) -> bool {
+        self.bytes.get(self.pos..self.pos + 2).is_none_or(|b| b == [0, 0])
+    }
+
+    /// The stream and the byte position of the next item, for a caller that decodes plain
+    /// L-tags itself and hands back with [`seek`](Self::seek).
+    #[inline]
+    pub fn raw(&self) -> (&'a [u8], usize) {
+        (self.bytes, self.pos)
+    }
+
+    /// Moves to byte `pos`, which must follow whole items.
+    #[inline]
+    pub fn seek(&mut self, pos: usize) {
+        debug_assert!(pos % 2 == 0 && pos <= self.bytes.len());
+        self.pos = pos;
+    }
+
     /// Position of the next item, in words.
     pub fn word_offset(&self) -> usize {
         self.pos / 2

@@ -106,6 +106,18 @@ impl<'a> ValueReader<'a> {
     }
 
     /// Byte offset of the next value.
+    /// The stream, for a caller that reads words itself and hands back with [`seek`](Self::seek).
+    #[inline]
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// Moves to byte `pos` (at most the stream's length).
+    #[inline]
+    pub fn seek(&mut self, pos: usize) {
+        self.pos = pos.min(self.bytes.len());
+    }
+
     pub fn offset(&self) -> usize {
         self.pos
     }

@@ -111,7 +111,7 @@ fn exact_header_bytes() {
     let mut out = Vec::new();
     let mut w = ProfileWriter::new(&mut out, Width::W64, 1).unwrap();
     w.record(RecordKind::End, b"{}").unwrap();
-    assert_eq!(&out[..16], b"DEPPROF\0\x01\x00\x40\x00\x00\x00\x00\x00");
+    assert_eq!(&out[..16], b"DEPPROF\0\x02\x00\x40\x00\x00\x00\x00\x00");
     assert_eq!(&out[16..20], &[0x9f, 0xde, 6, 0]);
     assert_eq!(&out[20..24], &crc32fast::hash(b"{}").to_le_bytes());
     assert_eq!(&out[24..32], &2u64.to_le_bytes());
@@ -140,7 +140,7 @@ fn bad_inputs_are_named() {
     assert_eq!(open_err(b"#!/bin/sh\necho hello world\n"), "P: not a DEP profile (bad magic)");
     let mut v = good.clone();
     v[8] = 9;
-    assert_eq!(open_err(&v), "P: unknown format version 9 (this dep reads version 1)");
+    assert_eq!(open_err(&v), "P: unknown format version 9 (this dep reads versions 1 to 2)");
     // the metadata record's payload flipped: its checksum catches it
     let mut v = good.clone();
     v[40] ^= 0x20;
@@ -241,4 +241,38 @@ mod fuzz {
             }
         }
     }
+}
+
+/// DEP_m is stored packed (codec 1); a chunk whose DEP_m is plain zstd (codec 0, all that
+/// format version 1 wrote) reads the same.
+#[test]
+fn packed_and_plain_values_read_alike() {
+    use dep_profile::container::{ChunkData, ChunkView, Codec, CHUNK_HEADER_LEN};
+    let values: Vec<u8> = [7u64, 0x7ffc_0000_1000, 0x7ffc_0000_1010, 65535, 1 << 40].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let data = ChunkData { thread: 2, seq: 5, hi: 0x40, status: 0, last: true, regs: [0; 18], tags: &[1, 0], values: &values, truth: &[] };
+    let packed = data.encode(Width::W64, 1).unwrap();
+    let v = ChunkView::parse(&packed, Width::W64).unwrap();
+    assert_eq!(v.codec(Section::Values), Ok(Codec::PackedZstd));
+    assert_eq!(v.codec(Section::Tags), Ok(Codec::Zstd));
+    assert_eq!(v.decompress(Section::Values).unwrap(), values);
+    assert!(v.is_last());
+
+    // The same chunk as version 1 wrote it: flags 1 (last), DEP_m one zstd frame of the words.
+    let tags = zstd::bulk::compress(&[1, 0], 1).unwrap();
+    let vals = zstd::bulk::compress(&values, 1).unwrap();
+    let mut plain = packed[..CHUNK_HEADER_LEN].to_vec();
+    plain[20..24].copy_from_slice(&1u32.to_le_bytes());
+    plain[176..184].copy_from_slice(&(tags.len() as u64).to_le_bytes());
+    plain[192..200].copy_from_slice(&(vals.len() as u64).to_le_bytes());
+    plain.extend_from_slice(&tags);
+    plain.extend_from_slice(&vals);
+    let v = ChunkView::parse(&plain, Width::W64).unwrap();
+    assert_eq!(v.codec(Section::Values), Ok(Codec::Zstd));
+    assert_eq!(v.decompress(Section::Values).unwrap(), values);
+    assert_eq!(v.decompress(Section::Tags).unwrap(), [1, 0]);
+
+    // An unknown codec is named.
+    let mut bad = packed.clone();
+    bad[22] = 9;
+    assert_eq!(ChunkView::parse(&bad, Width::W64).unwrap_err(), "DEP_m section has unknown codec 9");
 }

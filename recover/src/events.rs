@@ -20,10 +20,9 @@ pub struct BlockEvent<'a> {
     pub interrupted: bool,
 }
 
-/// One memory reference `<pc, addr, size, type>`.
+/// One memory reference `<pc, addr, size, type>`; its thread is that of the block it follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MemEvent {
-    pub thread: u32,
     pub pc: u64,
     pub addr: u64,
     pub size: u32,
@@ -49,8 +48,10 @@ pub enum Marker {
 pub trait Sink {
     /// A block is entered; its references follow.
     fn block(&mut self, b: &BlockEvent) -> io::Result<()>;
-    /// A memory reference, in program order within its block.
-    fn mem(&mut self, m: &MemEvent) -> io::Result<()>;
+    /// References of the block last entered, in program order (an instruction's reads before
+    /// its writes, rep-string iterations in order). A block's references may arrive in several
+    /// calls, or none.
+    fn refs(&mut self, refs: &[MemEvent]) -> io::Result<()>;
     /// A marker in the thread's stream.
     fn marker(&mut self, _thread: u32, _m: Marker) -> io::Result<()> {
         Ok(())
@@ -65,6 +66,9 @@ pub struct Counts {
     pub reads: u64,
     pub writes: u64,
     pub signals: u64,
+    /// A checksum of the references (address, pc, size, kind, in order); counts added together
+    /// add their checksums, so a profile's is the sum of its chunks'.
+    pub checksum: u64,
 }
 
 impl Sink for Counts {
@@ -74,11 +78,17 @@ impl Sink for Counts {
         Ok(())
     }
 
-    fn mem(&mut self, m: &MemEvent) -> io::Result<()> {
-        match m.access {
-            Access::Read => self.reads += 1,
-            Access::Write => self.writes += 1,
+    fn refs(&mut self, refs: &[MemEvent]) -> io::Result<()> {
+        let mut writes = 0;
+        let mut sum = self.checksum;
+        for m in refs {
+            let w = (m.access == Access::Write) as u64;
+            writes += w;
+            sum = sum.rotate_left(5) ^ m.addr.wrapping_add(m.pc.wrapping_mul(0x9e37_79b9)).wrapping_add(((m.size as u64) << 1) | w);
         }
+        self.writes += writes;
+        self.reads += refs.len() as u64 - writes;
+        self.checksum = sum;
         Ok(())
     }
 
@@ -98,5 +108,6 @@ impl Counts {
         self.reads += o.reads;
         self.writes += o.writes;
         self.signals += o.signals;
+        self.checksum = self.checksum.wrapping_add(o.checksum);
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod driver;
 pub mod events;
+pub mod flat;
 pub mod plans;
 pub mod render;
 pub mod stats;

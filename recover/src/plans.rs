@@ -1,5 +1,6 @@
 //! The block table pre-decoded once into plans (paper section 6.2's pre-decoding).
 
+use crate::flat::FlatPlans;
 use dep_profile::container::Profile;
 use dep_profile::{BlockPlan, Semantics};
 use rustc_hash::FxHashMap;
@@ -8,6 +9,8 @@ use rustc_hash::FxHashMap;
 pub struct Plans {
     plans: Vec<Result<BlockPlan, String>>,
     index: FxHashMap<(u64, u32), u32>,
+    /// The same plans laid out for the recovery loop, indexed alike.
+    pub flat: FlatPlans,
 }
 
 impl Plans {
@@ -36,16 +39,34 @@ impl Plans {
             plans.extend(part);
         }
         let index = blocks.iter().enumerate().map(|(i, b)| ((b.addr, b.version), i as u32)).collect();
-        Plans { plans, index }
+        let mut flat = FlatPlans::default();
+        for p in &plans {
+            flat.push(p.as_ref().ok());
+        }
+        Plans { plans, index, flat }
+    }
+
+    /// The index of a block's plan, or why there is none.
+    #[inline]
+    pub fn find(&self, addr: u64, version: u32) -> Result<u32, PlanMiss<'_>> {
+        match self.index.get(&(addr, version)) {
+            Some(&i) => match &self.plans[i as usize] {
+                Ok(_) => Ok(i),
+                Err(e) => Err(PlanMiss::Undecodable(e)),
+            },
+            None => Err(PlanMiss::NotInTable),
+        }
     }
 
     /// The plan for a block, or why there is none.
-    #[inline]
     pub fn get(&self, addr: u64, version: u32) -> Result<&BlockPlan, PlanMiss<'_>> {
-        match self.index.get(&(addr, version)) {
-            Some(&i) => self.plans[i as usize].as_ref().map_err(|e| PlanMiss::Undecodable(e)),
-            None => Err(PlanMiss::NotInTable),
-        }
+        self.find(addr, version).map(|i| self.plan(i))
+    }
+
+    /// The plan at an index [`find`](Self::find) returned.
+    #[inline]
+    pub fn plan(&self, i: u32) -> &BlockPlan {
+        self.plans[i as usize].as_ref().expect("find returns decodable blocks only")
     }
 
     pub fn len(&self) -> usize {
@@ -58,34 +79,44 @@ impl Plans {
 }
 
 /// A small direct-mapped cache in front of [`Plans::get`], one per recovering thread.
-pub struct PlanCache<'a> {
-    slots: Vec<(u64, u32, Option<&'a BlockPlan>)>,
+pub struct PlanCache {
+    slots: Vec<(u64, u32, u32)>,
 }
 
 const CACHE_SLOTS: usize = 4096;
 
-impl<'a> PlanCache<'a> {
+impl PlanCache {
     pub fn new() -> Self {
-        PlanCache { slots: vec![(u64::MAX, 0, None); CACHE_SLOTS] }
+        // Address u64::MAX is never a block's (a block there would have no bytes).
+        PlanCache { slots: vec![(u64::MAX, 0, 0); CACHE_SLOTS] }
     }
 
-    /// Looks up a block, first in the cache.
+    /// A block at code version 0, if the cache holds it.
     #[inline(always)]
-    pub fn get(&mut self, plans: &'a Plans, addr: u64, version: u32) -> Result<&'a BlockPlan, PlanMiss<'a>> {
-        let i = ((addr ^ (addr >> 12)) as usize) & (CACHE_SLOTS - 1);
-        let s = &mut self.slots[i];
+    pub fn peek(&self, addr: u64) -> Option<u32> {
+        let s = &self.slots[Self::slot(addr)];
+        (s.0 == addr && s.1 == 0).then_some(s.2)
+    }
+
+    #[inline(always)]
+    fn slot(addr: u64) -> usize {
+        ((addr ^ (addr >> 12)) as usize) & (CACHE_SLOTS - 1)
+    }
+
+    /// Looks up a block's index, first in the cache.
+    #[inline(always)]
+    pub fn find<'a>(&mut self, plans: &'a Plans, addr: u64, version: u32) -> Result<u32, PlanMiss<'a>> {
+        let s = &mut self.slots[Self::slot(addr)];
         if s.0 == addr && s.1 == version {
-            if let Some(p) = s.2 {
-                return Ok(p);
-            }
+            return Ok(s.2);
         }
-        let p = plans.get(addr, version)?;
-        *s = (addr, version, Some(p));
+        let p = plans.find(addr, version)?;
+        *s = (addr, version, p);
         Ok(p)
     }
 }
 
-impl Default for PlanCache<'_> {
+impl Default for PlanCache {
     fn default() -> Self {
         Self::new()
     }

@@ -72,11 +72,13 @@ pub struct Renderer<W: Write> {
     format: Format,
     buf: Vec<u8>,
     out: W,
+    /// Thread of the last block, which the references that follow belong to.
+    thread: u32,
 }
 
 impl<W: Write> Renderer<W> {
     pub fn new(format: Format, out: W) -> Self {
-        Renderer { format, buf: Vec::with_capacity(1 << 16), out }
+        Renderer { format, buf: Vec::with_capacity(1 << 16), out, thread: 0 }
     }
 
     #[inline]
@@ -98,6 +100,7 @@ impl<W: Write> Renderer<W> {
 impl<W: Write> Sink for Renderer<W> {
     #[inline]
     fn block(&mut self, b: &BlockEvent) -> io::Result<()> {
+        self.thread = b.thread;
         if self.format == Format::Blocks {
             push_dec(&mut self.buf, b.thread as u64);
             self.buf.push(b' ');
@@ -111,29 +114,39 @@ impl<W: Write> Sink for Renderer<W> {
     }
 
     #[inline]
-    fn mem(&mut self, m: &MemEvent) -> io::Result<()> {
+    fn refs(&mut self, refs: &[MemEvent]) -> io::Result<()> {
         match self.format {
-            Format::Blocks => return Ok(()),
+            Format::Blocks => {}
             Format::Text => {
-                push_dec(&mut self.buf, m.thread as u64);
-                self.buf.push(b' ');
-                push_hex(&mut self.buf, m.pc);
-                self.buf.extend_from_slice(if m.access == Access::Read { b" R " } else { b" W " });
-                push_hex(&mut self.buf, m.addr);
-                self.buf.push(b' ');
-                push_dec(&mut self.buf, m.size as u64);
-                self.buf.push(b'\n');
+                let mut thread = Vec::with_capacity(12);
+                push_dec(&mut thread, self.thread as u64);
+                thread.push(b' ');
+                for m in refs {
+                    self.buf.extend_from_slice(&thread);
+                    push_hex(&mut self.buf, m.pc);
+                    self.buf.extend_from_slice(if m.access == Access::Read { b" R " } else { b" W " });
+                    push_hex(&mut self.buf, m.addr);
+                    self.buf.push(b' ');
+                    push_dec(&mut self.buf, m.size as u64);
+                    self.buf.push(b'\n');
+                    self.spill()?;
+                }
             }
             Format::Binary => {
-                self.buf.extend_from_slice(&m.pc.to_le_bytes());
-                self.buf.extend_from_slice(&m.addr.to_le_bytes());
-                self.buf.extend_from_slice(&m.thread.to_le_bytes());
-                self.buf.extend_from_slice(&(m.size.min(u16::MAX as u32) as u16).to_le_bytes());
-                self.buf.push(if m.access == Access::Read { 0 } else { 1 });
-                self.buf.push(m.conditional as u8);
+                for m in refs {
+                    let mut rec = [0u8; BINARY_RECORD];
+                    rec[0..8].copy_from_slice(&m.pc.to_le_bytes());
+                    rec[8..16].copy_from_slice(&m.addr.to_le_bytes());
+                    rec[16..20].copy_from_slice(&self.thread.to_le_bytes());
+                    rec[20..22].copy_from_slice(&(m.size.min(u16::MAX as u32) as u16).to_le_bytes());
+                    rec[22] = if m.access == Access::Read { 0 } else { 1 };
+                    rec[23] = m.conditional as u8;
+                    self.buf.extend_from_slice(&rec);
+                    self.spill()?;
+                }
             }
         }
-        self.spill()
+        Ok(())
     }
 }
 
@@ -143,20 +156,16 @@ mod tests {
 
     #[test]
     fn exact_lines() {
+        let block = |thread| BlockEvent { thread, addr: 0x401000, version: 0, plan: None, executed: 1, interrupted: false };
         let mut r = Renderer::new(Format::Text, Vec::new());
-        r.mem(&MemEvent { thread: 3, pc: 0x401000, addr: 0, size: 8, access: Access::Write, conditional: false }).unwrap();
-        r.mem(&MemEvent {
-            thread: 0,
-            pc: 0xffff_ffff_ffff_ffff,
-            addr: 0x7ffc_dead_beef,
-            size: 4096,
-            access: Access::Read,
-            conditional: true,
-        })
-        .unwrap();
+        r.block(&block(3)).unwrap();
+        r.refs(&[MemEvent { pc: 0x401000, addr: 0, size: 8, access: Access::Write, conditional: false }]).unwrap();
+        r.block(&block(0)).unwrap();
+        r.refs(&[MemEvent { pc: 0xffff_ffff_ffff_ffff, addr: 0x7ffc_dead_beef, size: 4096, access: Access::Read, conditional: true }]).unwrap();
         assert_eq!(String::from_utf8(r.finish().unwrap()).unwrap(), "3 0x401000 W 0x0 8\n0 0xffffffffffffffff R 0x7ffcdeadbeef 4096\n");
         let mut r = Renderer::new(Format::Binary, Vec::new());
-        r.mem(&MemEvent { thread: 1, pc: 2, addr: 3, size: 4, access: Access::Write, conditional: true }).unwrap();
+        r.block(&block(1)).unwrap();
+        r.refs(&[MemEvent { pc: 2, addr: 3, size: 4, access: Access::Write, conditional: true }]).unwrap();
         let b = r.finish().unwrap();
         assert_eq!(b.len(), BINARY_RECORD);
         assert_eq!(&b[16..], &[1, 0, 0, 0, 4, 0, 1, 1]);

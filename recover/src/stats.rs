@@ -332,14 +332,18 @@ impl Sink for StatsSink<'_> {
     }
 
     #[inline]
-    fn mem(&mut self, m: &MemEvent) -> io::Result<()> {
+    fn refs(&mut self, refs: &[MemEvent]) -> io::Result<()> {
         let wb = self.width.bytes();
-        let t = self.state(m.thread);
-        match m.access {
-            Access::Read => t.counts.reads += 1,
-            Access::Write => t.counts.writes += 1,
+        // References follow their block, whose thread `state` made the last one.
+        let t = self.threads.get_mut(self.last).ok_or_else(|| io::Error::other("references before any block"))?;
+        for m in refs {
+            match m.access {
+                Access::Read => t.counts.reads += 1,
+                Access::Write => t.counts.writes += 1,
+            }
+            t.mem_addr.push(&m.addr.to_le_bytes()[..wb])?;
         }
-        t.mem_addr.push(&m.addr.to_le_bytes()[..wb])
+        Ok(())
     }
 
     fn marker(&mut self, thread: u32, m: Marker) -> io::Result<()> {

@@ -2,12 +2,13 @@
 //! values exactly when a block plan says so (paper section 6.2).
 
 use crate::events::{BlockEvent, Marker, MemEvent, Sink};
-use crate::plans::{PlanMiss, Plans};
+use crate::plans::{PlanCache, PlanMiss, Plans};
 use dep_profile::container::{ChunkView, Section};
-use dep_profile::semantics::Special;
-use dep_profile::tags::{Escape, TagDecoder, TagItem};
+use crate::flat::SLOTS;
+use dep_profile::semantics::{Insn, Special};
+use dep_profile::tags::{Escape, TagDecoder, TagItem, ESC};
 use dep_profile::values::ValueReader;
-use dep_profile::{BlockPlan, Width, NUM_REGS};
+use dep_profile::{Width, NUM_REGS};
 use std::io;
 
 /// Where and why recovery failed, inside one chunk.
@@ -34,6 +35,8 @@ pub enum ChunkFault {
 pub struct Scratch {
     tags: Vec<u8>,
     values: Vec<u8>,
+    packed: Vec<u8>,
+    batch: Vec<MemEvent>,
 }
 
 /// Recovers one chunk, sending its events to `sink`.
@@ -44,20 +47,28 @@ pub fn recover_chunk<S: Sink>(
     scratch: &mut Scratch,
     sink: &mut S,
 ) -> Result<(), ChunkFault> {
-    chunk.decompress_into(Section::Tags, &mut scratch.tags).map_err(ChunkFault::Stream)?;
-    chunk.decompress_into(Section::Values, &mut scratch.values).map_err(ChunkFault::Stream)?;
+    chunk.decompress_into(Section::Tags, &mut scratch.tags, &mut scratch.packed).map_err(ChunkFault::Stream)?;
+    chunk.decompress_into(Section::Values, &mut scratch.values, &mut scratch.packed).map_err(ChunkFault::Stream)?;
+    let mut vals = [0u64; SLOTS];
+    vals[..NUM_REGS].copy_from_slice(&chunk.regs());
     let mut w = Walker {
         thread: chunk.thread(),
-        vals: chunk.regs(),
+        vals,
         status: chunk.status(),
         values: ValueReader::new(width, &scratch.values),
         mask: if width == Width::W32 { 0xffff_ffff } else { u64::MAX },
+        batch: std::mem::take(&mut scratch.batch),
     };
     let mut tags = TagDecoder::new(width, &scratch.tags, chunk.hi()).map_err(|e| ChunkFault::Stream(e.to_string()))?;
     let mut version = 0u32;
     let mut pending: Option<TagItem> = None;
-    let mut cache = crate::plans::PlanCache::new();
+    let mut cache = PlanCache::new();
+    let fast = width == Width::W64;
+    w.batch.reserve(plans.flat.max_refs as usize);
     loop {
+        if fast && pending.is_none() && version == 0 {
+            w.run_plain(plans, &cache, &mut tags, sink)?;
+        }
         let word = tags.word_offset();
         let item = match pending.take() {
             Some(i) => i,
@@ -69,27 +80,25 @@ pub fn recover_chunk<S: Sink>(
         };
         match item {
             TagItem::Block(addr) => {
-                let plan = match cache.get(plans, addr, version) {
+                let id = match cache.find(plans, addr, version) {
                     Ok(p) => p,
                     Err(PlanMiss::NotInTable) => return Err(ChunkFault::UnknownBlock { word, addr, version }),
                     Err(PlanMiss::Undecodable(why)) => return Err(ChunkFault::BadBlock { word, addr, why: why.to_string() }),
                 };
                 // An interrupted block is followed by the record saying where it stopped.
                 let mut stop = None;
-                match tags.next_item() {
+                match if tags.at_escape() { tags.next_item() } else { Ok(None) } {
                     Ok(Some(TagItem::Escape(Escape::Interrupted { insn }))) => {
-                        if insn as usize >= plan.insns.len() {
-                            return Err(ChunkFault::Malformed {
-                                word,
-                                what: format!("block {addr:#x} has {} instructions, interrupted at {insn}", plan.insns.len()),
-                            });
+                        let n = plans.flat.blocks[id as usize].insns;
+                        if insn as u32 >= n {
+                            return Err(ChunkFault::Malformed { word, what: format!("block {addr:#x} has {n} instructions, interrupted at {insn}") });
                         }
                         stop = Some(insn);
                     }
                     Ok(next) => pending = next,
                     Err(e) => return Err(ChunkFault::Malformed { word: tags.word_offset(), what: e.to_string() }),
                 }
-                w.block(plan, version, stop, sink).map_err(|f| match f {
+                w.block(plans, id, version, stop, sink).map_err(|f| match f {
                     StepFault::Exhausted(offset) => ChunkFault::ValuesExhausted { word, offset, addr },
                     StepFault::Sink(e) => ChunkFault::Sink(e),
                     StepFault::Implausible(what) => ChunkFault::Malformed { word, what },
@@ -133,6 +142,7 @@ pub fn recover_chunk<S: Sink>(
             }
         }
     }
+    scratch.batch = std::mem::take(&mut w.batch);
     if w.values.remaining() != 0 {
         return Err(ChunkFault::ValuesLeftOver { left: w.values.remaining() });
     }
@@ -164,136 +174,243 @@ impl From<dep_profile::values::ValueError> for StepFault {
 /// One thread's register state during the walk.
 struct Walker<'v> {
     thread: u32,
-    vals: [u64; NUM_REGS],
+    /// Register values by [`Reg::index`](dep_profile::Reg::index), then the zero slot.
+    vals: [u64; SLOTS],
     /// Bit n: register n is CURRENT.
     status: u32,
     values: ValueReader<'v>,
     /// Address mask of the program's width.
     mask: u64,
+    /// References of the block being walked, handed to the sink in one call.
+    batch: Vec<MemEvent>,
 }
 
+/// Plain blocks run without a lookup in the table, a special step or an interruption.
 impl Walker<'_> {
-    /// Adds the plan's constants to the registers they move (push, pop, add rsp, ...).
+    /// Recovers consecutive plain L-tags of a 64-bit profile: blocks already in `cache`, at
+    /// code version 0, not interrupted, without rep strings or gathers, with enough DEP_m
+    /// left for every step. Returns at the first tag that is anything else, which the general
+    /// walk then takes. This is [`block`](Self::block) with everything it checks hoisted out.
+    #[inline(never)]
+    fn run_plain<S: Sink>(&mut self, plans: &Plans, cache: &PlanCache, tags: &mut TagDecoder, sink: &mut S) -> io::Result<()> {
+        let flat = &plans.flat;
+        let (bytes, mut p) = tags.raw();
+        let hi = tags.hi() << 16;
+        let values = self.values.bytes();
+        let mut vp = self.values.offset();
+        let mut status = self.status;
+        let vals = &mut self.vals;
+        debug_assert!(self.batch.capacity() >= flat.max_refs as usize);
+        let out = self.batch.as_mut_ptr();
+        let r = (|| {
+            while p + 2 <= bytes.len() {
+                let w = u16::from_le_bytes([bytes[p], bytes[p + 1]]);
+                // An escape: a control record, or an interruption record after this block.
+                if w == ESC || bytes.get(p + 2..p + 4) == Some(&[0, 0]) {
+                    break;
+                }
+                let addr = hi | w as u64;
+                let Some(id) = cache.peek(addr) else { break };
+                let fb = &flat.blocks[id as usize];
+                if fb.special || values.len() - vp < 8 * fb.max_values as usize {
+                    break;
+                }
+                p += 2;
+                let plan = plans.plan(id);
+                sink.block(&BlockEvent { thread: self.thread, addr, version: 0, plan: Some(plan), executed: fb.insns, interrupted: false })?;
+                let mut k = 0usize;
+                for step in &flat.steps[fb.steps.0 as usize..fb.steps.1 as usize] {
+                    status &= !step.expired;
+                    if step.adjust.0 != step.adjust.1 {
+                        for &(r, d) in &flat.adjust[step.adjust.0 as usize..step.adjust.1 as usize] {
+                            let v = &mut vals[r as usize & (SLOTS - 1)];
+                            *v = v.wrapping_add(d);
+                        }
+                    }
+                    let mut need = step.used & !status;
+                    while need != 0 {
+                        let r = need.trailing_zeros() as usize;
+                        need &= need - 1;
+                        // In bounds: the block's `max_values` words were checked above.
+                        vals[r & (SLOTS - 1)] = u64::from_le_bytes(values[vp..vp + 8].try_into().unwrap());
+                        vp += 8;
+                    }
+                    status |= step.used;
+                    for r in &flat.refs[step.refs.0 as usize..step.refs.1 as usize] {
+                        // SAFETY: at most `fb.refs <= max_refs` writes, within the capacity.
+                        unsafe { out.add(k).write(MemEvent { addr: r.eval(vals), ..r.event }) };
+                        k += 1;
+                    }
+                }
+                status &= !fb.tail_expired;
+                if fb.tail_adjust.0 != fb.tail_adjust.1 {
+                    for &(r, d) in &flat.adjust[fb.tail_adjust.0 as usize..fb.tail_adjust.1 as usize] {
+                        let v = &mut vals[r as usize & (SLOTS - 1)];
+                        *v = v.wrapping_add(d);
+                    }
+                }
+                if k != 0 {
+                    // SAFETY: the first `k` elements were written above.
+                    sink.refs(unsafe { std::slice::from_raw_parts(out, k) })?;
+                }
+            }
+            Ok(())
+        })();
+        tags.seek(p);
+        self.values.seek(vp);
+        self.status = status;
+        r
+    }
+}
+
+/// References buffered before a rep string hands them to the sink.
+const BATCH: usize = 4096;
+
+impl Walker<'_> {
+    /// Adds a plan's constants to the registers they move (push, pop, add rsp, ...).
     #[inline(always)]
-    fn adjust(&mut self, adjust: &[(dep_profile::Reg, i64)]) {
+    fn adjust(&mut self, adjust: &[(u8, u64)]) {
         for &(r, d) in adjust {
-            let v = &mut self.vals[r.index()];
-            *v = v.wrapping_add(d as u64) & self.mask;
+            let v = &mut self.vals[r as usize & (SLOTS - 1)];
+            *v = v.wrapping_add(d) & self.mask;
         }
     }
 
-    #[inline]
-    fn block<S: Sink>(&mut self, plan: &BlockPlan, version: u32, stop: Option<u16>, sink: &mut S) -> Result<(), StepFault> {
-        let executed = stop.map_or(plan.insns.len() as u32, |s| s as u32 + 1);
-        sink.block(&BlockEvent { thread: self.thread, addr: plan.addr, version, plan: Some(plan), executed, interrupted: stop.is_some() })?;
+    #[inline(always)]
+    fn block<S: Sink>(&mut self, plans: &Plans, id: u32, version: u32, stop: Option<u16>, sink: &mut S) -> Result<(), StepFault> {
+        let flat = &plans.flat;
+        let fb = flat.blocks[id as usize];
+        let executed = stop.map_or(fb.insns, |s| s as u32 + 1);
+        let plan_ref = plans.plan(id);
+        sink.block(&BlockEvent { thread: self.thread, addr: plan_ref.addr, version, plan: Some(plan_ref), executed, interrupted: stop.is_some() })?;
+        let mut steps = &flat.steps[fb.steps.0 as usize..fb.steps.1 as usize];
+        if let Some(s) = stop {
+            steps = &steps[..steps.partition_point(|st| st.insn <= s)];
+        }
+        self.batch.clear();
+        self.batch.reserve(fb.refs as usize);
         let mask = self.mask;
-        let steps = match stop {
-            None => &plan.steps[..],
-            Some(s) => &plan.steps[..plan.steps.partition_point(|st| st.insn <= s)],
-        };
+        let mut status = self.status;
         for step in steps {
-            self.status &= !step.expired.bits();
-            self.adjust(&step.adjust);
-            let used = step.used.bits();
-            let mut need = used & !self.status;
+            status &= !step.expired;
+            if step.adjust.0 != step.adjust.1 {
+                self.adjust(&flat.adjust[step.adjust.0 as usize..step.adjust.1 as usize]);
+            }
+            let mut need = step.used & !status;
             while need != 0 {
                 let r = need.trailing_zeros() as usize;
                 need &= need - 1;
-                self.vals[r] = self.values.next()?;
+                self.vals[r & (SLOTS - 1)] = self.values.next()?;
             }
-            self.status |= used;
-            let insn = &plan.insns[step.insn as usize];
-            let interrupted_here = stop == Some(step.insn);
-            match insn.special {
-                Special::None => {
-                    for r in &insn.refs {
-                        sink.mem(&MemEvent {
-                            thread: self.thread,
-                            pc: insn.pc,
-                            addr: r.addr.eval(&self.vals) & mask,
-                            size: r.size,
-                            access: r.access,
-                            conditional: r.conditional,
-                        })?;
+            status |= step.used;
+            if !step.special {
+                let refs = &flat.refs[step.refs.0 as usize..step.refs.1 as usize];
+                let n = self.batch.len();
+                debug_assert!(n + refs.len() <= self.batch.capacity());
+                // SAFETY: the batch has room for the block's references (reserved above, and
+                // again after a special step), of which these are a part.
+                unsafe {
+                    let out = self.batch.as_mut_ptr().add(n);
+                    for (k, r) in refs.iter().enumerate() {
+                        out.add(k).write(MemEvent { addr: r.eval(&self.vals) & mask, ..r.event });
                     }
+                    self.batch.set_len(n + refs.len());
                 }
-                Special::Rep(rep) => {
-                    let pre = self.vals[rep.post.index()];
-                    let post = self.values.next()?;
-                    let delta = post.wrapping_sub(pre) & mask;
-                    let (dir, bytes) = if delta == 0 || delta <= mask / 2 {
-                        (1i64, delta)
-                    } else {
-                        (-1i64, mask.wrapping_sub(delta).wrapping_add(1) & mask)
-                    };
-                    if bytes > MAX_REP_BYTES {
-                        return Err(StepFault::Implausible(format!(
-                            "rep string at {:#x} would move {bytes} bytes (pointer {pre:#x} -> {post:#x})",
-                            insn.pc
-                        )));
-                    }
-                    let count = bytes / rep.elem as u64 + interrupted_here as u64;
-                    // Each reference advances linearly from its start address; only a
-                    // 32-bit address size needs the wrap recomputed per iteration.
-                    // String instructions have at most two references (movs, cmps).
-                    let mut starts = [(0u64, false); 2];
-                    for (s, r) in starts.iter_mut().zip(&insn.refs) {
-                        *s = (r.addr.eval(&self.vals), r.addr.addr_bits == 64);
-                    }
-                    let base = self.vals;
-                    for k in 0..count {
-                        let step_bytes = (k as i64 * dir * rep.elem as i64) as u64;
-                        for (r, &(start, linear)) in insn.refs.iter().zip(&starts) {
-                            let addr = if linear {
-                                start.wrapping_add(step_bytes)
-                            } else {
-                                let mut regs = base;
-                                if let Some(p) = r.addr.base.map(|b| b.reg) {
-                                    regs[p.index()] = regs[p.index()].wrapping_add(step_bytes);
-                                }
-                                r.addr.eval(&regs)
-                            };
-                            sink.mem(&MemEvent {
-                                thread: self.thread,
-                                pc: insn.pc,
-                                addr: addr & mask,
-                                size: r.size,
-                                access: r.access,
-                                conditional: false,
-                            })?;
-                        }
-                    }
-                    self.vals[rep.post.index()] = post;
-                    self.status |= 1 << rep.post.index();
-                    if let Some(o) = rep.other {
-                        self.vals[o.index()] = self.vals[o.index()].wrapping_add(post.wrapping_sub(pre)) & mask;
-                    }
-                }
-                Special::Gather(g) => {
-                    let idx = self.values.raw(g.index_bytes as usize)?;
-                    let m = self.values.raw(g.mask_bytes())?;
-                    for r in &insn.refs {
-                        for e in 0..g.count() {
-                            if !g.active(m, e, r.size) {
-                                continue;
-                            }
-                            let off = g.index_value(idx, e).wrapping_mul(r.addr.scale as u64);
-                            sink.mem(&MemEvent {
-                                thread: self.thread,
-                                pc: insn.pc,
-                                addr: r.addr.eval(&self.vals).wrapping_add(off) & mask,
-                                size: r.size,
-                                access: r.access,
-                                conditional: false,
-                            })?;
-                        }
-                    }
-                }
+            } else {
+                self.status = status;
+                self.special(&plan_ref.insns[step.insn as usize], stop == Some(step.insn), sink)?;
+                status = self.status;
+                self.batch.reserve(fb.refs as usize);
             }
         }
         if stop.is_none() {
-            self.status &= !plan.tail_expired.bits();
-            self.adjust(&plan.tail_adjust);
+            status &= !fb.tail_expired;
+            if fb.tail_adjust.0 != fb.tail_adjust.1 {
+                self.adjust(&flat.adjust[fb.tail_adjust.0 as usize..fb.tail_adjust.1 as usize]);
+            }
+        }
+        self.status = status;
+        if !self.batch.is_empty() {
+            sink.refs(&self.batch)?;
+        }
+        Ok(())
+    }
+
+    /// A rep string or a gather, whose references depend on values beyond the registers.
+    #[inline(never)]
+    fn special<S: Sink>(&mut self, insn: &Insn, interrupted_here: bool, sink: &mut S) -> Result<(), StepFault> {
+        let mask = self.mask;
+        match insn.special {
+            Special::None => unreachable!("flat plans mark only special instructions"),
+            Special::Rep(rep) => {
+                let pre = self.vals[rep.post.index()];
+                let post = self.values.next()?;
+                let delta = post.wrapping_sub(pre) & mask;
+                let (dir, bytes) = if delta == 0 || delta <= mask / 2 {
+                    (1i64, delta)
+                } else {
+                    (-1i64, mask.wrapping_sub(delta).wrapping_add(1) & mask)
+                };
+                if bytes > MAX_REP_BYTES {
+                    return Err(StepFault::Implausible(format!(
+                        "rep string at {:#x} would move {bytes} bytes (pointer {pre:#x} -> {post:#x})",
+                        insn.pc
+                    )));
+                }
+                let count = bytes / rep.elem as u64 + interrupted_here as u64;
+                // Each reference advances linearly from its start address; only a
+                // 32-bit address size needs the wrap recomputed per iteration.
+                // String instructions have at most two references (movs, cmps).
+                let regs = &self.vals[..NUM_REGS];
+                let mut starts = [(0u64, false); 2];
+                for (s, r) in starts.iter_mut().zip(&insn.refs) {
+                    *s = (r.addr.eval(regs), r.addr.addr_bits == 64);
+                }
+                let base: [u64; NUM_REGS] = regs.try_into().unwrap();
+                for k in 0..count {
+                    let step_bytes = (k as i64 * dir * rep.elem as i64) as u64;
+                    for (r, &(start, linear)) in insn.refs.iter().zip(&starts) {
+                        let addr = if linear {
+                            start.wrapping_add(step_bytes)
+                        } else {
+                            let mut regs = base;
+                            if let Some(p) = r.addr.base.map(|b| b.reg) {
+                                regs[p.index()] = regs[p.index()].wrapping_add(step_bytes);
+                            }
+                            r.addr.eval(&regs)
+                        };
+                        self.batch.push(MemEvent { pc: insn.pc, addr: addr & mask, size: r.size, access: r.access, conditional: false });
+                    }
+                    if self.batch.len() >= BATCH {
+                        sink.refs(&self.batch)?;
+                        self.batch.clear();
+                    }
+                }
+                self.vals[rep.post.index()] = post;
+                self.status |= 1 << rep.post.index();
+                if let Some(o) = rep.other {
+                    self.vals[o.index()] = self.vals[o.index()].wrapping_add(post.wrapping_sub(pre)) & mask;
+                }
+            }
+            Special::Gather(g) => {
+                let idx = self.values.raw(g.index_bytes as usize)?;
+                let m = self.values.raw(g.mask_bytes())?;
+                for r in &insn.refs {
+                    for e in 0..g.count() {
+                        if !g.active(m, e, r.size) {
+                            continue;
+                        }
+                        let off = g.index_value(idx, e).wrapping_mul(r.addr.scale as u64);
+                        self.batch.push(MemEvent {
+                            pc: insn.pc,
+                            addr: r.addr.eval(&self.vals[..NUM_REGS]).wrapping_add(off) & mask,
+                            size: r.size,
+                            access: r.access,
+                            conditional: false,
+                        });
+                    }
+                }
+            }
         }
         Ok(())
     }

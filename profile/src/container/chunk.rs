@@ -6,19 +6,49 @@
 //!
 //! ```text
 //!   0 thread u32        4 seq u32          8 hi u64
-//!  16 status u32 (bit n: register n current at the start)   20 flags u32 (bit 0: last chunk)
+//!  16 status u32 (bit n: register n current at the start)
+//!  20 flags u32 (bit 0: last chunk; bits 8.., 16.., 24..: codec of tags, values, truth)
 //!  24 regs [u64; 18]   (rax..r15, fs_base, gs_base)
 //! 168 tags   raw_len u64, comp_len u64
 //! 184 values raw_len u64, comp_len u64
 //! 200 truth  raw_len u64, comp_len u64
 //! ```
 
+use crate::packing;
 use crate::regs::NUM_REGS;
+use crate::Width;
 
 /// Bytes in a chunk header.
 pub const CHUNK_HEADER_LEN: usize = 216;
 /// Flag: the thread's last chunk (it ended normally).
 pub const FLAG_LAST: u32 = 1;
+
+/// How a section's bytes are stored (a byte of the chunk flags per section).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Codec {
+    /// One zstd frame of the raw bytes.
+    Zstd = 0,
+    /// Words packed by [`packing`], then one zstd frame.
+    PackedZstd = 1,
+}
+
+impl Codec {
+    fn from_u8(b: u8) -> Option<Codec> {
+        match b {
+            0 => Some(Codec::Zstd),
+            1 => Some(Codec::PackedZstd),
+            _ => None,
+        }
+    }
+}
+
+/// zstd level of packed DEP_m: packing leaves little for a stronger level to find, and a
+/// fast level decompresses about twice as fast (FORMAT.md has the measurement).
+pub const PACKED_VALUES_LEVEL: i32 = -3;
+
+fn flag_shift(s: Section) -> u32 {
+    8 + 8 * s as u32
+}
 
 /// The three streams of a chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -58,19 +88,31 @@ pub struct ChunkData<'a> {
 }
 
 impl ChunkData<'_> {
-    /// The record payload, each section compressed with zstd at `level`.
-    pub fn encode(&self, level: i32) -> std::io::Result<Vec<u8>> {
+    /// The record payload: DEP_m packed into `width`-sized words then compressed with zstd at
+    /// [`PACKED_VALUES_LEVEL`], the other sections with zstd at `level`.
+    pub fn encode(&self, width: Width, level: i32) -> std::io::Result<Vec<u8>> {
         let sections = [self.tags, self.values, self.truth];
         let mut frames = Vec::with_capacity(3);
-        for s in sections {
-            frames.push(if s.is_empty() { Vec::new() } else { zstd::bulk::compress(s, level)? });
+        let mut flags = if self.last { FLAG_LAST } else { 0 };
+        for (s, bytes) in Section::ALL.into_iter().zip(sections) {
+            if bytes.is_empty() {
+                frames.push(Vec::new());
+            } else if s == Section::Values && bytes.len() % width.bytes() == 0 {
+                // (A stream of partial words, which no collector writes, is stored plain.)
+                let mut packed = Vec::new();
+                packing::pack(bytes, width.bytes(), &mut packed).map_err(std::io::Error::other)?;
+                frames.push(zstd::bulk::compress(&packed, PACKED_VALUES_LEVEL)?);
+                flags |= (Codec::PackedZstd as u32) << flag_shift(s);
+            } else {
+                frames.push(zstd::bulk::compress(bytes, level)?);
+            }
         }
         let mut b = Vec::with_capacity(CHUNK_HEADER_LEN + frames.iter().map(Vec::len).sum::<usize>());
         b.extend_from_slice(&self.thread.to_le_bytes());
         b.extend_from_slice(&self.seq.to_le_bytes());
         b.extend_from_slice(&self.hi.to_le_bytes());
         b.extend_from_slice(&self.status.to_le_bytes());
-        b.extend_from_slice(&(if self.last { FLAG_LAST } else { 0 }).to_le_bytes());
+        b.extend_from_slice(&flags.to_le_bytes());
         for r in self.regs {
             b.extend_from_slice(&r.to_le_bytes());
         }
@@ -90,6 +132,8 @@ impl ChunkData<'_> {
 #[derive(Clone, Copy, Debug)]
 pub struct ChunkView<'a> {
     payload: &'a [u8],
+    /// The profile's width: the word size of packed sections.
+    width: Width,
 }
 
 fn u32_at(b: &[u8], o: usize) -> u32 {
@@ -102,13 +146,18 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
 
 impl<'a> ChunkView<'a> {
     /// Checks the layout of a chunk payload; the error says what is wrong.
-    pub fn parse(payload: &'a [u8]) -> Result<Self, String> {
+    pub fn parse(payload: &'a [u8], width: Width) -> Result<Self, String> {
         if payload.len() < CHUNK_HEADER_LEN {
             return Err(format!("chunk of {} bytes is shorter than its {CHUNK_HEADER_LEN}-byte header", payload.len()));
         }
-        let v = ChunkView { payload };
+        let v = ChunkView { payload, width };
         let mut need = CHUNK_HEADER_LEN as u64;
+        let flags = u32_at(payload, 20);
+        if flags & !(FLAG_LAST | 0xff_ff_ff_00) != 0 {
+            return Err(format!("unknown chunk flags {flags:#x}"));
+        }
         for s in Section::ALL {
+            v.codec(s)?;
             let (raw, comp) = v.lens(s);
             if (raw == 0) != (comp == 0) {
                 return Err(format!("{} section sizes are inconsistent (raw {raw}, compressed {comp})", s.name()));
@@ -148,6 +197,12 @@ impl<'a> ChunkView<'a> {
         std::array::from_fn(|i| u64_at(self.payload, 24 + 8 * i))
     }
 
+    /// How a section is stored.
+    pub fn codec(&self, s: Section) -> Result<Codec, String> {
+        let b = (u32_at(self.payload, 20) >> flag_shift(s)) as u8;
+        Codec::from_u8(b).ok_or_else(|| format!("{} section has unknown codec {b}", s.name()))
+    }
+
     /// Raw and compressed length of a section.
     pub fn lens(&self, s: Section) -> (u64, u64) {
         let o = 168 + 16 * s as usize;
@@ -167,8 +222,10 @@ impl<'a> ChunkView<'a> {
         unreachable!()
     }
 
-    /// Decompresses a section into `out` (cleared first).
-    pub fn decompress_into(&self, s: Section, out: &mut Vec<u8>) -> Result<(), String> {
+    /// Decompresses a section into `out` (cleared first), unpacking it if it is packed;
+    /// `mid` is scratch space for that.
+    pub fn decompress_into(&self, s: Section, out: &mut Vec<u8>, mid: &mut Vec<u8>) -> Result<(), String> {
+        let width = self.width;
         out.clear();
         let (raw, _) = self.lens(s);
         if raw == 0 {
@@ -177,11 +234,24 @@ impl<'a> ChunkView<'a> {
         if raw > (1 << 40) {
             return Err(format!("{} section claims {raw} bytes", s.name()));
         }
-        out.reserve(raw as usize);
         let mut d = zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?;
-        let n = d.decompress_to_buffer(self.compressed(s), out).map_err(|e| format!("{} section does not decompress: {e}", s.name()))?;
-        if n as u64 != raw {
-            return Err(format!("{} section decompresses to {n} bytes, header says {raw}", s.name()));
+        let undo = |e: std::io::Error| format!("{} section does not decompress: {e}", s.name());
+        match self.codec(s)? {
+            Codec::Zstd => {
+                out.reserve(raw as usize);
+                let n = d.decompress_to_buffer(self.compressed(s), out).map_err(undo)?;
+                if n as u64 != raw {
+                    return Err(format!("{} section decompresses to {n} bytes, header says {raw}", s.name()));
+                }
+            }
+            Codec::PackedZstd => {
+                // Packed words are at most one byte longer per four words than the words.
+                let bound = raw as usize + (raw as usize).div_ceil(4 * width.bytes()) + 8;
+                mid.clear();
+                mid.reserve(bound);
+                d.decompress_to_buffer(self.compressed(s), mid).map_err(undo)?;
+                packing::unpack(mid, width.bytes(), raw as usize, out).map_err(|e| format!("{} section: {e}", s.name()))?;
+            }
         }
         Ok(())
     }
@@ -189,7 +259,7 @@ impl<'a> ChunkView<'a> {
     /// Decompresses a section.
     pub fn decompress(&self, s: Section) -> Result<Vec<u8>, String> {
         let mut v = Vec::new();
-        self.decompress_into(s, &mut v)?;
+        self.decompress_into(s, &mut v, &mut Vec::new())?;
         Ok(v)
     }
 }

@@ -13,7 +13,7 @@ pub mod meta;
 pub mod reader;
 pub mod writer;
 
-pub use chunk::{ChunkData, ChunkView, Section};
+pub use chunk::{ChunkData, ChunkView, Codec, Section, CHUNK_HEADER_LEN, PACKED_VALUES_LEVEL};
 pub use meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ParentLink, ThreadEvent};
 pub use reader::{ChunkRef, Profile, ThreadInfo};
 pub use writer::ProfileWriter;
@@ -22,8 +22,10 @@ use thiserror::Error;
 
 /// First 8 bytes of every profile.
 pub const MAGIC: &[u8; 8] = b"DEPPROF\0";
-/// The format version this library reads and writes.
-pub const VERSION: u16 = 1;
+/// The format version this library writes.
+pub const VERSION: u16 = 2;
+/// The oldest format version this library reads (version 1 has no packed DEP_m).
+pub const OLDEST_VERSION: u16 = 1;
 /// Bytes in the file header.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Bytes in a record header.
@@ -70,7 +72,7 @@ pub enum ProfileError {
     Io { path: String, err: std::io::Error },
     #[error("{path}: not a DEP profile ({why})")]
     NotAProfile { path: String, why: String },
-    #[error("{path}: unknown format version {version} (this dep reads version {VERSION})")]
+    #[error("{path}: unknown format version {version} (this dep reads versions {OLDEST_VERSION} to {VERSION})")]
     Version { path: String, version: u16 },
     #[error("{path}: record at byte {offset}: {why}")]
     Record { path: String, offset: u64, why: String },

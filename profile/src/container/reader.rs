@@ -2,7 +2,7 @@
 
 use super::chunk::ChunkView;
 use super::meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ThreadEvent, BLOCK_HEADER_LEN};
-use super::{padding, ProfileError, RecordKind, FILE_HEADER_LEN, MAGIC, RECORD_HEADER_LEN, RECORD_MAGIC, VERSION};
+use super::{padding, ProfileError, RecordKind, FILE_HEADER_LEN, MAGIC, RECORD_HEADER_LEN, RECORD_MAGIC, OLDEST_VERSION, VERSION};
 use crate::Width;
 use memmap2::Mmap;
 use std::collections::HashMap;
@@ -76,7 +76,7 @@ impl Profile {
             return Err(not("bad magic"));
         }
         let version = u16::from_le_bytes([map[8], map[9]]);
-        if version != VERSION {
+        if !(OLDEST_VERSION..=VERSION).contains(&version) {
             return Err(ProfileError::Version { path, version });
         }
         let width = Width::from_bits(map[10]).ok_or_else(|| not(&format!("address width {} is neither 32 nor 64", map[10])))?;
@@ -211,7 +211,7 @@ impl Profile {
         if crc32fast::hash(payload) != c.crc {
             return Err(err("checksum mismatch".into()));
         }
-        ChunkView::parse(payload).map_err(err)
+        ChunkView::parse(payload, self.width).map_err(err)
     }
 
     /// Builds the chunk error for a problem found while decoding it.

@@ -9,12 +9,13 @@ use std::io::Write;
 /// Writes a profile record by record; every record is complete once its call returns.
 pub struct ProfileWriter<W: Write> {
     out: W,
+    width: Width,
     level: i32,
     written: u64,
 }
 
 impl<W: Write> ProfileWriter<W> {
-    /// Writes the file header; chunks are compressed with zstd at `level`.
+    /// Writes the file header; chunk sections other than DEP_m are compressed with zstd at `level`.
     pub fn new(mut out: W, width: Width, level: i32) -> Result<Self, ProfileError> {
         let mut h = Vec::with_capacity(16);
         h.extend_from_slice(MAGIC);
@@ -23,7 +24,7 @@ impl<W: Write> ProfileWriter<W> {
         h.push(0);
         h.extend_from_slice(&0u32.to_le_bytes());
         out.write_all(&h)?;
-        Ok(ProfileWriter { out, level, written: h.len() as u64 })
+        Ok(ProfileWriter { out, width, level, written: h.len() as u64 })
     }
 
     /// Appends one record with an already-encoded payload.
@@ -68,11 +69,16 @@ impl<W: Write> ProfileWriter<W> {
 
     /// Compresses and appends a chunk.
     pub fn chunk(&mut self, c: &ChunkData) -> Result<(), ProfileError> {
-        let payload = c.encode(self.level)?;
+        let payload = c.encode(self.width, self.level)?;
         self.record(RecordKind::Chunk, &payload)
     }
 
     /// Bytes written so far.
+    /// Address width of the profile being written.
+    pub fn width(&self) -> Width {
+        self.width
+    }
+
     pub fn written(&self) -> u64 {
         self.written
     }

@@ -1,0 +1,183 @@
+//! Block plans flattened for the recovery loop: every block's steps, adjustments and
+//! references in three contiguous arrays, with addresses evaluated without branches.
+//!
+//! [`BlockPlan`] stays the definition (shared with the collector); this is only its layout
+//! for speed: a register that an address does not use reads a slot that is always zero, and
+//! register widths and address sizes become masks.
+
+use crate::events::MemEvent;
+use dep_profile::semantics::{Address, Special};
+use dep_profile::{BlockPlan, NUM_REGS};
+
+/// Index of the register slot that always holds zero.
+pub const ZERO: usize = NUM_REGS;
+/// Register slots the loop keeps: the registers and the zero slot, rounded up.
+pub const SLOTS: usize = 32;
+
+/// One block, as ranges into [`FlatPlans`]' arrays.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FlatBlock {
+    pub steps: (u32, u32),
+    pub tail_adjust: (u32, u32),
+    pub tail_expired: u32,
+    pub insns: u32,
+    /// References of a run through the whole block (for a rep string, one iteration's).
+    pub refs: u32,
+    /// The most DEP_m words a run through the block can read.
+    pub max_values: u32,
+    /// A step is a rep string or a gather.
+    pub special: bool,
+}
+
+/// One step: the register work before an instruction, and its references.
+#[derive(Clone, Copy, Debug)]
+pub struct FlatStep {
+    pub expired: u32,
+    pub used: u32,
+    pub adjust: (u32, u32),
+    pub refs: (u32, u32),
+    pub insn: u16,
+    /// The instruction is a rep string or a gather: handled from the [`BlockPlan`].
+    pub special: bool,
+}
+
+/// One reference's address expression and its fixed fields.
+#[derive(Clone, Copy, Debug)]
+pub struct FlatRef {
+    pub disp: u64,
+    pub base_mask: u64,
+    pub index_mask: u64,
+    pub addr_mask: u64,
+    pub scale: u64,
+    pub base: u8,
+    pub index: u8,
+    pub seg: u8,
+    /// `pc`, `size`, `access`, `conditional`, with `addr` 0.
+    pub event: MemEvent,
+}
+
+impl FlatRef {
+    fn new(pc: u64, a: &Address, size: u32, access: dep_profile::semantics::Access, conditional: bool) -> FlatRef {
+        let width_mask = |bits: u8| if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 };
+        FlatRef {
+            disp: a.disp,
+            base_mask: a.base.map_or(0, |b| width_mask(b.bits)),
+            index_mask: a.index.map_or(0, |i| width_mask(i.bits)),
+            addr_mask: width_mask(a.addr_bits),
+            scale: a.scale as u64,
+            base: a.base.map_or(ZERO, |b| b.reg.index()) as u8,
+            index: a.index.map_or(ZERO, |i| i.reg.index()) as u8,
+            seg: a.seg.map_or(ZERO, |s| s.index()) as u8,
+            event: MemEvent { pc, addr: 0, size, access, conditional },
+        }
+    }
+
+    /// The address, as [`Address::eval`] computes it.
+    #[inline(always)]
+    pub fn eval(&self, vals: &[u64; SLOTS]) -> u64 {
+        let b = vals[self.base as usize & (SLOTS - 1)] & self.base_mask;
+        let i = vals[self.index as usize & (SLOTS - 1)] & self.index_mask;
+        (self.disp.wrapping_add(b).wrapping_add(i.wrapping_mul(self.scale)) & self.addr_mask)
+            .wrapping_add(vals[self.seg as usize & (SLOTS - 1)])
+    }
+}
+
+/// Every decodable block of a profile, flattened; blocks are indexed as in the block table.
+#[derive(Default)]
+pub struct FlatPlans {
+    pub blocks: Vec<FlatBlock>,
+    pub steps: Vec<FlatStep>,
+    pub adjust: Vec<(u8, u64)>,
+    pub refs: Vec<FlatRef>,
+    /// The most references of any block without special steps.
+    pub max_refs: u32,
+}
+
+fn range<T>(v: &[T], start: usize) -> (u32, u32) {
+    (start as u32, v.len() as u32)
+}
+
+impl FlatPlans {
+    /// Appends a block (an undecodable one as an empty placeholder, never looked up).
+    pub fn push(&mut self, plan: Option<&BlockPlan>) {
+        let Some(plan) = plan else {
+            self.blocks.push(FlatBlock::default());
+            return;
+        };
+        let first_step = self.steps.len();
+        let mut refs = 0;
+        let mut max_values = 0;
+        let mut special = false;
+        for st in &plan.steps {
+            let insn = &plan.insns[st.insn as usize];
+            let a0 = self.adjust.len();
+            self.adjust.extend(st.adjust.iter().map(|&(r, d)| (r.index() as u8, d as u64)));
+            let adjust = range(&self.adjust, a0);
+            let r0 = self.refs.len();
+            self.refs.extend(insn.refs.iter().map(|r| FlatRef::new(insn.pc, &r.addr, r.size, r.access, r.conditional)));
+            refs += insn.refs.len() as u32;
+            max_values += st.used.bits().count_ones();
+            special |= insn.special != Special::None;
+            self.steps.push(FlatStep {
+                expired: st.expired.bits(),
+                used: st.used.bits(),
+                adjust,
+                refs: range(&self.refs, r0),
+                insn: st.insn,
+                special: insn.special != Special::None,
+            });
+        }
+        let a0 = self.adjust.len();
+        self.adjust.extend(plan.tail_adjust.iter().map(|&(r, d)| (r.index() as u8, d as u64)));
+        self.blocks.push(FlatBlock {
+            steps: range(&self.steps, first_step),
+            tail_adjust: range(&self.adjust, a0),
+            tail_expired: plan.tail_expired.bits(),
+            insns: plan.insns.len() as u32,
+            refs,
+            max_values,
+            special,
+        });
+        if !special {
+            self.max_refs = self.max_refs.max(refs);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dep_profile::{Machine, Semantics};
+
+    /// Every address form evaluates as the plan's own [`Address::eval`] does.
+    #[test]
+    fn flat_eval_matches_address_eval() {
+        // mov rax,[rbx+rcx*4+8]; mov eax,[ebx+ecx*2-4]; mov rax,fs:[rax+8]; mov [rip+0x10],al;
+        // xlat; mov rax,[rsp]; movsb (addr32)
+        let code: &[u8] = &[
+            0x48, 0x8b, 0x44, 0x8b, 0x08, 0x67, 0x8b, 0x44, 0x4b, 0xfc, 0x64, 0x48, 0x8b, 0x40, 0x08, 0x88, 0x05, 0x10, 0, 0, 0, 0xd7,
+            0x48, 0x8b, 0x04, 0x24, 0x67, 0xa4,
+        ];
+        let mut sem = Semantics::new(Machine::x86_64(1024));
+        let plan = BlockPlan::build(&mut sem, 0x40_1000, code, None).unwrap();
+        let mut fp = FlatPlans::default();
+        fp.push(Some(&plan));
+        let mut vals = [0u64; SLOTS];
+        let mut state = 0x1234_5678_9abc_def1u64;
+        for _ in 0..200 {
+            for v in vals.iter_mut().take(NUM_REGS) {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                *v = state;
+            }
+            let mut k = 0;
+            for insn in &plan.insns {
+                for r in &insn.refs {
+                    assert_eq!(fp.refs[k].eval(&vals), r.addr.eval(&vals[..NUM_REGS]), "insn at {:#x}", insn.pc);
+                    assert_eq!(fp.refs[k].event.pc, insn.pc);
+                    k += 1;
+                }
+            }
+            assert_eq!(k, fp.refs.len());
+        }
+    }
+}
