@@ -78,6 +78,7 @@ COLUMNS = [
     ("truth", "truth", "truth_s", "native_s"),
     ("valgrind_none", "vg none", "valgrind_none_s", "native_s"),
     ("recover_null", "rec null", "recover_null_s", "native_s"),
+    ("recover_null_1", "rec 1core", "recover_null_1_s", "native_s"),
     ("record_small", "record/s", "record_small_s", "native_small_s"),
     ("truth_small", "truth/s", "truth_small_s", "native_small_s"),
     ("recover_binary_small", "recbin/s", "recover_binary_small_s", "native_small_s"),
@@ -89,6 +90,7 @@ LEGEND = {
     "truth": "dep record --truth --discard",
     "valgrind_none": "valgrind --tool=none",
     "recover_null": "dep recover --format null",
+    "recover_null_1": "dep recover --format null --jobs 1 (one core)",
     "record_small": "dep record -o P (small size)",
     "truth_small": "dep record --truth -o P2 (small size)",
     "recover_binary_small": "dep recover --format binary -o F (small size)",
@@ -576,6 +578,9 @@ def measure(name, spec, args, workdir, result, save):
     step("record", "dep record -o P", record)
     if "record_s" in result:
         step("recover_null", "dep recover P --format null", recover_null)
+        step("recover_null_1", "dep recover P --format null --jobs 1",
+             lambda: timed("recover_null_1", [DEP, "recover", profile, "--format", "null",
+                                              "--jobs", "1"]))
     else:
         skipped["recover_null"] = "no profile (dep record failed)"
     remove_profile(profile)
@@ -697,14 +702,15 @@ def tables(results, names, paper, quick):
     pap = {"discard": paper["table1_dep_slowdown_mean"],
            "record": paper["collection_slowdown"],
            "truth": paper["table1_bbpc_memaddr_slowdown_mean"],
-           "recover_null": paper["recovery_slowdown"]}
+           "recover_null": paper["recovery_slowdown"], "recover_null_1": paper["recovery_slowdown"]}
     lines.append("paper".ljust(w0) + "".rjust(9)
                  + "".join((fmt_ratio(pap[k], 9) if k in pap else "".rjust(9))
                            for k, _, _, _ in COLUMNS))
     lines.append("  columns: discard = dep record --discard; record = dep record -o P (zstd, on "
                  "disk); truth = dep record --truth --discard;")
-    lines.append("  vg none = valgrind --tool=none; rec null = dep recover P --format null; "
-                 "record/s, truth/s (dep record --truth -o P2),")
+    lines.append("  vg none = valgrind --tool=none; rec null = dep recover P --format null (all "
+                 "cores); rec 1core = the same with --jobs 1;")
+    lines.append("  record/s, truth/s (dep record --truth -o P2),")
     lines.append("  recbin/s (dep recover --format binary -o FILE) at the small size; "
                  "lackey/t = valgrind --tool=lackey --trace-mem=yes, tiny size")
     lines.append(f"  paper: discard <- Table 1 DEP mean {paper['table1_dep_slowdown_mean']:.2f}x "

@@ -41,6 +41,9 @@ enum Cmd {
         format: String,
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// Recovery threads (0: one per core). Chunks recover in parallel; output keeps its order.
+        #[arg(short, long, default_value_t = 0)]
+        jobs: usize,
     },
     /// Instruction, block and reference counts and stream sizes against the paper's baselines.
     Stats {
@@ -148,7 +151,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Record { output, truth, discard, program } => record(output, truth, discard, program),
-        Cmd::Recover { profile, truth, format, output } => recover(&profile, truth, &format, output.as_deref()),
+        Cmd::Recover { profile, truth, format, output, jobs } => recover(&profile, truth, &format, output.as_deref(), jobs),
         Cmd::Stats { profile, json, no_compress } => stats(&profile, json, !no_compress),
         Cmd::Dcfg { .. } => not_built("dcfg"),
         Cmd::Wet { .. } => not_built("wet"),
@@ -194,10 +197,10 @@ fn check_truncated(p: &dep_profile::container::Profile) -> Result<()> {
     Ok(())
 }
 
-fn recover(profile: &std::path::Path, truth: bool, format: &str, output: Option<&std::path::Path>) -> Result<ExitCode> {
+fn recover(profile: &std::path::Path, truth: bool, format: &str, output: Option<&std::path::Path>, jobs: usize) -> Result<ExitCode> {
     use dep_recover::{Format, Recovery, Renderer, Source};
     let p = dep_profile::container::Profile::open(profile)?;
-    let rec = Recovery::new(&p, 0);
+    let rec = Recovery::new(&p, jobs);
     let source = if truth { Source::Truth } else { Source::Dep };
     if format == "null" {
         // Recovery alone, for timing it: per-chunk counts summed, nothing written.
@@ -213,7 +216,10 @@ fn recover(profile: &std::path::Path, truth: bool, format: &str, output: Option<
             &|_| {},
         )?;
         let c = total.into_inner().unwrap();
-        eprintln!("dep: recovered {} blocks, {} instructions, {} reads, {} writes", c.blocks, c.instructions, c.reads, c.writes);
+        eprintln!(
+            "dep: recovered {} blocks, {} instructions, {} reads, {} writes, checksum {:016x}",
+            c.blocks, c.instructions, c.reads, c.writes, c.checksum
+        );
         check_truncated(&p)?;
         return Ok(ExitCode::SUCCESS);
     }

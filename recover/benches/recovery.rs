@@ -1,6 +1,8 @@
 //! Throughput of recovery, in memory references per second, on simulated profiles: the
 //! recovery loop alone (the null `Counts` sink), with text rendering to `io::sink()`, the
-//! statistics sink, and chunk-parallel `run_ordered` with 1 and 2 workers.
+//! statistics sink, and chunk-parallel `run_ordered` with 1 and 2 workers; and on profiles
+//! recorded from real programs (gzip compressing 4 MB of text, a Python loop) when the
+//! workspace's release `dep` and its collector are built (`cargo build --release`).
 //!
 //! Run with `cargo bench -p dep-recover --bench recovery` (add `-- --quick` for a fast pass).
 
@@ -100,5 +102,72 @@ fn parallel(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, sequential, parallel);
+/// Text that compresses like prose: words drawn from a small skewed vocabulary.
+fn prose(bytes: usize) -> Vec<u8> {
+    let words = ["the", "profile", "of", "a", "memory", "reference", "and", "block", "register", "value", "is", "recovered", "x86"];
+    let mut rng = Rng::new(7);
+    let mut out = Vec::with_capacity(bytes + 16);
+    while out.len() < bytes {
+        let w = words[(rng.below(words.len() as u64) * rng.below(words.len() as u64) / words.len() as u64) as usize];
+        out.extend_from_slice(w.as_bytes());
+        out.push(if rng.below(12) == 0 { b'\n' } else { b' ' });
+    }
+    out
+}
+
+/// Records `argv` with the workspace's `dep record`, or says why it cannot.
+fn record(dep: &Path, out: &Path, argv: &[&str]) -> Result<Profile, String> {
+    let st = std::process::Command::new(dep)
+        .arg("record")
+        .arg("-o")
+        .arg(out)
+        .arg("--")
+        .args(argv)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .map_err(|e| format!("running {}: {e}", dep.display()))?;
+    if !st.success() {
+        return Err(format!("dep record {argv:?} failed: {st}"));
+    }
+    Profile::open(out).map_err(|e| e.to_string())
+}
+
+fn recorded(c: &mut Criterion) {
+    let dep = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/dep");
+    if !dep.exists() {
+        eprintln!("recorded profiles: skipped, {} is not built (cargo build --release)", dep.display());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("text");
+    std::fs::write(&text, prose(4 << 20)).unwrap();
+    let programs: [(&str, Vec<&str>); 2] = [
+        ("gzip", vec!["gzip", "-c", text.to_str().unwrap()]),
+        ("python3", vec!["python3", "-c", "d={}\nfor i in range(300000): d[i%1000]=d.get(i%1000,0)+i*i\nprint(len(d))"]),
+    ];
+    let mut g = c.benchmark_group("recorded");
+    g.sample_size(10).measurement_time(Duration::from_secs(10)).warm_up_time(Duration::from_secs(1));
+    for (name, argv) in programs {
+        let p = match record(&dep, &dir.path().join(format!("{name}.dep")), &argv) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("recorded profiles: {name} skipped: {e}");
+                continue;
+            }
+        };
+        let n = counts(&Recovery::new(&p, 1));
+        let chunks: usize = p.threads.iter().map(|t| t.chunks.len()).sum();
+        eprintln!("recorded {name}: {} blocks, {} references, {chunks} chunks", n.blocks, n.reads + n.writes);
+        g.throughput(Throughput::Elements(n.reads + n.writes));
+        for workers in [1, 2] {
+            let rec = Recovery::new(&p, workers);
+            g.bench_with_input(BenchmarkId::new(format!("{name}_null_sink"), workers), &rec, |b, rec| {
+                b.iter(|| rec.run_ordered(Source::Dep, Counts::default, |_| Ok(Vec::new()), &mut std::io::sink(), &|_| {}).unwrap())
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, sequential, parallel, recorded);
 criterion_main!(benches);
