@@ -78,7 +78,7 @@ COLUMNS = [
     ("truth", "truth", "truth_s", "native_s"),
     ("valgrind_none", "vg none", "valgrind_none_s", "native_s"),
     ("recover_null", "rec null", "recover_null_s", "native_s"),
-    ("recover_null_1", "rec 1core", "recover_null_1_s", "native_s"),
+    ("recover_null_1", "rec 1cpu", "recover_null_1_s", "native_s"),
     ("record_small", "record/s", "record_small_s", "native_small_s"),
     ("truth_small", "truth/s", "truth_small_s", "native_small_s"),
     ("recover_binary_small", "recbin/s", "recover_binary_small_s", "native_small_s"),
@@ -709,7 +709,7 @@ def tables(results, names, paper, quick):
     lines.append("  columns: discard = dep record --discard; record = dep record -o P (zstd, on "
                  "disk); truth = dep record --truth --discard;")
     lines.append("  vg none = valgrind --tool=none; rec null = dep recover P --format null (all "
-                 "cores); rec 1core = the same with --jobs 1;")
+                 "cores); rec 1cpu = the same with --jobs 1;")
     lines.append("  record/s, truth/s (dep record --truth -o P2),")
     lines.append("  recbin/s (dep recover --format binary -o FILE) at the small size; "
                  "lackey/t = valgrind --tool=lackey --trace-mem=yes, tiny size")

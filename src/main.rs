@@ -227,7 +227,13 @@ fn recover(profile: &std::path::Path, truth: bool, format: &str, output: Option<
     let mut out = create_output(output)?;
     let pb = progress_bar(rec.chunks().len() as u64, if truth { "replaying truth" } else { "recovering" });
     out.write_all(fmt.header()).context("writing output")?;
-    let r = rec.run_ordered(source, || Renderer::new(fmt, Vec::new()), |r| r.finish(), &mut out, &|n| pb.inc(n));
+    let r = if rec.workers() == 1 {
+        // One thread: render straight into the output, no chunk-sized buffers.
+        let mut r = Renderer::new(fmt, &mut out);
+        rec.run_with_progress(source, &mut r, &|n| pb.inc(n)).and_then(|_| r.finish().map(|_| ()).map_err(dep_recover::RecoverError::Output))
+    } else {
+        rec.run_ordered(source, || Renderer::new(fmt, Vec::new()), |r| r.finish(), &mut out, &|n| pb.inc(n))
+    };
     pb.finish_and_clear();
     match r {
         Err(dep_recover::RecoverError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),

@@ -67,6 +67,15 @@ fn check_profile(p: &Path) -> (u64, u64) {
             counts.1 = n;
         }
     }
+    // The null sink's counts and reference checksum: recovered on one thread, replayed on all.
+    let null = |extra: &[&str]| {
+        let o = run(Command::new(dep()).args(["recover", p, "--format", "null"]).args(extra));
+        assert!(o.status.success(), "{p}: recover null failed: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let (rec, tru) = (null(&["--jobs", "1"]), null(&["--truth"]));
+    assert!(rec.contains("checksum"), "{p}: {rec}");
+    assert_eq!(rec, tru, "{p}: null-sink counts differ from the truth's");
     counts
 }
 

@@ -77,13 +77,24 @@ impl<'p> Recovery<'p> {
 
     /// Sends every event, in order, to one sink, on the calling thread.
     pub fn run<S: Sink>(&self, source: Source, sink: &mut S) -> Result<(), RecoverError> {
+        self.run_with_progress(source, sink, &|_| {})
+    }
+
+    /// [`run`](Self::run), calling `progress` as each chunk is done.
+    pub fn run_with_progress<S: Sink>(&self, source: Source, sink: &mut S, progress: &dyn Fn(u64)) -> Result<(), RecoverError> {
         self.check_source(source)?;
         let mut scratch = Scratch::default();
         let mut tb = Vec::new();
         for c in self.chunks() {
             self.chunk(&c, source, &mut scratch, &mut tb, sink)?;
+            progress(1);
         }
         Ok(())
+    }
+
+    /// Threads [`run_ordered`](Self::run_ordered) would use.
+    pub fn workers(&self) -> usize {
+        self.workers.min(self.chunks().len()).max(1)
     }
 
     /// Recovers chunks in parallel, each into a sink made by `make`; `finish` turns a sink

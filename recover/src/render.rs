@@ -118,11 +118,21 @@ impl<W: Write> Sink for Renderer<W> {
         match self.format {
             Format::Blocks => {}
             Format::Text => {
-                let mut thread = Vec::with_capacity(12);
-                push_dec(&mut thread, self.thread as u64);
-                thread.push(b' ');
+                // "<thread> " once per block, not per reference.
+                let mut prefix = [b' '; 11];
+                let mut n = 10;
+                let mut t = self.thread;
+                loop {
+                    n -= 1;
+                    prefix[n] = b'0' + (t % 10) as u8;
+                    t /= 10;
+                    if t == 0 {
+                        break;
+                    }
+                }
+                let prefix = &prefix[n..];
                 for m in refs {
-                    self.buf.extend_from_slice(&thread);
+                    self.buf.extend_from_slice(prefix);
                     push_hex(&mut self.buf, m.pc);
                     self.buf.extend_from_slice(if m.access == Access::Read { b" R " } else { b" W " });
                     push_hex(&mut self.buf, m.addr);
