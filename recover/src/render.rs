@@ -53,8 +53,8 @@ fn push_hex(out: &mut Vec<u8>, v: u64) {
     }
 }
 
-fn push_dec(out: &mut Vec<u8>, mut v: u64) {
-    let mut tmp = [0u8; 20];
+/// The decimal digits of `v`, at the end of `tmp`.
+fn dec(tmp: &mut [u8; 20], mut v: u64) -> &[u8] {
     let mut i = tmp.len();
     loop {
         i -= 1;
@@ -64,7 +64,11 @@ fn push_dec(out: &mut Vec<u8>, mut v: u64) {
             break;
         }
     }
-    out.extend_from_slice(&tmp[i..]);
+    &tmp[i..]
+}
+
+fn push_dec(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(dec(&mut [0; 20], v));
 }
 
 /// Renders events in one format into a byte buffer, flushed to `W` in large pieces.
@@ -119,18 +123,11 @@ impl<W: Write> Sink for Renderer<W> {
             Format::Blocks => {}
             Format::Text => {
                 // "<thread> " once per block, not per reference.
+                let mut tmp = [b' '; 20];
+                let digits = dec(&mut tmp, self.thread as u64).len();
                 let mut prefix = [b' '; 11];
-                let mut n = 10;
-                let mut t = self.thread;
-                loop {
-                    n -= 1;
-                    prefix[n] = b'0' + (t % 10) as u8;
-                    t /= 10;
-                    if t == 0 {
-                        break;
-                    }
-                }
-                let prefix = &prefix[n..];
+                prefix[10 - digits..10].copy_from_slice(&tmp[20 - digits..]);
+                let prefix = &prefix[10 - digits..];
                 for m in refs {
                     self.buf.extend_from_slice(prefix);
                     push_hex(&mut self.buf, m.pc);
