@@ -141,9 +141,15 @@ fn recorded(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let text = dir.path().join("text");
     std::fs::write(&text, prose(4 << 20)).unwrap();
+    // The interpreter itself, not a launcher script that would exec it into a second profile.
+    let python = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
     let programs: [(&str, Vec<&str>); 2] = [
         ("gzip", vec!["gzip", "-c", text.to_str().unwrap()]),
-        ("python3", vec!["python3", "-c", "d={}\nfor i in range(300000): d[i%1000]=d.get(i%1000,0)+i*i\nprint(len(d))"]),
+        ("python3", vec![&python, "-c", "d={}\nfor i in range(300000): d[i%1000]=d.get(i%1000,0)+i*i\nprint(len(d))"]),
     ];
     let mut g = c.benchmark_group("recorded");
     g.sample_size(10).measurement_time(Duration::from_secs(10)).warm_up_time(Duration::from_secs(1));
