@@ -39,6 +39,8 @@ pub struct FlatStep {
     pub insn: u16,
     /// The instruction is a rep string or a gather: handled from the [`BlockPlan`].
     pub special: bool,
+    /// Every reference is [`FlatRef::simple`].
+    pub simple: bool,
 }
 
 /// One reference's address expression and its fixed fields.
@@ -52,6 +54,10 @@ pub struct FlatRef {
     pub base: u8,
     pub index: u8,
     pub seg: u8,
+    /// log2 of `scale`.
+    pub shift: u8,
+    /// 64-bit registers and address size, no segment base: `disp + base + index << shift`.
+    pub simple: bool,
     /// `pc`, `size`, `access`, `conditional`, with `addr` 0.
     pub event: MemEvent,
 }
@@ -59,6 +65,12 @@ pub struct FlatRef {
 impl FlatRef {
     fn new(pc: u64, a: &Address, size: u32, access: dep_profile::semantics::Access, conditional: bool) -> FlatRef {
         let width_mask = |bits: u8| if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 };
+        let scale = if a.index.is_some() { a.scale } else { 1 };
+        let simple = a.seg.is_none()
+            && a.addr_bits >= 64
+            && a.base.is_none_or(|b| b.bits >= 64)
+            && a.index.is_none_or(|i| i.bits >= 64)
+            && scale.is_power_of_two();
         FlatRef {
             disp: a.disp,
             base_mask: a.base.map_or(0, |b| width_mask(b.bits)),
@@ -68,8 +80,18 @@ impl FlatRef {
             base: a.base.map_or(ZERO, |b| b.reg.index()) as u8,
             index: a.index.map_or(ZERO, |i| i.reg.index()) as u8,
             seg: a.seg.map_or(ZERO, |s| s.index()) as u8,
+            shift: scale.trailing_zeros() as u8,
+            simple,
             event: MemEvent { pc, addr: 0, size, access, conditional },
         }
+    }
+
+    /// The address of a [`simple`](Self::simple) reference.
+    #[inline(always)]
+    pub fn eval_simple(&self, vals: &[u64; SLOTS]) -> u64 {
+        self.disp
+            .wrapping_add(vals[self.base as usize & (SLOTS - 1)])
+            .wrapping_add(vals[self.index as usize & (SLOTS - 1)] << (self.shift & 63))
     }
 
     /// The address, as [`Address::eval`] computes it.
@@ -115,6 +137,7 @@ impl FlatPlans {
             let adjust = range(&self.adjust, a0);
             let r0 = self.refs.len();
             self.refs.extend(insn.refs.iter().map(|r| FlatRef::new(insn.pc, &r.addr, r.size, r.access, r.conditional)));
+            let simple = self.refs[r0..].iter().all(|r| r.simple);
             refs += insn.refs.len() as u32;
             max_values += st.used.bits().count_ones();
             special |= insn.special != Special::None;
@@ -125,6 +148,7 @@ impl FlatPlans {
                 refs: range(&self.refs, r0),
                 insn: st.insn,
                 special: insn.special != Special::None,
+                simple,
             });
         }
         let a0 = self.adjust.len();
@@ -172,12 +196,19 @@ mod tests {
             let mut k = 0;
             for insn in &plan.insns {
                 for r in &insn.refs {
-                    assert_eq!(fp.refs[k].eval(&vals), r.addr.eval(&vals[..NUM_REGS]), "insn at {:#x}", insn.pc);
+                    let want = r.addr.eval(&vals[..NUM_REGS]);
+                    assert_eq!(fp.refs[k].eval(&vals), want, "insn at {:#x}", insn.pc);
+                    if fp.refs[k].simple {
+                        assert_eq!(fp.refs[k].eval_simple(&vals), want, "insn at {:#x}", insn.pc);
+                    }
                     assert_eq!(fp.refs[k].event.pc, insn.pc);
                     k += 1;
                 }
             }
             assert_eq!(k, fp.refs.len());
         }
+        // rbx+rcx*4+8, rip-relative and rsp are simple; addr32, fs: and xlat's al are not.
+        let simple: Vec<bool> = fp.refs.iter().map(|r| r.simple).collect();
+        assert_eq!(simple, [true, false, false, true, false, true, false, false]);
     }
 }

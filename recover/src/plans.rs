@@ -63,6 +63,12 @@ impl Plans {
         self.find(addr, version).map(|i| self.plan(i))
     }
 
+    /// The plan at an index, if there is a decodable one.
+    #[inline]
+    pub fn get_plan(&self, i: u32) -> Option<&BlockPlan> {
+        self.plans.get(i as usize).and_then(|p| p.as_ref().ok())
+    }
+
     /// The plan at an index [`find`](Self::find) returned.
     #[inline]
     pub fn plan(&self, i: u32) -> &BlockPlan {
@@ -80,22 +86,33 @@ impl Plans {
 
 /// A small direct-mapped cache in front of [`Plans::get`], one per recovering thread.
 pub struct PlanCache {
-    slots: Vec<(u64, u32, u32)>,
+    slots: Box<[Slot; CACHE_SLOTS]>,
+}
+
+/// A cached block: address, code version, index, and whether the plain-block loop may run it.
+#[derive(Clone, Copy)]
+struct Slot {
+    addr: u64,
+    version: u32,
+    /// The index, or [`NOT_PLAIN`] set in it when the block is at a code version other
+    /// than 0 or has a special step.
+    id: u32,
 }
 
 const CACHE_SLOTS: usize = 4096;
+const NOT_PLAIN: u32 = 1 << 31;
 
 impl PlanCache {
     pub fn new() -> Self {
         // Address u64::MAX is never a block's (a block there would have no bytes).
-        PlanCache { slots: vec![(u64::MAX, 0, 0); CACHE_SLOTS] }
+        PlanCache { slots: Box::new([Slot { addr: u64::MAX, version: 0, id: 0 }; CACHE_SLOTS]) }
     }
 
-    /// A block at code version 0, if the cache holds it.
+    /// A cached block at code version 0 without special steps.
     #[inline(always)]
-    pub fn peek(&self, addr: u64) -> Option<u32> {
+    pub fn peek_plain(&self, addr: u64) -> Option<u32> {
         let s = &self.slots[Self::slot(addr)];
-        (s.0 == addr && s.1 == 0).then_some(s.2)
+        (s.addr == addr && s.id & NOT_PLAIN == 0).then_some(s.id)
     }
 
     #[inline(always)]
@@ -107,12 +124,17 @@ impl PlanCache {
     #[inline(always)]
     pub fn find<'a>(&mut self, plans: &'a Plans, addr: u64, version: u32) -> Result<u32, PlanMiss<'a>> {
         let s = &mut self.slots[Self::slot(addr)];
-        if s.0 == addr && s.1 == version {
-            return Ok(s.2);
+        if s.addr == addr && s.version == version {
+            return Ok(s.id & !NOT_PLAIN);
         }
-        let p = plans.find(addr, version)?;
-        *s = (addr, version, p);
-        Ok(p)
+        let id = plans.find(addr, version)?;
+        if id & NOT_PLAIN != 0 {
+            // Beyond 2^31 blocks the flag bit is taken: such blocks are looked up every time.
+            return Ok(id);
+        }
+        let plain = version == 0 && !plans.flat.blocks[id as usize].special;
+        *s = Slot { addr, version, id: if plain { id } else { id | NOT_PLAIN } };
+        Ok(id)
     }
 }
 

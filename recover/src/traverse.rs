@@ -203,26 +203,34 @@ impl Walker<'_> {
         debug_assert!(self.batch.capacity() >= flat.max_refs as usize);
         let out = self.batch.as_mut_ptr();
         let r = (|| {
-            while p + 2 <= bytes.len() {
-                let w = u16::from_le_bytes([bytes[p], bytes[p + 1]]);
-                // An escape: a control record, or an interruption record after this block.
-                if w == ESC || bytes.get(p + 2..p + 4) == Some(&[0, 0]) {
+            // Two words at a time: the block's L-tag and the word after it. The chunk's last
+            // block (no word after it) is left to the general walk.
+            while p + 4 <= bytes.len() {
+                // SAFETY: `p + 4 <= bytes.len()`.
+                let two = u32::from_le(unsafe { (bytes.as_ptr().add(p) as *const u32).read_unaligned() });
+                let w = two as u16;
+                // An escape: a control record, or one after this block (it may say where the
+                // block was interrupted).
+                if w == ESC || two >> 16 == ESC as u32 {
                     break;
                 }
                 let addr = hi | w as u64;
-                let Some(id) = cache.peek(addr) else { break };
-                let fb = &flat.blocks[id as usize];
-                if fb.special || values.len() - vp < 8 * fb.max_values as usize {
+                let Some(id) = cache.peek_plain(addr) else { break };
+                // SAFETY (all unchecked indexing below): `FlatPlans::push` builds every range
+                // inside its arrays, and the cache holds only indices `Plans::find` returned.
+                let fb = unsafe { flat.blocks.get_unchecked(id as usize) };
+                if values.len() - vp < 8 * fb.max_values as usize {
                     break;
                 }
                 p += 2;
-                let plan = plans.plan(id);
-                sink.block(&BlockEvent { thread: self.thread, addr, version: 0, plan: Some(plan), executed: fb.insns, interrupted: false })?;
+                // (Without a panic path, so a sink that ignores the plan does not pay for it.)
+                let plan = plans.get_plan(id);
+                sink.block(&BlockEvent { thread: self.thread, addr, version: 0, plan, executed: fb.insns, interrupted: false })?;
                 let mut k = 0usize;
-                for step in &flat.steps[fb.steps.0 as usize..fb.steps.1 as usize] {
+                for step in unsafe { flat.steps.get_unchecked(fb.steps.0 as usize..fb.steps.1 as usize) } {
                     status &= !step.expired;
                     if step.adjust.0 != step.adjust.1 {
-                        for &(r, d) in &flat.adjust[step.adjust.0 as usize..step.adjust.1 as usize] {
+                        for &(r, d) in unsafe { flat.adjust.get_unchecked(step.adjust.0 as usize..step.adjust.1 as usize) } {
                             let v = &mut vals[r as usize & (SLOTS - 1)];
                             *v = v.wrapping_add(d);
                         }
@@ -231,20 +239,29 @@ impl Walker<'_> {
                     while need != 0 {
                         let r = need.trailing_zeros() as usize;
                         need &= need - 1;
-                        // In bounds: the block's `max_values` words were checked above.
-                        vals[r & (SLOTS - 1)] = u64::from_le_bytes(values[vp..vp + 8].try_into().unwrap());
+                        debug_assert!(vp + 8 <= values.len());
+                        // SAFETY: the block's `max_values` words were checked to remain.
+                        vals[r & (SLOTS - 1)] = unsafe { (values.as_ptr().add(vp) as *const u64).read_unaligned() };
                         vp += 8;
                     }
                     status |= step.used;
-                    for r in &flat.refs[step.refs.0 as usize..step.refs.1 as usize] {
-                        // SAFETY: at most `fb.refs <= max_refs` writes, within the capacity.
-                        unsafe { out.add(k).write(MemEvent { addr: r.eval(vals), ..r.event }) };
-                        k += 1;
+                    let refs = unsafe { flat.refs.get_unchecked(step.refs.0 as usize..step.refs.1 as usize) };
+                    // SAFETY: at most `fb.refs <= max_refs` writes, within the capacity.
+                    if step.simple {
+                        for r in refs {
+                            unsafe { out.add(k).write(MemEvent { addr: r.eval_simple(vals), ..r.event }) };
+                            k += 1;
+                        }
+                    } else {
+                        for r in refs {
+                            unsafe { out.add(k).write(MemEvent { addr: r.eval(vals), ..r.event }) };
+                            k += 1;
+                        }
                     }
                 }
                 status &= !fb.tail_expired;
                 if fb.tail_adjust.0 != fb.tail_adjust.1 {
-                    for &(r, d) in &flat.adjust[fb.tail_adjust.0 as usize..fb.tail_adjust.1 as usize] {
+                    for &(r, d) in unsafe { flat.adjust.get_unchecked(fb.tail_adjust.0 as usize..fb.tail_adjust.1 as usize) } {
                         let v = &mut vals[r as usize & (SLOTS - 1)];
                         *v = v.wrapping_add(d);
                     }
