@@ -47,7 +47,7 @@ fn class_of(v: u64, last: u64) -> u8 {
 
 /// Packs `raw` (a whole number of `word`-byte little-endian words) into `out` (appended).
 pub fn pack(raw: &[u8], word: usize, out: &mut Vec<u8>) -> Result<(), PackError> {
-    if raw.len() % word != 0 {
+    if !raw.len().is_multiple_of(word) {
         return Err(PackError::Ragged(raw.len(), word));
     }
     out.reserve(raw.len() / 2 + raw.len() / (4 * word) + 1);
@@ -80,7 +80,7 @@ pub fn pack(raw: &[u8], word: usize, out: &mut Vec<u8>) -> Result<(), PackError>
 
 /// Unpacks `packed` into `raw_len` bytes of words, appended to `out`.
 pub fn unpack(packed: &[u8], word: usize, raw_len: usize, out: &mut Vec<u8>) -> Result<(), PackError> {
-    if raw_len % word != 0 {
+    if !raw_len.is_multiple_of(word) {
         return Err(PackError::Ragged(raw_len, word));
     }
     let words = raw_len / word;

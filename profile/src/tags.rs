@@ -219,7 +219,7 @@ impl<'a> TagDecoder<'a> {
     /// Moves to byte `pos`, which must follow whole items.
     #[inline]
     pub fn seek(&mut self, pos: usize) {
-        debug_assert!(pos % 2 == 0 && pos <= self.bytes.len());
+        debug_assert!(pos.is_multiple_of(2) && pos <= self.bytes.len());
         self.pos = pos;
     }
 

@@ -168,7 +168,8 @@ mod tests {
         r.block(&block(3)).unwrap();
         r.refs(&[MemEvent { pc: 0x401000, addr: 0, size: 8, access: Access::Write, conditional: false }]).unwrap();
         r.block(&block(0)).unwrap();
-        r.refs(&[MemEvent { pc: 0xffff_ffff_ffff_ffff, addr: 0x7ffc_dead_beef, size: 4096, access: Access::Read, conditional: true }]).unwrap();
+        r.refs(&[MemEvent { pc: 0xffff_ffff_ffff_ffff, addr: 0x7ffc_dead_beef, size: 4096, access: Access::Read, conditional: true }])
+            .unwrap();
         assert_eq!(String::from_utf8(r.finish().unwrap()).unwrap(), "3 0x401000 W 0x0 8\n0 0xffffffffffffffff R 0x7ffcdeadbeef 4096\n");
         let mut r = Renderer::new(Format::Binary, Vec::new());
         r.block(&block(1)).unwrap();

@@ -2,9 +2,9 @@
 //! values exactly when a block plan says so (paper section 6.2).
 
 use crate::events::{BlockEvent, Marker, MemEvent, Sink};
+use crate::flat::SLOTS;
 use crate::plans::{PlanCache, PlanMiss, Plans};
 use dep_profile::container::{ChunkView, Section};
-use crate::flat::SLOTS;
 use dep_profile::semantics::{Insn, Special};
 use dep_profile::tags::{Escape, TagDecoder, TagItem, ESC};
 use dep_profile::values::ValueReader;
@@ -91,7 +91,10 @@ pub fn recover_chunk<S: Sink>(
                     Ok(Some(TagItem::Escape(Escape::Interrupted { insn }))) => {
                         let n = plans.flat.blocks[id as usize].insns;
                         if insn as u32 >= n {
-                            return Err(ChunkFault::Malformed { word, what: format!("block {addr:#x} has {n} instructions, interrupted at {insn}") });
+                            return Err(ChunkFault::Malformed {
+                                word,
+                                what: format!("block {addr:#x} has {n} instructions, interrupted at {insn}"),
+                            });
                         }
                         stop = Some(insn);
                     }
@@ -299,7 +302,14 @@ impl Walker<'_> {
         let fb = flat.blocks[id as usize];
         let executed = stop.map_or(fb.insns, |s| s as u32 + 1);
         let plan_ref = plans.plan(id);
-        sink.block(&BlockEvent { thread: self.thread, addr: plan_ref.addr, version, plan: Some(plan_ref), executed, interrupted: stop.is_some() })?;
+        sink.block(&BlockEvent {
+            thread: self.thread,
+            addr: plan_ref.addr,
+            version,
+            plan: Some(plan_ref),
+            executed,
+            interrupted: stop.is_some(),
+        })?;
         let mut steps = &flat.steps[fb.steps.0 as usize..fb.steps.1 as usize];
         if let Some(s) = stop {
             steps = &steps[..steps.partition_point(|st| st.insn <= s)];
@@ -363,11 +373,8 @@ impl Walker<'_> {
                 let pre = self.vals[rep.post.index()];
                 let post = self.values.next()?;
                 let delta = post.wrapping_sub(pre) & mask;
-                let (dir, bytes) = if delta == 0 || delta <= mask / 2 {
-                    (1i64, delta)
-                } else {
-                    (-1i64, mask.wrapping_sub(delta).wrapping_add(1) & mask)
-                };
+                let (dir, bytes) =
+                    if delta == 0 || delta <= mask / 2 { (1i64, delta) } else { (-1i64, mask.wrapping_sub(delta).wrapping_add(1) & mask) };
                 if bytes > MAX_REP_BYTES {
                     return Err(StepFault::Implausible(format!(
                         "rep string at {:#x} would move {bytes} bytes (pointer {pre:#x} -> {post:#x})",

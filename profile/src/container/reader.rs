@@ -2,7 +2,7 @@
 
 use super::chunk::ChunkView;
 use super::meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ThreadEvent, BLOCK_HEADER_LEN};
-use super::{padding, ProfileError, RecordKind, FILE_HEADER_LEN, MAGIC, RECORD_HEADER_LEN, RECORD_MAGIC, OLDEST_VERSION, VERSION};
+use super::{padding, ProfileError, RecordKind, FILE_HEADER_LEN, MAGIC, OLDEST_VERSION, RECORD_HEADER_LEN, RECORD_MAGIC, VERSION};
 use crate::Width;
 use memmap2::Mmap;
 use std::collections::HashMap;
