@@ -97,7 +97,7 @@ impl ChunkData<'_> {
         for (s, bytes) in Section::ALL.into_iter().zip(sections) {
             if bytes.is_empty() {
                 frames.push(Vec::new());
-            } else if s == Section::Values && bytes.len() % width.bytes() == 0 {
+            } else if s == Section::Values && bytes.len().is_multiple_of(width.bytes()) {
                 // (A stream of partial words, which no collector writes, is stored plain.)
                 let mut packed = Vec::new();
                 packing::pack(bytes, width.bytes(), &mut packed).map_err(std::io::Error::other)?;
