@@ -276,3 +276,26 @@ fn packed_and_plain_values_read_alike() {
     bad[22] = 9;
     assert_eq!(ChunkView::parse(&bad, Width::W64).unwrap_err(), "DEP_m section has unknown codec 9");
 }
+
+/// A packed DEP_m that decompresses but does not unpack to its stated length is an error
+/// naming the section, not a panic or a short stream.
+#[test]
+fn damaged_packed_values_are_named() {
+    use dep_profile::container::{ChunkData, ChunkView, CHUNK_HEADER_LEN};
+    let values: Vec<u8> = (0..40u64).map(|i| i * 0x1_0000_0001).flat_map(|v| v.to_le_bytes()).collect();
+    let data = ChunkData { thread: 0, seq: 0, hi: 0, status: 0, last: false, regs: [0; 18], tags: &[], values: &values, truth: &[] };
+    let good = data.encode(Width::W64, 1).unwrap();
+    let v = ChunkView::parse(&good, Width::W64).unwrap();
+    let frame = v.compressed(Section::Values);
+    let packed = zstd::bulk::decompress(frame, 1 << 20).unwrap();
+    for (cut, extra) in [(1usize, &[][..]), (9, &[][..]), (0, &[7u8][..])] {
+        let bad_packed = [&packed[..packed.len() - cut], extra].concat();
+        let bad_frame = zstd::bulk::compress(&bad_packed, 1).unwrap();
+        let mut bad = good[..CHUNK_HEADER_LEN].to_vec();
+        bad[192..200].copy_from_slice(&(bad_frame.len() as u64).to_le_bytes());
+        bad.extend_from_slice(&bad_frame);
+        let v = ChunkView::parse(&bad, Width::W64).unwrap();
+        let e = v.decompress(Section::Values).unwrap_err();
+        assert!(e.starts_with("DEP_m section: packed DEP_m"), "{e}");
+    }
+}
