@@ -391,23 +391,55 @@ impl Walker<'_> {
                     *s = (r.addr.eval(regs), r.addr.addr_bits == 64);
                 }
                 let base: [u64; NUM_REGS] = regs.try_into().unwrap();
-                for k in 0..count {
-                    let step_bytes = (k as i64 * dir * rep.elem as i64) as u64;
-                    for (r, &(start, linear)) in insn.refs.iter().zip(&starts) {
-                        let addr = if linear {
-                            start.wrapping_add(step_bytes)
-                        } else {
+                let stride = (dir * rep.elem as i64) as u64;
+                if starts[..insn.refs.len()].iter().all(|s| s.1) {
+                    // 64-bit addressing: every reference steps by `stride`, written in runs.
+                    let events: Vec<MemEvent> = insn
+                        .refs
+                        .iter()
+                        .zip(&starts)
+                        .map(|(r, s)| MemEvent { pc: insn.pc, addr: s.0, size: r.size, access: r.access, conditional: false })
+                        .collect();
+                    let mut k = 0u64;
+                    while k < count {
+                        let run = (count - k).min((BATCH / events.len().max(1)) as u64);
+                        let at = |e: &MemEvent, i: u64| MemEvent { addr: e.addr.wrapping_add(i.wrapping_mul(stride)) & mask, ..*e };
+                        match events[..] {
+                            [e] => self.batch.extend((k..k + run).map(|i| at(&e, i))),
+                            _ => {
+                                self.batch.reserve(run as usize * events.len());
+                                for i in k..k + run {
+                                    self.batch.extend(events.iter().map(|e| at(e, i)));
+                                }
+                            }
+                        }
+                        k += run;
+                        if self.batch.len() >= BATCH {
+                            sink.refs(&self.batch)?;
+                            self.batch.clear();
+                        }
+                    }
+                } else {
+                    for k in 0..count {
+                        let step_bytes = k.wrapping_mul(stride);
+                        for r in &insn.refs {
                             let mut regs = base;
                             if let Some(p) = r.addr.base.map(|b| b.reg) {
                                 regs[p.index()] = regs[p.index()].wrapping_add(step_bytes);
                             }
-                            r.addr.eval(&regs)
-                        };
-                        self.batch.push(MemEvent { pc: insn.pc, addr: addr & mask, size: r.size, access: r.access, conditional: false });
-                    }
-                    if self.batch.len() >= BATCH {
-                        sink.refs(&self.batch)?;
-                        self.batch.clear();
+                            let addr = r.addr.eval(&regs);
+                            self.batch.push(MemEvent {
+                                pc: insn.pc,
+                                addr: addr & mask,
+                                size: r.size,
+                                access: r.access,
+                                conditional: false,
+                            });
+                        }
+                        if self.batch.len() >= BATCH {
+                            sink.refs(&self.batch)?;
+                            self.batch.clear();
+                        }
                     }
                 }
                 self.vals[rep.post.index()] = post;
