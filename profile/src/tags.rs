@@ -216,6 +216,12 @@ impl<'a> TagDecoder<'a> {
         (self.bytes, self.pos)
     }
 
+    /// Sets the H-tag, for a caller that decoded H changes itself.
+    #[inline]
+    pub fn set_hi(&mut self, hi: u64) {
+        self.hi = hi;
+    }
+
     /// Moves to byte `pos`, which must follow whole items.
     #[inline]
     pub fn seek(&mut self, pos: usize) {

@@ -23,8 +23,6 @@ pub struct FlatBlock {
     pub insns: u32,
     /// References of a run through the whole block (for a rep string, one iteration's).
     pub refs: u32,
-    /// The most DEP_m words a run through the block can read.
-    pub max_values: u32,
     /// A step is a rep string or a gather.
     pub special: bool,
 }
@@ -128,7 +126,6 @@ impl FlatPlans {
         };
         let first_step = self.steps.len();
         let mut refs = 0;
-        let mut max_values = 0;
         let mut special = false;
         for st in &plan.steps {
             let insn = &plan.insns[st.insn as usize];
@@ -139,7 +136,6 @@ impl FlatPlans {
             self.refs.extend(insn.refs.iter().map(|r| FlatRef::new(insn.pc, &r.addr, r.size, r.access, r.conditional)));
             let simple = self.refs[r0..].iter().all(|r| r.simple);
             refs += insn.refs.len() as u32;
-            max_values += st.used.bits().count_ones();
             special |= insn.special != Special::None;
             self.steps.push(FlatStep {
                 expired: st.expired.bits(),
@@ -159,7 +155,6 @@ impl FlatPlans {
             tail_expired: plan.tail_expired.bits(),
             insns: plan.insns.len() as u32,
             refs,
-            max_values,
             special,
         });
         if !special {

@@ -6,7 +6,7 @@ use crate::flat::SLOTS;
 use crate::plans::{PlanCache, PlanMiss, Plans};
 use dep_profile::container::{ChunkView, Section};
 use dep_profile::semantics::{Insn, Special};
-use dep_profile::tags::{Escape, TagDecoder, TagItem, ESC};
+use dep_profile::tags::{Escape, TagDecoder, TagItem, CTL_INTERRUPTED, ESC, MAX_SHORT_H};
 use dep_profile::values::ValueReader;
 use dep_profile::{Width, NUM_REGS};
 use std::io;
@@ -191,14 +191,14 @@ struct Walker<'v> {
 /// Plain blocks run without a lookup in the table, a special step or an interruption.
 impl Walker<'_> {
     /// Recovers consecutive plain L-tags of a 64-bit profile: blocks already in `cache`, at
-    /// code version 0, not interrupted, without rep strings or gathers, with enough DEP_m
-    /// left for every step. Returns at the first tag that is anything else, which the general
-    /// walk then takes. This is [`block`](Self::block) with everything it checks hoisted out.
+    /// code version 0, not interrupted, without rep strings or gathers. Returns at the first
+    /// tag that is anything else, which the general walk then takes. This is
+    /// [`block`](Self::block) with everything it checks hoisted out.
     #[inline(never)]
-    fn run_plain<S: Sink>(&mut self, plans: &Plans, cache: &PlanCache, tags: &mut TagDecoder, sink: &mut S) -> io::Result<()> {
+    fn run_plain<S: Sink>(&mut self, plans: &Plans, cache: &PlanCache, tags: &mut TagDecoder, sink: &mut S) -> Result<(), ChunkFault> {
         let flat = &plans.flat;
         let (bytes, mut p) = tags.raw();
-        let hi = tags.hi() << 16;
+        let mut hi = tags.hi() << 16;
         let values = self.values.bytes();
         let mut vp = self.values.offset();
         let mut status = self.status;
@@ -212,9 +212,19 @@ impl Walker<'_> {
                 // SAFETY: `p + 4 <= bytes.len()`.
                 let two = u32::from_le(unsafe { (bytes.as_ptr().add(p) as *const u32).read_unaligned() });
                 let w = two as u16;
-                // An escape: a control record, or one after this block (it may say where the
-                // block was interrupted).
-                if w == ESC || two >> 16 == ESC as u32 {
+                if w == ESC {
+                    // A short H-tag change (a jump to another 64 KiB region) is taken here;
+                    // any other control record by the general walk.
+                    let c = (two >> 16) as u16;
+                    if !(1..=MAX_SHORT_H).contains(&c) {
+                        break;
+                    }
+                    hi = (hi & !0xffff_0000) | (c as u64) << 16;
+                    p += 4;
+                    continue;
+                }
+                // An escape after this block may say where the block was interrupted.
+                if two >> 16 == ESC as u32 && bytes.get(p + 4..p + 6).is_none_or(|c| u16::from_le_bytes([c[0], c[1]]) == CTL_INTERRUPTED) {
                     break;
                 }
                 let addr = hi | w as u64;
@@ -222,9 +232,7 @@ impl Walker<'_> {
                 // SAFETY (all unchecked indexing below): `FlatPlans::push` builds every range
                 // inside its arrays, and the cache holds only indices `Plans::find` returned.
                 let fb = unsafe { flat.blocks.get_unchecked(id as usize) };
-                if values.len() - vp < 8 * fb.max_values as usize {
-                    break;
-                }
+                let word = p / 2;
                 p += 2;
                 // (Without a panic path, so a sink that ignores the plan does not pay for it.)
                 let plan = plans.get_plan(id);
@@ -242,8 +250,10 @@ impl Walker<'_> {
                     while need != 0 {
                         let r = need.trailing_zeros() as usize;
                         need &= need - 1;
-                        debug_assert!(vp + 8 <= values.len());
-                        // SAFETY: the block's `max_values` words were checked to remain.
+                        if vp + 8 > values.len() {
+                            return Err(ChunkFault::ValuesExhausted { word, offset: vp, addr });
+                        }
+                        // SAFETY: checked just above.
                         vals[r & (SLOTS - 1)] = unsafe { (values.as_ptr().add(vp) as *const u64).read_unaligned() };
                         vp += 8;
                     }
@@ -277,6 +287,7 @@ impl Walker<'_> {
             Ok(())
         })();
         tags.seek(p);
+        tags.set_hi(hi >> 16);
         self.values.seek(vp);
         self.status = status;
         r
