@@ -32,6 +32,29 @@ pub enum PackError {
     Ragged(usize, usize),
 }
 
+/// For each control byte: the offsets of its four payloads after the control byte, and
+/// their total length.
+const fn offsets(word: u8) -> [[u8; 5]; 256] {
+    let lens = [1, 2, 3, word];
+    let mut t = [[0u8; 5]; 256];
+    let mut ctl = 0;
+    while ctl < 256 {
+        let mut off = 0;
+        let mut i = 0;
+        while i < 4 {
+            t[ctl][i] = off;
+            off += lens[(ctl >> (2 * i)) & 3];
+            i += 1;
+        }
+        t[ctl][4] = off;
+        ctl += 1;
+    }
+    t
+}
+
+static OFFSETS_8: [[u8; 5]; 256] = offsets(8);
+static OFFSETS_4: [[u8; 5]; 256] = offsets(4);
+
 #[inline(always)]
 fn class_of(v: u64, last: u64) -> u8 {
     if v < 1 << 8 {
@@ -98,18 +121,22 @@ pub fn unpack(packed: &[u8], word: usize, raw_len: usize, out: &mut Vec<u8>) -> 
     unsafe {
         let src = packed.as_ptr();
         let dst = out.as_mut_ptr().add(start);
+        let offsets = if word == 8 { &OFFSETS_8 } else { &OFFSETS_4 };
         while k + 4 <= words && p + 1 + 4 * 8 + 8 <= packed.len() {
             let ctl = *src.add(p) as usize;
-            p += 1;
-            for i in 0..4 {
+            // The four payloads' offsets come from a table, so their loads do not wait on
+            // one another; only `last` is carried from word to word.
+            let o = offsets[ctl];
+            let g = src.add(p + 1);
+            for (i, &off) in o[..4].iter().enumerate() {
                 let c = (ctl >> (2 * i)) & 3;
-                let x = (src.add(p) as *const u64).read_unaligned() & masks[c];
+                let x = (g.add(off as usize) as *const u64).read_unaligned() & masks[c];
                 let v = x ^ (last & (((c == 2) as u64).wrapping_neg()));
                 last = if c >= 2 { v } else { last };
-                (dst.add(k * word) as *mut u64).write_unaligned(v);
-                p += lens[c];
-                k += 1;
+                (dst.add((k + i) * word) as *mut u64).write_unaligned(v);
             }
+            p += 1 + o[4] as usize;
+            k += 4;
         }
         out.set_len(start + k * word);
     }
