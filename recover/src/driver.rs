@@ -94,7 +94,8 @@ impl<'p> Recovery<'p> {
 
     /// Threads [`run_ordered`](Self::run_ordered) would use.
     pub fn workers(&self) -> usize {
-        self.workers.min(self.chunks().len()).max(1)
+        let chunks: usize = self.profile.threads.iter().map(|t| t.chunks.len()).sum();
+        self.workers.min(chunks).max(1)
     }
 
     /// Recovers chunks in parallel, each into a sink made by `make`; `finish` turns a sink
@@ -114,7 +115,7 @@ impl<'p> Recovery<'p> {
     {
         self.check_source(source)?;
         let chunks = self.chunks();
-        let workers = self.workers.min(chunks.len()).max(1);
+        let workers = self.workers();
         if workers == 1 {
             let mut scratch = Scratch::default();
             let mut tb = Vec::new();

@@ -72,7 +72,7 @@ impl Plans {
     /// The plan at an index [`find`](Self::find) returned.
     #[inline]
     pub fn plan(&self, i: u32) -> &BlockPlan {
-        self.plans[i as usize].as_ref().expect("find returns decodable blocks only")
+        self.get_plan(i).expect("find returns decodable blocks only")
     }
 
     pub fn len(&self) -> usize {

@@ -241,10 +241,7 @@ impl Walker<'_> {
                 for step in unsafe { flat.steps.get_unchecked(fb.steps.0 as usize..fb.steps.1 as usize) } {
                     status &= !step.expired;
                     if step.adjust.0 != step.adjust.1 {
-                        for &(r, d) in unsafe { flat.adjust.get_unchecked(step.adjust.0 as usize..step.adjust.1 as usize) } {
-                            let v = &mut vals[r as usize & (SLOTS - 1)];
-                            *v = v.wrapping_add(d);
-                        }
+                        add_constants(vals, unsafe { flat.adjust.get_unchecked(step.adjust.0 as usize..step.adjust.1 as usize) }, u64::MAX);
                     }
                     let mut need = step.used & !status;
                     while need != 0 {
@@ -274,10 +271,11 @@ impl Walker<'_> {
                 }
                 status &= !fb.tail_expired;
                 if fb.tail_adjust.0 != fb.tail_adjust.1 {
-                    for &(r, d) in unsafe { flat.adjust.get_unchecked(fb.tail_adjust.0 as usize..fb.tail_adjust.1 as usize) } {
-                        let v = &mut vals[r as usize & (SLOTS - 1)];
-                        *v = v.wrapping_add(d);
-                    }
+                    add_constants(
+                        vals,
+                        unsafe { flat.adjust.get_unchecked(fb.tail_adjust.0 as usize..fb.tail_adjust.1 as usize) },
+                        u64::MAX,
+                    );
                 }
                 if k != 0 {
                     // SAFETY: the first `k` elements were written above.
@@ -294,6 +292,15 @@ impl Walker<'_> {
     }
 }
 
+/// Adds a plan's constants to the registers they move, within the address `mask`.
+#[inline(always)]
+fn add_constants(vals: &mut [u64; SLOTS], adjust: &[(u8, u64)], mask: u64) {
+    for &(r, d) in adjust {
+        let v = &mut vals[r as usize & (SLOTS - 1)];
+        *v = v.wrapping_add(d) & mask;
+    }
+}
+
 /// References buffered before a rep string hands them to the sink.
 const BATCH: usize = 4096;
 
@@ -301,10 +308,7 @@ impl Walker<'_> {
     /// Adds a plan's constants to the registers they move (push, pop, add rsp, ...).
     #[inline(always)]
     fn adjust(&mut self, adjust: &[(u8, u64)]) {
-        for &(r, d) in adjust {
-            let v = &mut self.vals[r as usize & (SLOTS - 1)];
-            *v = v.wrapping_add(d) & self.mask;
-        }
+        add_constants(&mut self.vals, adjust, self.mask);
     }
 
     #[inline(always)]
@@ -405,17 +409,24 @@ impl Walker<'_> {
                 let stride = (dir * rep.elem as i64) as u64;
                 if starts[..insn.refs.len()].iter().all(|s| s.1) {
                     // 64-bit addressing: every reference steps by `stride`, written in runs.
-                    let events: Vec<MemEvent> = insn
-                        .refs
-                        .iter()
-                        .zip(&starts)
-                        .map(|(r, s)| MemEvent { pc: insn.pc, addr: s.0, size: r.size, access: r.access, conditional: false })
-                        .collect();
+                    let first = |r: &dep_profile::semantics::MemRef, s: &(u64, bool)| MemEvent {
+                        pc: insn.pc,
+                        addr: s.0,
+                        size: r.size,
+                        access: r.access,
+                        conditional: false,
+                    };
+                    let mut all =
+                        [MemEvent { pc: 0, addr: 0, size: 0, access: dep_profile::semantics::Access::Read, conditional: false }; 2];
+                    for ((e, r), st) in all.iter_mut().zip(&insn.refs).zip(&starts) {
+                        *e = first(r, st);
+                    }
+                    let events = &all[..insn.refs.len().min(2)];
                     let mut k = 0u64;
                     while k < count {
                         let run = (count - k).min((BATCH / events.len().max(1)) as u64);
                         let at = |e: &MemEvent, i: u64| MemEvent { addr: e.addr.wrapping_add(i.wrapping_mul(stride)) & mask, ..*e };
-                        match events[..] {
+                        match *events {
                             [e] => self.batch.extend((k..k + run).map(|i| at(&e, i))),
                             _ => {
                                 self.batch.reserve(run as usize * events.len());
