@@ -101,11 +101,12 @@ impl Address {
     }
 }
 
-/// Read or write.
+/// Read or write (0 and 1: compiled recovery code stores them as bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
 pub enum Access {
-    Read,
-    Write,
+    Read = 0,
+    Write = 1,
 }
 
 /// One memory reference of an instruction.

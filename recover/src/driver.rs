@@ -39,8 +39,23 @@ pub struct Recovery<'p> {
 impl<'p> Recovery<'p> {
     /// Pre-decodes the block table with `workers` threads (0: all cores).
     pub fn new(profile: &'p Profile, workers: usize) -> Self {
-        let workers = if workers == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { workers };
+        let workers = Self::cores(workers);
         Recovery { profile, plans: Plans::build(profile, workers), workers }
+    }
+
+    /// [`new`](Self::new), with plain blocks compiled to machine code or not (by default
+    /// they are, where the host is x86-64, unless `DEP_JIT=0`).
+    pub fn with_compiled(profile: &'p Profile, workers: usize, compiled: bool) -> Self {
+        let workers = Self::cores(workers);
+        Recovery { profile, plans: Plans::build_with(profile, workers, compiled), workers }
+    }
+
+    fn cores(workers: usize) -> usize {
+        if workers == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            workers
+        }
     }
 
     /// Every chunk in output order: thread by thread, each in sequence.

@@ -1,5 +1,6 @@
 //! The event stream recovery produces; every exporter is a [`Sink`].
 
+use crate::plans::Plans;
 use dep_profile::semantics::Access;
 use dep_profile::BlockPlan;
 use std::io;
@@ -21,7 +22,9 @@ pub struct BlockEvent<'a> {
 }
 
 /// One memory reference `<pc, addr, size, type>`; its thread is that of the block it follows.
+/// (A fixed layout: compiled recovery code writes it.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(C)]
 pub struct MemEvent {
     pub pc: u64,
     pub addr: u64,
@@ -44,6 +47,63 @@ pub enum Marker {
     ChunkStart(u32),
 }
 
+/// A block of a [`Run`]: its address, index in the block table, instructions and references.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RunBlock {
+    pub addr: u64,
+    /// Index of the block's plan in [`Plans`].
+    pub id: u32,
+    pub executed: u16,
+    /// How many of the run's references are this block's.
+    pub refs: u16,
+}
+
+/// Blocks one thread ran one after another, at code version 0 and uninterrupted, with no
+/// marker between them, and all their references in order: what the recovery loop hands
+/// over in one call when it can.
+pub struct Run<'a> {
+    pub thread: u32,
+    blocks: &'a [RunBlock],
+    refs: &'a [MemEvent],
+    plans: &'a Plans,
+}
+
+impl<'a> Run<'a> {
+    /// A run; `refs` must hold exactly the blocks' references, block after block.
+    pub fn new(thread: u32, blocks: &'a [RunBlock], refs: &'a [MemEvent], plans: &'a Plans) -> Self {
+        debug_assert_eq!(blocks.iter().map(|b| b.refs as usize).sum::<usize>(), refs.len());
+        Run { thread, blocks, refs, plans }
+    }
+
+    pub fn blocks(&self) -> &'a [RunBlock] {
+        self.blocks
+    }
+
+    /// Every reference of the run, in order.
+    pub fn refs(&self) -> &'a [MemEvent] {
+        self.refs
+    }
+
+    /// Each block as its event, with its references.
+    pub fn iter(&self) -> impl Iterator<Item = (BlockEvent<'a>, &'a [MemEvent])> + 'a {
+        let (thread, plans, mut refs) = (self.thread, self.plans, self.refs);
+        self.blocks.iter().map(move |b| {
+            let (mine, rest) = refs.split_at(b.refs as usize);
+            refs = rest;
+            let event = BlockEvent {
+                thread,
+                addr: b.addr,
+                version: 0,
+                plan: plans.get_plan(b.id),
+                executed: b.executed as u32,
+                interrupted: false,
+            };
+            (event, mine)
+        })
+    }
+}
+
 /// Receives recovered events in each thread's execution order.
 pub trait Sink {
     /// A block is entered; its references follow.
@@ -54,6 +114,19 @@ pub trait Sink {
     fn refs(&mut self, refs: &[MemEvent]) -> io::Result<()>;
     /// A marker in the thread's stream.
     fn marker(&mut self, _thread: u32, _m: Marker) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Several blocks with their references, as [`block`](Self::block) and
+    /// [`refs`](Self::refs) would receive them one by one (which is what this does unless a
+    /// sink has a faster way).
+    fn run(&mut self, run: &Run) -> io::Result<()> {
+        for (b, refs) in run.iter() {
+            self.block(&b)?;
+            if !refs.is_empty() {
+                self.refs(refs)?;
+            }
+        }
         Ok(())
     }
 }
@@ -97,6 +170,12 @@ impl Sink for Counts {
             self.signals += 1;
         }
         Ok(())
+    }
+
+    fn run(&mut self, run: &Run) -> io::Result<()> {
+        self.blocks += run.blocks().len() as u64;
+        self.instructions += run.blocks().iter().map(|b| b.executed as u64).sum::<u64>();
+        self.refs(run.refs())
     }
 }
 

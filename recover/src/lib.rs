@@ -4,6 +4,8 @@
 pub mod driver;
 pub mod events;
 pub mod flat;
+#[cfg(target_arch = "x86_64")]
+pub mod jit;
 pub mod plans;
 pub mod render;
 pub mod stats;
@@ -11,6 +13,6 @@ pub mod traverse;
 pub mod truth;
 
 pub use driver::{RecoverError, Recovery, Source};
-pub use events::{BlockEvent, Counts, Marker, MemEvent, Sink};
+pub use events::{BlockEvent, Counts, Marker, MemEvent, Run, RunBlock, Sink};
 pub use render::{Format, Renderer};
 pub use stats::{Stats, StatsSink};

@@ -11,11 +11,21 @@ pub struct Plans {
     index: FxHashMap<(u64, u32), u32>,
     /// The same plans laid out for the recovery loop, indexed alike.
     pub flat: FlatPlans,
+    /// The plain blocks compiled to machine code (64-bit profiles on x86-64 hosts).
+    #[cfg(target_arch = "x86_64")]
+    pub jit: Option<crate::jit::Jit>,
 }
 
 impl Plans {
-    /// Decodes the whole block table, on `workers` threads.
+    /// Decodes the whole block table, on `workers` threads, and compiles its plain blocks
+    /// unless `DEP_JIT=0` is set.
     pub fn build(p: &Profile, workers: usize) -> Plans {
+        Self::build_with(p, workers, std::env::var_os("DEP_JIT").is_none_or(|v| v != "0"))
+    }
+
+    /// [`build`](Self::build), compiling plain blocks to machine code if `compiled` (and the
+    /// profile is 64-bit and the host x86-64).
+    pub fn build_with(p: &Profile, workers: usize, compiled: bool) -> Plans {
         let blocks = p.blocks();
         let machine = p.machine();
         let per = blocks.len().div_ceil(workers.max(1)).max(1);
@@ -43,7 +53,22 @@ impl Plans {
         for p in &plans {
             flat.push(p.as_ref().ok());
         }
-        Plans { plans, index, flat }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = compiled;
+        #[cfg(target_arch = "x86_64")]
+        let jit = (compiled && p.width == dep_profile::Width::W64)
+            .then(|| {
+                let addr = |i: usize| (plans[i].is_ok() && blocks[i].version == 0).then_some(blocks[i].addr);
+                crate::jit::Jit::build(&flat, &addr, workers)
+            })
+            .flatten();
+        Plans {
+            plans,
+            index,
+            flat,
+            #[cfg(target_arch = "x86_64")]
+            jit,
+        }
     }
 
     /// The index of a block's plan, or why there is none.

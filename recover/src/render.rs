@@ -6,7 +6,7 @@
 //!   bytes), then 24-byte little-endian records `pc u64, addr u64, thread u32, size u16,
 //!   kind u8 (0 read, 1 write), flags u8 (bit 0 conditional)`; sizes above 65535 saturate.
 
-use crate::events::{BlockEvent, MemEvent, Sink};
+use crate::events::{BlockEvent, MemEvent, Run, Sink};
 use dep_profile::semantics::Access;
 use std::io::{self, Write};
 
@@ -154,6 +154,25 @@ impl<W: Write> Sink for Renderer<W> {
             }
         }
         Ok(())
+    }
+
+    fn run(&mut self, run: &Run) -> io::Result<()> {
+        if self.format == Format::Blocks {
+            for b in run.blocks() {
+                self.thread = run.thread;
+                self.block(&BlockEvent {
+                    thread: run.thread,
+                    addr: b.addr,
+                    version: 0,
+                    plan: None,
+                    executed: b.executed as u32,
+                    interrupted: false,
+                })?;
+            }
+            return Ok(());
+        }
+        self.thread = run.thread;
+        self.refs(run.refs())
     }
 }
 

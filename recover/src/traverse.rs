@@ -1,7 +1,7 @@
 //! The recovery loop: DEP_c drives a walk over pre-decoded blocks, DEP_m supplies register
 //! values exactly when a block plan says so (paper section 6.2).
 
-use crate::events::{BlockEvent, Marker, MemEvent, Sink};
+use crate::events::{BlockEvent, Marker, MemEvent, Run, Sink};
 use crate::flat::SLOTS;
 use crate::plans::{PlanCache, PlanMiss, Plans};
 use dep_profile::container::{ChunkView, Section};
@@ -37,7 +37,21 @@ pub struct Scratch {
     values: Vec<u8>,
     packed: Vec<u8>,
     batch: Vec<MemEvent>,
+    #[cfg(target_arch = "x86_64")]
+    jit: JitBuffers,
 }
+
+/// What compiled blocks write.
+#[cfg(target_arch = "x86_64")]
+#[derive(Default)]
+struct JitBuffers {
+    refs: Vec<MemEvent>,
+    blocks: Vec<crate::jit::BlockRec>,
+}
+
+/// Blocks compiled code runs before their events go to the sink.
+#[cfg(target_arch = "x86_64")]
+const JIT_BLOCKS: usize = 1024;
 
 /// Recovers one chunk, sending its events to `sink`.
 pub fn recover_chunk<S: Sink>(
@@ -65,8 +79,16 @@ pub fn recover_chunk<S: Sink>(
     let mut cache = PlanCache::new();
     let fast = width == Width::W64;
     w.batch.reserve(plans.flat.max_refs as usize);
+    #[cfg(target_arch = "x86_64")]
+    let jit = if fast { plans.jit.as_ref() } else { None };
     loop {
         if fast && pending.is_none() && version == 0 {
+            #[cfg(target_arch = "x86_64")]
+            match jit {
+                Some(j) => w.run_jit(plans, j, &mut scratch.jit, &mut tags, sink)?,
+                None => w.run_plain(plans, &cache, &mut tags, sink)?,
+            }
+            #[cfg(not(target_arch = "x86_64"))]
             w.run_plain(plans, &cache, &mut tags, sink)?;
         }
         let word = tags.word_offset();
@@ -288,6 +310,85 @@ impl Walker<'_> {
         tags.set_hi(hi >> 16);
         self.values.seek(vp);
         self.status = status;
+        r
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Walker<'_> {
+    /// Runs compiled blocks from the next tag (a 64-bit profile at code version 0) until the
+    /// code leaves for the general walk, handing their events to the sink every
+    /// [`JIT_BLOCKS`] blocks.
+    #[inline(never)]
+    fn run_jit<S: Sink>(
+        &mut self,
+        plans: &Plans,
+        jit: &crate::jit::Jit,
+        buf: &mut JitBuffers,
+        tags: &mut TagDecoder,
+        sink: &mut S,
+    ) -> Result<(), ChunkFault> {
+        use crate::jit::JitState;
+        let flat = &plans.flat;
+        let max_refs = flat.max_refs as usize;
+        let cap = (4 * max_refs).max(4096);
+        buf.refs.clear();
+        buf.refs.reserve(cap);
+        buf.blocks.clear();
+        buf.blocks.reserve(JIT_BLOCKS);
+        let (bytes, p) = tags.raw();
+        let values = self.values.bytes();
+        let refs0 = buf.refs.as_mut_ptr();
+        let blocks0 = buf.blocks.as_mut_ptr();
+        let tags_range = bytes.as_ptr_range();
+        let (exit, esc, next_esc) = jit.routines();
+        let values_range = values.as_ptr_range();
+        // SAFETY (the pointers): each is within, or one past, the slice or capacity it
+        // comes from; `Jit::enter` needs no more.
+        let mut st = JitState {
+            vals: self.vals,
+            hi: tags.hi() << 16,
+            tags: unsafe { tags_range.start.add(p) },
+            tags_end: tags_range.end,
+            values: unsafe { values_range.start.add(self.values.offset()) },
+            values_end: values_range.end,
+            refs: refs0,
+            refs_limit: unsafe { refs0.add(cap - max_refs) },
+            blocks: blocks0,
+            blocks_limit: unsafe { blocks0.add(JIT_BLOCKS - 1) },
+            status: self.status as u64,
+            table: jit.table(),
+            exit,
+            esc,
+            next_esc,
+        };
+        let r = (|| loop {
+            st.refs = refs0;
+            st.blocks = blocks0;
+            // SAFETY: the state was built above for this code.
+            unsafe { jit.enter(&mut st) };
+            // SAFETY: the code wrote this many records and references, in order.
+            let (recs, refs) = unsafe {
+                (
+                    std::slice::from_raw_parts(blocks0, st.blocks.offset_from(blocks0) as usize),
+                    std::slice::from_raw_parts(refs0, st.refs.offset_from(refs0) as usize),
+                )
+            };
+            if !recs.is_empty() {
+                sink.run(&Run::new(self.thread, recs, refs, plans))?;
+            }
+            if st.refs <= st.refs_limit && st.blocks <= st.blocks_limit {
+                return Ok(());
+            }
+        })();
+        self.vals = st.vals;
+        self.status = st.status as u32;
+        // SAFETY: the code moves both pointers forward within their slices.
+        unsafe {
+            tags.seek(st.tags.offset_from(tags_range.start) as usize);
+            self.values.seek(st.values.offset_from(values_range.start) as usize);
+        }
+        tags.set_hi(st.hi >> 16);
         r
     }
 }

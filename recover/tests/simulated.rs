@@ -28,8 +28,9 @@ fn check_seed(seed: u64, threads: usize, len: usize, events: bool) {
     let path = dir.path().join("sim.dep");
     write_profile(std::fs::File::create(&path).unwrap(), Machine::x86_64(2696), &code, &paths, seed).unwrap();
     let p = Profile::open(&path).unwrap();
-    for workers in [1, 3] {
-        let rec = Recovery::new(&p, workers);
+    // Compiled blocks on two workers, the interpreted walk on one and three.
+    for (workers, compiled) in [(1, false), (2, true), (3, false)] {
+        let rec = Recovery::with_compiled(&p, workers, compiled);
         for format in [Format::Text, Format::Blocks] {
             let want = render(&rec, Source::Truth, format, false);
             let got = render(&rec, Source::Dep, format, false);

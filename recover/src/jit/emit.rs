@@ -1,0 +1,399 @@
+//! Machine code for one block, and for entering and leaving compiled code.
+//!
+//! Registers, the same in every piece of code: rbx points at the [`JitState`], r12 at the next
+//! tag word, r13 at the next DEP_m word, r14 at the next reference to write, rbp at the next
+//! block record, r15 holds the CURRENT bits. A block is entered with rax = its address and
+//! r12 at its L-tag; it leaves either into the next block or through the exit, with r12 at a
+//! tag word the general walk then reads.
+
+use super::{BlockRec, JitState, Slot, EMPTY};
+use crate::events::MemEvent;
+use crate::flat::{FlatBlock, FlatPlans, FlatRef, ZERO};
+use dep_profile::tags::{CTL_INTERRUPTED, CTL_SET_HI, MAX_SHORT_H};
+use iced_x86::code_asm::*;
+use std::mem::{offset_of, size_of};
+
+type R = Result<(), IcedError>;
+
+const EVENT: usize = size_of::<MemEvent>();
+const _: () = assert!(offset_of!(MemEvent, pc) == 0 && offset_of!(MemEvent, addr) == 8 && offset_of!(MemEvent, size) == 16);
+const _: () = assert!(offset_of!(MemEvent, access) == 20 && offset_of!(MemEvent, conditional) == 21 && EVENT == 24);
+const _: () = assert!(size_of::<Slot>() == 16 && size_of::<BlockRec>() == 16);
+const _: () = assert!(offset_of!(BlockRec, id) == 8 && offset_of!(BlockRec, executed) == 12 && offset_of!(BlockRec, refs) == 14);
+
+/// The dispatch table's hash: `(addr * mul) >> shift`.
+#[derive(Clone, Copy)]
+pub(super) struct Hash {
+    pub mul: u64,
+    pub shift: u32,
+}
+
+impl Hash {
+    /// The first slot to probe for `addr`, as the compiled code computes it.
+    pub fn slot(self, addr: u64) -> usize {
+        (addr.wrapping_mul(self.mul) >> self.shift) as usize
+    }
+}
+
+fn off(field: usize) -> i32 {
+    field as i32
+}
+
+/// The state field at `field`.
+fn st(field: usize) -> AsmMemoryOperand {
+    qword_ptr(rbx + off(field))
+}
+
+/// The register value slot of register index `r`.
+fn val(r: u8) -> AsmMemoryOperand {
+    qword_ptr(rbx + off(offset_of!(JitState, vals)) + 8 * r as i32)
+}
+
+fn fits_i32(v: u64) -> bool {
+    v as i64 == v as i32 as i64
+}
+
+/// Leaves compiled code through the exit routine.
+fn exit(a: &mut CodeAssembler) -> R {
+    a.jmp(st(offset_of!(JitState, exit)))
+}
+
+/// Where the shared dispatch's rarely taken paths start, in the entry routine's code.
+pub(super) struct SharedLabels {
+    pub exit: CodeLabel,
+    pub esc: CodeLabel,
+    pub next_esc: CodeLabel,
+}
+
+/// Reads the next tag word and jumps to its block's code, or leaves: when a buffer is full,
+/// the chunk's tags end, the word is a control record other than an H-tag change, the block
+/// is followed by an interruption record, or it is not in the dispatch table.
+///
+/// Emitted at the end of every block, so each block's jump to its successor is predicted
+/// apart; the paths for control words jump to the one copy in the entry routine
+/// (`shared` is `Some` there, and gets their labels).
+fn dispatch(a: &mut CodeAssembler, hash: Hash, shared: Option<&mut SharedLabels>) -> R {
+    let local = shared.is_none();
+    let mut top = a.create_label();
+    let mut out = a.create_label();
+    let mut esc = a.create_label();
+    let mut next_esc = a.create_label();
+    let mut go = a.create_label();
+    let mut probe = a.create_label();
+    a.set_label(&mut top)?;
+    a.cmp(r14, st(offset_of!(JitState, refs_limit)))?;
+    a.ja(out)?;
+    a.cmp(rbp, st(offset_of!(JitState, blocks_limit)))?;
+    a.ja(out)?;
+    a.lea(rax, qword_ptr(r12 + 4))?;
+    a.cmp(rax, st(offset_of!(JitState, tags_end)))?;
+    a.ja(out)?;
+    a.mov(eax, dword_ptr(r12))?;
+    a.test(ax, ax)?;
+    a.jz(esc)?;
+    a.mov(ecx, eax)?;
+    a.shr(ecx, 16)?;
+    a.jz(next_esc)?;
+    a.set_label(&mut go)?;
+    a.movzx(eax, ax)?;
+    a.or(rax, st(offset_of!(JitState, hi)))?;
+    a.mov(rdx, hash.mul)?;
+    a.imul_2(rdx, rax)?;
+    a.shr(rdx, hash.shift as i32)?;
+    a.shl(rdx, 4)?;
+    a.add(rdx, st(offset_of!(JitState, table)))?;
+    a.cmp(qword_ptr(rdx), rax)?;
+    a.jne(probe)?;
+    a.jmp(qword_ptr(rdx + 8))?;
+    // Linear probing, up to an empty slot (the table ends with one).
+    a.set_label(&mut probe)?;
+    a.cmp(qword_ptr(rdx), EMPTY as i32)?;
+    a.je(out)?;
+    a.add(rdx, 16)?;
+    a.cmp(qword_ptr(rdx), rax)?;
+    a.jne(probe)?;
+    a.jmp(qword_ptr(rdx + 8))?;
+    if local {
+        a.set_label(&mut next_esc)?;
+        a.jmp(st(offset_of!(JitState, next_esc)))?;
+        a.set_label(&mut esc)?;
+        a.jmp(st(offset_of!(JitState, esc)))?;
+        a.set_label(&mut out)?;
+        return exit(a);
+    }
+    let labels = shared.expect("checked above");
+    // The word after the block is a control record: unless it says where the block was
+    // interrupted (or the tags end before saying), the block runs here.
+    a.set_label(&mut next_esc)?;
+    labels.next_esc = next_esc;
+    a.lea(rdx, qword_ptr(r12 + 6))?;
+    a.cmp(rdx, st(offset_of!(JitState, tags_end)))?;
+    a.ja(out)?;
+    a.cmp(word_ptr(r12 + 4), CTL_INTERRUPTED as i32)?;
+    a.je(out)?;
+    a.jmp(go)?;
+    // An H-tag change: the short form rewrites bits 16..32 of the high part, the long one
+    // (three words, 64-bit) all of it. Other records leave.
+    let mut set_hi = a.create_label();
+    a.set_label(&mut esc)?;
+    labels.esc = esc;
+    a.shr(eax, 16)?;
+    a.cmp(eax, CTL_SET_HI as i32)?;
+    a.je(set_hi)?;
+    a.lea(ecx, dword_ptr(rax - 1))?;
+    a.cmp(ecx, (MAX_SHORT_H - 1) as i32)?;
+    a.ja(out)?;
+    a.mov(word_ptr(rbx + off(offset_of!(JitState, hi)) + 2), ax)?;
+    a.add(r12, 4)?;
+    a.jmp(top)?;
+    a.set_label(&mut set_hi)?;
+    a.lea(rdx, qword_ptr(r12 + 12))?;
+    a.cmp(rdx, st(offset_of!(JitState, tags_end)))?;
+    a.ja(out)?;
+    // Words 2..4 are the H-tag; shifting out the word after them leaves H << 16.
+    a.mov(rax, qword_ptr(r12 + 4))?;
+    a.shl(rax, 16)?;
+    a.mov(st(offset_of!(JitState, hi)), rax)?;
+    a.add(r12, 10)?;
+    a.jmp(top)?;
+    a.set_label(&mut out)?;
+    labels.exit = out;
+    a.mov(st(offset_of!(JitState, tags)), r12)?;
+    a.mov(st(offset_of!(JitState, values)), r13)?;
+    a.mov(st(offset_of!(JitState, refs)), r14)?;
+    a.mov(st(offset_of!(JitState, blocks)), rbp)?;
+    a.mov(st(offset_of!(JitState, status)), r15)?;
+    for r in [r15, r14, r13, r12, rbp, rbx] {
+        a.pop(r)?;
+    }
+    a.ret()
+}
+
+/// The entry routine (`extern "sysv64" fn(*mut JitState)`), with the shared dispatch and
+/// the exit routine, whose labels are returned.
+pub(super) fn trampoline(a: &mut CodeAssembler, hash: Hash) -> Result<SharedLabels, IcedError> {
+    for r in [rbx, rbp, r12, r13, r14, r15] {
+        a.push(r)?;
+    }
+    a.mov(rbx, rdi)?;
+    a.mov(r12, st(offset_of!(JitState, tags)))?;
+    a.mov(r13, st(offset_of!(JitState, values)))?;
+    a.mov(r14, st(offset_of!(JitState, refs)))?;
+    a.mov(rbp, st(offset_of!(JitState, blocks)))?;
+    a.mov(r15, st(offset_of!(JitState, status)))?;
+    let mut labels = SharedLabels { exit: a.create_label(), esc: a.create_label(), next_esc: a.create_label() };
+    dispatch(a, hash, Some(&mut labels))?;
+    Ok(labels)
+}
+
+/// What a block's code knows of the CURRENT bits at a point, from its own steps.
+struct Known {
+    current: u32,
+    expired: u32,
+}
+
+/// The code of one plain block (no special step), at block index `id`.
+///
+/// Without `popcnt` the block leaves whenever fewer values remain than it could read.
+pub(super) fn block(a: &mut CodeAssembler, flat: &FlatPlans, id: u32, fb: &FlatBlock, hash: Hash, popcnt: bool) -> R {
+    let steps = &flat.steps[fb.steps.0 as usize..fb.steps.1 as usize];
+    // The values the block reads: those of registers it always reloads, and those of the
+    // registers it uses before changing them that are not CURRENT on entry. Checked once,
+    // exactly, before the block changes anything; short of them it leaves, and the general
+    // walk reports the stream exhausted.
+    let mut k = Known { current: 0, expired: 0 };
+    let (mut on_entry, mut always) = (0u32, 0i32);
+    for s in steps {
+        k.current &= !s.expired;
+        k.expired |= s.expired;
+        let load = s.used & !k.current;
+        on_entry |= load & !k.expired;
+        always += (load & k.expired).count_ones() as i32;
+        k.current |= s.used;
+        k.expired &= !s.used;
+    }
+    if on_entry != 0 || always != 0 {
+        let mut ok = a.create_label();
+        if on_entry == 0 {
+            a.lea(rdx, qword_ptr(r13 + 8 * always))?;
+        } else if popcnt {
+            a.mov(edx, r15d)?;
+            a.not(edx)?;
+            a.and(edx, on_entry)?;
+            a.popcnt(edx, edx)?;
+            a.lea(rdx, qword_ptr(r13 + rdx * 8 + 8 * always))?;
+        } else {
+            a.lea(rdx, qword_ptr(r13 + 8 * (always + on_entry.count_ones() as i32)))?;
+        }
+        a.cmp(rdx, st(offset_of!(JitState, values_end)))?;
+        a.jbe(ok)?;
+        exit(a)?;
+        a.set_label(&mut ok)?;
+    }
+    a.add(r12, 2)?;
+    a.mov(qword_ptr(rbp), rax)?;
+    a.mov(dword_ptr(rbp + 8), id)?;
+    a.mov(dword_ptr(rbp + 12), fb.insns | fb.refs << 16)?;
+    a.add(rbp, size_of::<BlockRec>() as i32)?;
+
+    let mut k = Known { current: 0, expired: 0 };
+    let mut n = 0i32;
+    for s in steps {
+        if s.expired != 0 {
+            a.and(r15d, !s.expired)?;
+            k.current &= !s.expired;
+            k.expired |= s.expired;
+        }
+        adjust(a, &flat.adjust[s.adjust.0 as usize..s.adjust.1 as usize])?;
+        let mut used = s.used;
+        while used != 0 {
+            let r = used.trailing_zeros();
+            used &= used - 1;
+            if k.current & (1 << r) != 0 {
+                continue;
+            }
+            let mut skip = a.create_label();
+            let conditional = k.expired & (1 << r) == 0;
+            if conditional {
+                a.bt(r15d, r as i32)?;
+                a.jc(skip)?;
+            }
+            a.mov(rcx, qword_ptr(r13))?;
+            a.mov(val(r as u8), rcx)?;
+            a.add(r13, 8)?;
+            if conditional {
+                // Takes the next instruction: the `or` below, always emitted after a load.
+                a.set_label(&mut skip)?;
+            }
+        }
+        if s.used & !k.current != 0 {
+            a.or(r15d, s.used)?;
+        }
+        k.current |= s.used;
+        k.expired &= !s.used;
+        for r in &flat.refs[s.refs.0 as usize..s.refs.1 as usize] {
+            address(a, r)?;
+            let at = n * EVENT as i32;
+            let pc = r.event.pc;
+            if fits_i32(pc) {
+                a.mov(qword_ptr(r14 + at), pc as i32)?;
+            } else {
+                a.mov(rdx, pc)?;
+                a.mov(qword_ptr(r14 + at), rdx)?;
+            }
+            a.mov(qword_ptr(r14 + at + 8), rcx)?;
+            let tail = r.event.size as u64 | (r.event.access as u8 as u64) << 32 | (r.event.conditional as u64) << 40;
+            if fits_i32(tail) {
+                a.mov(qword_ptr(r14 + at + 16), tail as i32)?;
+            } else {
+                a.mov(rdx, tail)?;
+                a.mov(qword_ptr(r14 + at + 16), rdx)?;
+            }
+            n += 1;
+        }
+    }
+    if n > 0 {
+        a.add(r14, n * EVENT as i32)?;
+    }
+    if fb.tail_expired != 0 {
+        a.and(r15d, !fb.tail_expired)?;
+    }
+    adjust(a, &flat.adjust[fb.tail_adjust.0 as usize..fb.tail_adjust.1 as usize])?;
+    dispatch(a, hash, None)
+}
+
+/// Adds a plan's constants to the registers they move (64-bit: no mask).
+fn adjust(a: &mut CodeAssembler, adjust: &[(u8, u64)]) -> R {
+    for &(r, d) in adjust {
+        if fits_i32(d) {
+            a.add(val(r), d as i32)?;
+        } else {
+            a.mov(rcx, d)?;
+            a.add(val(r), rcx)?;
+        }
+    }
+    Ok(())
+}
+
+/// Masks `reg` (rcx or rdx) to the low bits `mask` selects, as [`FlatRef::eval`] does.
+fn mask(a: &mut CodeAssembler, reg: AsmRegister64, reg32: AsmRegister32, mask: u64) -> R {
+    if mask == u64::MAX {
+        Ok(())
+    } else if mask <= u32::MAX as u64 {
+        // A 32-bit `and` clears the upper half as well.
+        a.and(reg32, mask as u32)
+    } else {
+        // rax (the block's address on entry) is free once the block record is written.
+        a.mov(rax, mask)?;
+        a.and(reg, rax)
+    }
+}
+
+/// Adds a constant to rcx (through rdx when it needs all 64 bits).
+fn add_to_rcx(a: &mut CodeAssembler, v: u64) -> R {
+    if v == 0 {
+        Ok(())
+    } else if fits_i32(v) {
+        a.add(rcx, v as i32)
+    } else {
+        a.mov(rdx, v)?;
+        a.add(rcx, rdx)
+    }
+}
+
+/// Computes a reference's address into rcx (rdx is scratch).
+fn address(a: &mut CodeAssembler, r: &FlatRef) -> R {
+    let base = r.base as usize != ZERO;
+    let index = r.index as usize != ZERO;
+    if r.simple {
+        let scale = 1u32 << r.shift;
+        match (base, index) {
+            (true, true) => {
+                a.mov(rcx, val(r.base))?;
+                a.mov(rdx, val(r.index))?;
+                if fits_i32(r.disp) {
+                    a.lea(rcx, qword_ptr(rcx + rdx * scale + r.disp as i32))?;
+                } else {
+                    a.lea(rcx, qword_ptr(rcx + rdx * scale))?;
+                    add_to_rcx(a, r.disp)?;
+                }
+            }
+            (true, false) => {
+                a.mov(rcx, val(r.base))?;
+                add_to_rcx(a, r.disp)?;
+            }
+            (false, true) => {
+                a.mov(rdx, val(r.index))?;
+                if fits_i32(r.disp) {
+                    a.lea(rcx, qword_ptr(rdx * scale + r.disp as i32))?;
+                } else {
+                    a.lea(rcx, qword_ptr(rdx * scale))?;
+                    add_to_rcx(a, r.disp)?;
+                }
+            }
+            (false, false) => a.mov(rcx, r.disp)?,
+        }
+        return Ok(());
+    }
+    // ((disp + base & mask + (index & mask) * scale) & addr_mask) + segment base
+    if base {
+        a.mov(rcx, val(r.base))?;
+        mask(a, rcx, ecx, r.base_mask)?;
+    } else {
+        a.xor(ecx, ecx)?;
+    }
+    if index {
+        a.mov(rdx, val(r.index))?;
+        mask(a, rdx, edx, r.index_mask)?;
+        if r.scale != 1 {
+            a.imul_3(rdx, rdx, r.scale as i32)?;
+        }
+        a.add(rcx, rdx)?;
+    }
+    add_to_rcx(a, r.disp)?;
+    mask(a, rcx, ecx, r.addr_mask)?;
+    if r.seg as usize != ZERO {
+        a.add(rcx, val(r.seg))?;
+    }
+    Ok(())
+}
