@@ -341,7 +341,7 @@ impl Walker<'_> {
         let refs0 = buf.refs.as_mut_ptr();
         let blocks0 = buf.blocks.as_mut_ptr();
         let tags_range = bytes.as_ptr_range();
-        let (exit, esc, next_esc) = jit.routines();
+        let (exit, set_hi) = jit.routines();
         let values_range = values.as_ptr_range();
         // SAFETY (the pointers): each is within, or one past, the slice or capacity it
         // comes from; `Jit::enter` needs no more.
@@ -359,8 +359,7 @@ impl Walker<'_> {
             status: self.status as u64,
             table: jit.table(),
             exit,
-            esc,
-            next_esc,
+            set_hi,
         };
         let r = (|| loop {
             st.refs = refs0;

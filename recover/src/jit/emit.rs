@@ -61,8 +61,7 @@ fn exit(a: &mut CodeAssembler) -> R {
 /// Where the shared dispatch's rarely taken paths start, in the entry routine's code.
 pub(super) struct SharedLabels {
     pub exit: CodeLabel,
-    pub esc: CodeLabel,
-    pub next_esc: CodeLabel,
+    pub set_hi: CodeLabel,
 }
 
 /// Reads the next tag word and jumps to its block's code, or leaves: when a buffer is full,
@@ -70,10 +69,9 @@ pub(super) struct SharedLabels {
 /// is followed by an interruption record, or it is not in the dispatch table.
 ///
 /// Emitted at the end of every block, so each block's jump to its successor is predicted
-/// apart; the paths for control words jump to the one copy in the entry routine
+/// apart; the long H-tag change and the exit jump to the one copy in the entry routine
 /// (`shared` is `Some` there, and gets their labels).
 fn dispatch(a: &mut CodeAssembler, hash: Hash, shared: Option<&mut SharedLabels>) -> R {
-    let local = shared.is_none();
     let mut top = a.create_label();
     let mut out = a.create_label();
     let mut esc = a.create_label();
@@ -113,40 +111,37 @@ fn dispatch(a: &mut CodeAssembler, hash: Hash, shared: Option<&mut SharedLabels>
     a.cmp(qword_ptr(rdx), rax)?;
     a.jne(probe)?;
     a.jmp(qword_ptr(rdx + 8))?;
-    if local {
-        a.set_label(&mut next_esc)?;
-        a.jmp(st(offset_of!(JitState, next_esc)))?;
-        a.set_label(&mut esc)?;
-        a.jmp(st(offset_of!(JitState, esc)))?;
-        a.set_label(&mut out)?;
-        return exit(a);
-    }
-    let labels = shared.expect("checked above");
     // The word after the block is a control record: unless it says where the block was
     // interrupted (or the tags end before saying), the block runs here.
     a.set_label(&mut next_esc)?;
-    labels.next_esc = next_esc;
     a.lea(rdx, qword_ptr(r12 + 6))?;
     a.cmp(rdx, st(offset_of!(JitState, tags_end)))?;
     a.ja(out)?;
     a.cmp(word_ptr(r12 + 4), CTL_INTERRUPTED as i32)?;
     a.je(out)?;
     a.jmp(go)?;
-    // An H-tag change: the short form rewrites bits 16..32 of the high part, the long one
-    // (three words, 64-bit) all of it. Other records leave.
+    // A short H-tag change rewrites bits 16..32 of the high part; the long one (three words,
+    // 64-bit, rare) all of it, in the entry routine's copy. Other records leave.
     let mut set_hi = a.create_label();
     a.set_label(&mut esc)?;
-    labels.esc = esc;
     a.shr(eax, 16)?;
-    a.cmp(eax, CTL_SET_HI as i32)?;
-    a.je(set_hi)?;
     a.lea(ecx, dword_ptr(rax - 1))?;
     a.cmp(ecx, (MAX_SHORT_H - 1) as i32)?;
-    a.ja(out)?;
+    a.ja(set_hi)?;
     a.mov(word_ptr(rbx + off(offset_of!(JitState, hi)) + 2), ax)?;
     a.add(r12, 4)?;
     a.jmp(top)?;
+    let Some(labels) = shared else {
+        a.set_label(&mut set_hi)?;
+        a.jmp(st(offset_of!(JitState, set_hi)))?;
+        a.set_label(&mut out)?;
+        return exit(a);
+    };
+    // Entered with eax = the control word.
     a.set_label(&mut set_hi)?;
+    labels.set_hi = set_hi;
+    a.cmp(eax, CTL_SET_HI as i32)?;
+    a.jne(out)?;
     a.lea(rdx, qword_ptr(r12 + 12))?;
     a.cmp(rdx, st(offset_of!(JitState, tags_end)))?;
     a.ja(out)?;
@@ -181,7 +176,7 @@ pub(super) fn trampoline(a: &mut CodeAssembler, hash: Hash) -> Result<SharedLabe
     a.mov(r14, st(offset_of!(JitState, refs)))?;
     a.mov(rbp, st(offset_of!(JitState, blocks)))?;
     a.mov(r15, st(offset_of!(JitState, status)))?;
-    let mut labels = SharedLabels { exit: a.create_label(), esc: a.create_label(), next_esc: a.create_label() };
+    let mut labels = SharedLabels { exit: a.create_label(), set_hi: a.create_label() };
     dispatch(a, hash, Some(&mut labels))?;
     Ok(labels)
 }

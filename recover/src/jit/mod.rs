@@ -47,10 +47,9 @@ pub struct JitState {
     pub status: u64,
     /// The dispatch table.
     pub table: *const Slot,
-    /// Addresses of the exit routine and of the shared dispatch's paths for control words.
+    /// Addresses of the exit routine and of the shared dispatch's long H-tag change.
     pub exit: usize,
-    pub esc: usize,
-    pub next_esc: usize,
+    pub set_hi: usize,
 }
 
 /// A block the compiled code ran (compiled blocks have at most 65535 instructions and
@@ -70,8 +69,7 @@ pub struct Jit {
     code: memmap2::Mmap,
     entry: unsafe extern "sysv64" fn(*mut JitState),
     exit: usize,
-    esc: usize,
-    next_esc: usize,
+    set_hi: usize,
     /// Every compiled block's address and code, hashed by address, probed linearly and
     /// never past the end (the last slot is empty), read by the compiled code itself.
     table: Box<[Slot]>,
@@ -109,7 +107,7 @@ impl Jit {
         let labels = emit::trampoline(&mut a, hash).map_err(err)?;
         let t = a.assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS).map_err(err)?;
         let ip = |l| t.label_ip(l).map(|ip| ip as usize).map_err(err);
-        let (exit_off, esc_off, next_esc_off) = (ip(&labels.exit)?, ip(&labels.esc)?, ip(&labels.next_esc)?);
+        let (exit_off, set_hi_off) = (ip(&labels.exit)?, ip(&labels.set_hi)?);
         let mut bytes = t.inner.code_buffer;
 
         let groups: Vec<&[usize]> = ids.chunks(GROUP).collect();
@@ -137,7 +135,7 @@ impl Jit {
         // SAFETY: offset 0 holds the entry routine, built for this signature.
         let entry = unsafe { std::mem::transmute::<*const u8, unsafe extern "sysv64" fn(*mut JitState)>(code.as_ptr()) };
         let at = |o: usize| code.as_ptr() as usize + o;
-        let (exit, esc, next_esc) = (at(exit_off), at(esc_off), at(next_esc_off));
+        let (exit, set_hi) = (at(exit_off), at(set_hi_off));
         let mut table = vec![Slot { addr: EMPTY, code: 0 }; 1 << bits];
         for (id, at) in offsets {
             let a = addr(id).expect("compiled blocks have an address");
@@ -151,7 +149,7 @@ impl Jit {
             table[i] = Slot { addr: a, code: code.as_ptr() as usize + at };
         }
         table.push(Slot { addr: EMPTY, code: 0 });
-        Ok(Jit { code, entry, exit, esc, next_esc, table: table.into_boxed_slice() })
+        Ok(Jit { code, entry, exit, set_hi, table: table.into_boxed_slice() })
     }
 
     /// Compiles a group of blocks into position-independent code, with each block's offset.
@@ -187,9 +185,9 @@ impl Jit {
         (self.entry)(st)
     }
 
-    /// Addresses of the exit routine and the shared control-word paths, for [`JitState`].
-    pub fn routines(&self) -> (usize, usize, usize) {
-        (self.exit, self.esc, self.next_esc)
+    /// Addresses of the exit routine and the shared long H-tag change, for [`JitState`].
+    pub fn routines(&self) -> (usize, usize) {
+        (self.exit, self.set_hi)
     }
 
     /// The dispatch table, for [`JitState::table`].
