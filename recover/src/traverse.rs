@@ -4,7 +4,7 @@
 use crate::events::{BlockEvent, Marker, MemEvent, Run, Sink};
 use crate::flat::SLOTS;
 use crate::plans::{PlanCache, PlanMiss, Plans};
-use dep_profile::container::{ChunkView, Section};
+use dep_profile::container::{ChunkView, Decompression, Section};
 use dep_profile::semantics::{Insn, Special};
 use dep_profile::tags::{Escape, TagDecoder, TagItem, CTL_INTERRUPTED, ESC, MAX_SHORT_H};
 use dep_profile::values::ValueReader;
@@ -35,7 +35,7 @@ pub enum ChunkFault {
 pub struct Scratch {
     tags: Vec<u8>,
     values: Vec<u8>,
-    packed: Vec<u8>,
+    dec: Decompression,
     batch: Vec<MemEvent>,
     #[cfg(target_arch = "x86_64")]
     jit: JitBuffers,
@@ -61,8 +61,8 @@ pub fn recover_chunk<S: Sink>(
     scratch: &mut Scratch,
     sink: &mut S,
 ) -> Result<(), ChunkFault> {
-    chunk.decompress_into(Section::Tags, &mut scratch.tags, &mut scratch.packed).map_err(ChunkFault::Stream)?;
-    chunk.decompress_into(Section::Values, &mut scratch.values, &mut scratch.packed).map_err(ChunkFault::Stream)?;
+    chunk.decompress_into(Section::Tags, &mut scratch.tags, &mut scratch.dec).map_err(ChunkFault::Stream)?;
+    chunk.decompress_into(Section::Values, &mut scratch.values, &mut scratch.dec).map_err(ChunkFault::Stream)?;
     let mut vals = [0u64; SLOTS];
     vals[..NUM_REGS].copy_from_slice(&chunk.regs());
     let mut w = Walker {

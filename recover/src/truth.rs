@@ -2,13 +2,13 @@
 
 use crate::events::{BlockEvent, MemEvent, Sink};
 use crate::traverse::ChunkFault;
-use dep_profile::container::{ChunkView, Section};
+use dep_profile::container::{ChunkView, Decompression, Section};
 use dep_profile::semantics::Access;
 use dep_profile::truth::{self, TruthKind, TruthRecord};
 
 /// Sends the truth records of one chunk to `sink`.
 pub fn replay_chunk<S: Sink>(chunk: &ChunkView, buf: &mut Vec<u8>, sink: &mut S) -> Result<(), ChunkFault> {
-    chunk.decompress_into(Section::Truth, buf, &mut Vec::new()).map_err(ChunkFault::Stream)?;
+    chunk.decompress_into(Section::Truth, buf, &mut Decompression::default()).map_err(ChunkFault::Stream)?;
     let recs: Vec<TruthRecord> = truth::records(buf)
         .map_err(|e| ChunkFault::Stream(e.to_string()))?
         .collect::<Result<_, _>>()

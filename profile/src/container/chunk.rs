@@ -128,6 +128,14 @@ impl ChunkData<'_> {
     }
 }
 
+/// What decompressing sections needs, kept from chunk to chunk: a zstd context (making one
+/// per section cost page faults) and the packed bytes of DEP_m.
+#[derive(Default)]
+pub struct Decompression {
+    zstd: Option<zstd::bulk::Decompressor<'static>>,
+    packed: Vec<u8>,
+}
+
 /// A chunk read in place from the memory-mapped profile.
 #[derive(Clone, Copy, Debug)]
 pub struct ChunkView<'a> {
@@ -224,7 +232,7 @@ impl<'a> ChunkView<'a> {
 
     /// Decompresses a section into `out` (cleared first), unpacking it if it is packed;
     /// `mid` is scratch space for that.
-    pub fn decompress_into(&self, s: Section, out: &mut Vec<u8>, mid: &mut Vec<u8>) -> Result<(), String> {
+    pub fn decompress_into(&self, s: Section, out: &mut Vec<u8>, dec: &mut Decompression) -> Result<(), String> {
         let width = self.width;
         out.clear();
         let (raw, _) = self.lens(s);
@@ -234,7 +242,11 @@ impl<'a> ChunkView<'a> {
         if raw > (1 << 40) {
             return Err(format!("{} section claims {raw} bytes", s.name()));
         }
-        let mut d = zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?;
+        let d = match &mut dec.zstd {
+            Some(d) => d,
+            none => none.insert(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?),
+        };
+        let mid = &mut dec.packed;
         let undo = |e: std::io::Error| format!("{} section does not decompress: {e}", s.name());
         match self.codec(s)? {
             Codec::Zstd => {
@@ -259,7 +271,7 @@ impl<'a> ChunkView<'a> {
     /// Decompresses a section.
     pub fn decompress(&self, s: Section) -> Result<Vec<u8>, String> {
         let mut v = Vec::new();
-        self.decompress_into(s, &mut v, &mut Vec::new())?;
+        self.decompress_into(s, &mut v, &mut Decompression::default())?;
         Ok(v)
     }
 }

@@ -13,7 +13,7 @@ pub mod meta;
 pub mod reader;
 pub mod writer;
 
-pub use chunk::{ChunkData, ChunkView, Codec, Section, CHUNK_HEADER_LEN, PACKED_VALUES_LEVEL};
+pub use chunk::{ChunkData, ChunkView, Codec, Decompression, Section, CHUNK_HEADER_LEN, PACKED_VALUES_LEVEL};
 pub use meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ParentLink, ThreadEvent};
 pub use reader::{ChunkRef, Profile, ThreadInfo};
 pub use writer::ProfileWriter;
