@@ -165,9 +165,11 @@ fn recorded(c: &mut Criterion) {
         let chunks: usize = p.threads.iter().map(|t| t.chunks.len()).sum();
         eprintln!("recorded {name}: {} blocks, {} references, {chunks} chunks", n.blocks, n.reads + n.writes);
         g.throughput(Throughput::Elements(n.reads + n.writes));
-        for workers in [1, 2] {
-            let rec = Recovery::new(&p, workers);
-            g.bench_with_input(BenchmarkId::new(format!("{name}_null_sink"), workers), &rec, |b, rec| {
+        // The interpreted walk on one core, for comparison, then compiled blocks on one and two.
+        for (workers, compiled) in [(1, false), (1, true), (2, true)] {
+            let rec = Recovery::with_compiled(&p, workers, compiled);
+            let id = format!("{name}_null_sink{}", if compiled { "" } else { "_interpreted" });
+            g.bench_with_input(BenchmarkId::new(id, workers), &rec, |b, rec| {
                 b.iter(|| rec.run_ordered(Source::Dep, Counts::default, |_| Ok(Vec::new()), &mut std::io::sink(), &|_| {}).unwrap())
             });
         }

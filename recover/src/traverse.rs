@@ -337,6 +337,10 @@ impl Walker<'_> {
         buf.blocks.clear();
         buf.blocks.reserve(JIT_BLOCKS);
         let (bytes, p) = tags.raw();
+        if bytes.len() < p + 4 {
+            // The compiled code reads two words at a time; the last block is the walk's.
+            return Ok(());
+        }
         let values = self.values.bytes();
         let refs0 = buf.refs.as_mut_ptr();
         let blocks0 = buf.blocks.as_mut_ptr();
@@ -349,7 +353,7 @@ impl Walker<'_> {
             vals: self.vals,
             hi: tags.hi() << 16,
             tags: unsafe { tags_range.start.add(p) },
-            tags_end: tags_range.end,
+            tags_last: unsafe { tags_range.end.sub(4) },
             values: unsafe { values_range.start.add(self.values.offset()) },
             values_end: values_range.end,
             refs: refs0,

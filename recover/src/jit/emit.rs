@@ -2,9 +2,10 @@
 //!
 //! Registers, the same in every piece of code: rbx points at the [`JitState`], r12 at the next
 //! tag word, r13 at the next DEP_m word, r14 at the next reference to write, rbp at the next
-//! block record, r15 holds the CURRENT bits. A block is entered with rax = its address and
-//! r12 at its L-tag; it leaves either into the next block or through the exit, with r12 at a
-//! tag word the general walk then reads.
+//! block record, r15 holds the CURRENT bits; r8, r9, r10 and rdi hold the limits of r12, r14,
+//! rbp and r13, rsi the dispatch table and r11 its hash multiplier. A block is entered with
+//! rax = its address and r12 at its L-tag; it leaves either into the next block or through
+//! the exit, with r12 at a tag word the general walk then reads.
 
 use super::{BlockRec, JitState, Slot, EMPTY};
 use crate::events::MemEvent;
@@ -79,12 +80,11 @@ fn dispatch(a: &mut CodeAssembler, hash: Hash, shared: Option<&mut SharedLabels>
     let mut go = a.create_label();
     let mut probe = a.create_label();
     a.set_label(&mut top)?;
-    a.cmp(r14, st(offset_of!(JitState, refs_limit)))?;
+    a.cmp(r14, r9)?;
     a.ja(out)?;
-    a.cmp(rbp, st(offset_of!(JitState, blocks_limit)))?;
+    a.cmp(rbp, r10)?;
     a.ja(out)?;
-    a.lea(rax, qword_ptr(r12 + 4))?;
-    a.cmp(rax, st(offset_of!(JitState, tags_end)))?;
+    a.cmp(r12, r8)?;
     a.ja(out)?;
     a.mov(eax, dword_ptr(r12))?;
     a.test(ax, ax)?;
@@ -95,11 +95,11 @@ fn dispatch(a: &mut CodeAssembler, hash: Hash, shared: Option<&mut SharedLabels>
     a.set_label(&mut go)?;
     a.movzx(eax, ax)?;
     a.or(rax, st(offset_of!(JitState, hi)))?;
-    a.mov(rdx, hash.mul)?;
-    a.imul_2(rdx, rax)?;
+    a.mov(rdx, rax)?;
+    a.imul_2(rdx, r11)?;
     a.shr(rdx, hash.shift as i32)?;
     a.shl(rdx, 4)?;
-    a.add(rdx, st(offset_of!(JitState, table)))?;
+    a.add(rdx, rsi)?;
     a.cmp(qword_ptr(rdx), rax)?;
     a.jne(probe)?;
     a.jmp(qword_ptr(rdx + 8))?;
@@ -114,8 +114,8 @@ fn dispatch(a: &mut CodeAssembler, hash: Hash, shared: Option<&mut SharedLabels>
     // The word after the block is a control record: unless it says where the block was
     // interrupted (or the tags end before saying), the block runs here.
     a.set_label(&mut next_esc)?;
-    a.lea(rdx, qword_ptr(r12 + 6))?;
-    a.cmp(rdx, st(offset_of!(JitState, tags_end)))?;
+    a.lea(rdx, qword_ptr(r12 + 2))?;
+    a.cmp(rdx, r8)?;
     a.ja(out)?;
     a.cmp(word_ptr(r12 + 4), CTL_INTERRUPTED as i32)?;
     a.je(out)?;
@@ -142,8 +142,8 @@ fn dispatch(a: &mut CodeAssembler, hash: Hash, shared: Option<&mut SharedLabels>
     labels.set_hi = set_hi;
     a.cmp(eax, CTL_SET_HI as i32)?;
     a.jne(out)?;
-    a.lea(rdx, qword_ptr(r12 + 12))?;
-    a.cmp(rdx, st(offset_of!(JitState, tags_end)))?;
+    a.lea(rdx, qword_ptr(r12 + 8))?;
+    a.cmp(rdx, r8)?;
     a.ja(out)?;
     // Words 2..4 are the H-tag; shifting out the word after them leaves H << 16.
     a.mov(rax, qword_ptr(r12 + 4))?;
@@ -176,6 +176,12 @@ pub(super) fn trampoline(a: &mut CodeAssembler, hash: Hash) -> Result<SharedLabe
     a.mov(r14, st(offset_of!(JitState, refs)))?;
     a.mov(rbp, st(offset_of!(JitState, blocks)))?;
     a.mov(r15, st(offset_of!(JitState, status)))?;
+    a.mov(r8, st(offset_of!(JitState, tags_last)))?;
+    a.mov(r9, st(offset_of!(JitState, refs_limit)))?;
+    a.mov(r10, st(offset_of!(JitState, blocks_limit)))?;
+    a.mov(rdi, st(offset_of!(JitState, values_end)))?;
+    a.mov(rsi, st(offset_of!(JitState, table)))?;
+    a.mov(r11, hash.mul)?;
     let mut labels = SharedLabels { exit: a.create_label(), set_hi: a.create_label() };
     dispatch(a, hash, Some(&mut labels))?;
     Ok(labels)
@@ -220,7 +226,7 @@ pub(super) fn block(a: &mut CodeAssembler, flat: &FlatPlans, id: u32, fb: &FlatB
         } else {
             a.lea(rdx, qword_ptr(r13 + 8 * (always + on_entry.count_ones() as i32)))?;
         }
-        a.cmp(rdx, st(offset_of!(JitState, values_end)))?;
+        a.cmp(rdx, rdi)?;
         a.jbe(ok)?;
         exit(a)?;
         a.set_label(&mut ok)?;

@@ -32,7 +32,8 @@ pub struct JitState {
     pub hi: u64,
     /// In and out: the next tag word.
     pub tags: *const u8,
-    pub tags_end: *const u8,
+    /// The last position of `tags` with two words to read there (so at least 4 bytes).
+    pub tags_last: *const u8,
     /// In and out: the next DEP_m word.
     pub values: *const u8,
     pub values_end: *const u8,
@@ -177,7 +178,7 @@ impl Jit {
     /// Runs compiled blocks from `st` until the code leaves; `st` then says where it stopped.
     ///
     /// # Safety
-    /// Every pointer in `st` must be valid for the range it describes (`tags..tags_end`,
+    /// Every pointer in `st` must be valid for the range it describes (`tags..tags_last + 4`,
     /// `values..values_end`, `refs..refs_limit` plus room for the largest block's references,
     /// `blocks..=blocks_limit`), and `exit` and `table` must be this `Jit`'s.
     #[inline]
