@@ -29,6 +29,11 @@ pub enum Source {
     Truth,
 }
 
+/// Chunks the parallel driver recovers at most ahead of the one it writes next.
+const AHEAD: usize = 1024;
+/// Finished output the parallel driver holds at most before it stops starting chunks.
+const HELD_BYTES: usize = 256 << 20;
+
 /// A profile ready for recovery: its block table pre-decoded.
 pub struct Recovery<'p> {
     pub profile: &'p Profile,
@@ -142,7 +147,6 @@ impl<'p> Recovery<'p> {
             }
             return Ok(());
         }
-        // Bounded reordering: at most `window` chunks are recovered ahead of the writer.
         let window = workers * 2;
         let (job_tx, job_rx) = crossbeam::channel::unbounded::<usize>();
         let (res_tx, res_rx) = crossbeam::channel::unbounded::<(usize, Result<Vec<u8>, RecoverError>)>();
@@ -168,25 +172,28 @@ impl<'p> Recovery<'p> {
                 });
             }
             drop(res_tx);
-            let mut sent = 0;
-            while sent < chunks.len().min(window) {
-                job_tx.send(sent).unwrap();
-                sent += 1;
-            }
+            // Chunks cost very different amounts (a rep string can expand into billions of
+            // references), so workers run ahead of the writer as far as `AHEAD` chunks and
+            // `HELD_BYTES` of finished output allow, with `window` jobs queued at a time.
+            let (mut sent, mut received, mut held) = (0usize, 0usize, 0usize);
             let mut next = 0;
             let mut ready = BTreeMap::new();
             let result = (|| {
                 while next < chunks.len() {
+                    while sent < chunks.len() && sent - received < window && sent - next < AHEAD && held < HELD_BYTES {
+                        job_tx.send(sent).unwrap();
+                        sent += 1;
+                    }
                     let (k, r) = res_rx.recv().expect("recovery workers stopped early");
+                    received += 1;
+                    held += r.as_ref().map_or(0, |v| v.len());
                     ready.insert(k, r);
                     while let Some(r) = ready.remove(&next) {
-                        out.write_all(&r?).map_err(RecoverError::Output)?;
+                        let bytes = r?;
+                        held -= bytes.len();
+                        out.write_all(&bytes).map_err(RecoverError::Output)?;
                         progress(1);
                         next += 1;
-                        if sent < chunks.len() {
-                            job_tx.send(sent).unwrap();
-                            sent += 1;
-                        }
                     }
                 }
                 Ok(())
