@@ -159,7 +159,6 @@ impl<W: Write> Sink for Renderer<W> {
     fn run(&mut self, run: &Run) -> io::Result<()> {
         if self.format == Format::Blocks {
             for b in run.blocks() {
-                self.thread = run.thread;
                 self.block(&BlockEvent {
                     thread: run.thread,
                     addr: b.addr,

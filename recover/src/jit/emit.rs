@@ -9,7 +9,7 @@
 
 use super::{BlockRec, JitState, Slot, EMPTY};
 use crate::events::MemEvent;
-use crate::flat::{FlatBlock, FlatPlans, FlatRef, ZERO};
+use crate::flat::{FlatBlock, FlatPlans, FlatRef, FlatStep, ZERO};
 use dep_profile::tags::{CTL_INTERRUPTED, CTL_SET_HI, MAX_SHORT_H};
 use iced_x86::code_asm::*;
 use std::mem::{offset_of, size_of};
@@ -193,6 +193,20 @@ struct Known {
     expired: u32,
 }
 
+impl Known {
+    /// Passes a step: returns the registers whose values it reads from DEP_m, and of those
+    /// the ones it reads only if they are not CURRENT on entry to the block (untouched so far).
+    fn step(&mut self, s: &FlatStep) -> (u32, u32) {
+        self.current &= !s.expired;
+        self.expired |= s.expired;
+        let load = s.used & !self.current;
+        let conditional = load & !self.expired;
+        self.current |= s.used;
+        self.expired &= !s.used;
+        (load, conditional)
+    }
+}
+
 /// The code of one plain block (no special step), at block index `id`.
 ///
 /// Without `popcnt` the block leaves whenever fewer values remain than it could read.
@@ -205,13 +219,9 @@ pub(super) fn block(a: &mut CodeAssembler, flat: &FlatPlans, id: u32, fb: &FlatB
     let mut k = Known { current: 0, expired: 0 };
     let (mut on_entry, mut always) = (0u32, 0i32);
     for s in steps {
-        k.current &= !s.expired;
-        k.expired |= s.expired;
-        let load = s.used & !k.current;
-        on_entry |= load & !k.expired;
-        always += (load & k.expired).count_ones() as i32;
-        k.current |= s.used;
-        k.expired &= !s.used;
+        let (load, conditional) = k.step(s);
+        on_entry |= conditional;
+        always += (load & !conditional).count_ones() as i32;
     }
     if on_entry != 0 || always != 0 {
         let mut ok = a.create_label();
@@ -240,38 +250,32 @@ pub(super) fn block(a: &mut CodeAssembler, flat: &FlatPlans, id: u32, fb: &FlatB
     let mut k = Known { current: 0, expired: 0 };
     let mut n = 0i32;
     for s in steps {
+        let (load, conditional) = k.step(s);
         if s.expired != 0 {
             a.and(r15d, !s.expired)?;
-            k.current &= !s.expired;
-            k.expired |= s.expired;
         }
         adjust(a, &flat.adjust[s.adjust.0 as usize..s.adjust.1 as usize])?;
-        let mut used = s.used;
-        while used != 0 {
-            let r = used.trailing_zeros();
-            used &= used - 1;
-            if k.current & (1 << r) != 0 {
-                continue;
-            }
+        let mut regs = load;
+        while regs != 0 {
+            let r = regs.trailing_zeros();
+            regs &= regs - 1;
             let mut skip = a.create_label();
-            let conditional = k.expired & (1 << r) == 0;
-            if conditional {
+            let tested = conditional & (1 << r) != 0;
+            if tested {
                 a.bt(r15d, r as i32)?;
                 a.jc(skip)?;
             }
             a.mov(rcx, qword_ptr(r13))?;
             a.mov(val(r as u8), rcx)?;
             a.add(r13, 8)?;
-            if conditional {
+            if tested {
                 // Takes the next instruction: the `or` below, always emitted after a load.
                 a.set_label(&mut skip)?;
             }
         }
-        if s.used & !k.current != 0 {
+        if load != 0 {
             a.or(r15d, s.used)?;
         }
-        k.current |= s.used;
-        k.expired &= !s.used;
         for r in &flat.refs[s.refs.0 as usize..s.refs.1 as usize] {
             address(a, r)?;
             let at = n * EVENT as i32;
