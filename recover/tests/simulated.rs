@@ -22,6 +22,10 @@ fn render(rec: &Recovery, source: Source, format: Format, parallel: bool) -> Vec
 fn check_seed(seed: u64, threads: usize, len: usize, events: bool) {
     let mut rng = Rng::new(seed);
     let n = 1 + rng.below(40) as usize;
+    check_code(seed, rng, n, threads, len, events);
+}
+
+fn check_code(seed: u64, mut rng: Rng, n: usize, threads: usize, len: usize, events: bool) {
     let code = random_code(&mut rng, n);
     let paths: Vec<_> = (0..threads).map(|_| random_path(&mut rng, &code, len, events)).collect();
     let dir = tempfile::tempdir().unwrap();
@@ -59,6 +63,14 @@ fn straight_paths_recover_exactly() {
 fn threads_chunks_signals_and_faults_recover_exactly() {
     for seed in 100..300 {
         check_seed(seed, 1 + (seed % 3) as usize, 300, true);
+    }
+}
+
+#[test]
+fn thousands_of_blocks_recover_exactly() {
+    // Enough blocks that the compiled code's dispatch table has long probe chains.
+    for seed in 300..303 {
+        check_code(seed, Rng::new(seed), 3000, 2, 6000, seed == 301);
     }
 }
 
