@@ -9,7 +9,8 @@
 
 use super::{BlockRec, JitState, Slot, EMPTY};
 use crate::events::MemEvent;
-use crate::flat::{FlatBlock, FlatPlans, FlatRef, FlatStep, ZERO};
+use crate::flat::{FlatPlans, FlatRef, FlatStep, ZERO};
+use dep_profile::NUM_REGS;
 use dep_profile::tags::{CTL_INTERRUPTED, CTL_SET_HI, MAX_SHORT_H};
 use iced_x86::code_asm::*;
 use std::mem::{offset_of, size_of};
@@ -210,7 +211,8 @@ impl Known {
 /// The code of one plain block (no special step), at block index `id`.
 ///
 /// Without `popcnt` the block leaves whenever fewer values remain than it could read.
-pub(super) fn block(a: &mut CodeAssembler, flat: &FlatPlans, id: u32, fb: &FlatBlock, hash: Hash, popcnt: bool) -> R {
+pub(super) fn block(a: &mut CodeAssembler, flat: &FlatPlans, id: u32, addr: u64, hash: Hash, popcnt: bool) -> R {
+    let fb = &flat.blocks[id as usize];
     let steps = &flat.steps[fb.steps.0 as usize..fb.steps.1 as usize];
     // The values the block reads: those of registers it always reloads, and those of the
     // registers it uses before changing them that are not CURRENT on entry. Checked once,
@@ -247,6 +249,10 @@ pub(super) fn block(a: &mut CodeAssembler, flat: &FlatPlans, id: u32, fb: &FlatB
     a.mov(dword_ptr(rbp + 12), fb.insns | fb.refs << 16)?;
     a.add(rbp, size_of::<BlockRec>() as i32)?;
 
+    // Constant adjustments (push, pop, add rsp) are added to the register slots only where a
+    // value is loaded or a masked address needs them, and at the end; references fold them
+    // into their displacement. rax keeps the block's address, which pcs are taken from.
+    let mut pending = Pending([0; NUM_REGS]);
     let mut k = Known { current: 0, expired: 0 };
     let mut n = 0i32;
     for s in steps {
@@ -254,7 +260,7 @@ pub(super) fn block(a: &mut CodeAssembler, flat: &FlatPlans, id: u32, fb: &FlatB
         if s.expired != 0 {
             a.and(r15d, !s.expired)?;
         }
-        adjust(a, &flat.adjust[s.adjust.0 as usize..s.adjust.1 as usize])?;
+        pending.add(&flat.adjust[s.adjust.0 as usize..s.adjust.1 as usize]);
         let mut regs = load;
         while regs != 0 {
             let r = regs.trailing_zeros();
@@ -262,8 +268,12 @@ pub(super) fn block(a: &mut CodeAssembler, flat: &FlatPlans, id: u32, fb: &FlatB
             let mut skip = a.create_label();
             let tested = conditional & (1 << r) != 0;
             if tested {
+                // Not loaded, the register keeps its adjusted value.
+                pending.flush(a, r as u8)?;
                 a.bt(r15d, r as i32)?;
                 a.jc(skip)?;
+            } else {
+                pending.0[r as usize] = 0;
             }
             a.mov(rcx, qword_ptr(r13))?;
             a.mov(val(r as u8), rcx)?;
@@ -277,23 +287,22 @@ pub(super) fn block(a: &mut CodeAssembler, flat: &FlatPlans, id: u32, fb: &FlatB
             a.or(r15d, s.used)?;
         }
         for r in &flat.refs[s.refs.0 as usize..s.refs.1 as usize] {
-            address(a, r)?;
+            address(a, r, &mut pending)?;
             let at = n * EVENT as i32;
-            let pc = r.event.pc;
-            if fits_i32(pc) {
-                a.mov(qword_ptr(r14 + at), pc as i32)?;
-            } else {
-                a.mov(rdx, pc)?;
-                a.mov(qword_ptr(r14 + at), rdx)?;
+            match r.event.pc.wrapping_sub(addr) {
+                0 => a.mov(qword_ptr(r14 + at), rax)?,
+                d if fits_i32(d) => {
+                    a.lea(rdx, qword_ptr(rax + d as i32))?;
+                    a.mov(qword_ptr(r14 + at), rdx)?;
+                }
+                _ => {
+                    a.mov(rdx, r.event.pc)?;
+                    a.mov(qword_ptr(r14 + at), rdx)?;
+                }
             }
             a.mov(qword_ptr(r14 + at + 8), rcx)?;
-            let tail = r.event.size as u64 | (r.event.access as u8 as u64) << 32 | (r.event.conditional as u64) << 40;
-            if fits_i32(tail) {
-                a.mov(qword_ptr(r14 + at + 16), tail as i32)?;
-            } else {
-                a.mov(rdx, tail)?;
-                a.mov(qword_ptr(r14 + at + 16), rdx)?;
-            }
+            a.mov(dword_ptr(r14 + at + 16), r.event.size)?;
+            a.mov(word_ptr(r14 + at + 20), r.event.access as u8 as u32 | (r.event.conditional as u32) << 8)?;
             n += 1;
         }
     }
@@ -303,21 +312,36 @@ pub(super) fn block(a: &mut CodeAssembler, flat: &FlatPlans, id: u32, fb: &FlatB
     if fb.tail_expired != 0 {
         a.and(r15d, !fb.tail_expired)?;
     }
-    adjust(a, &flat.adjust[fb.tail_adjust.0 as usize..fb.tail_adjust.1 as usize])?;
+    pending.add(&flat.adjust[fb.tail_adjust.0 as usize..fb.tail_adjust.1 as usize]);
+    for r in 0..NUM_REGS as u8 {
+        pending.flush(a, r)?;
+    }
     dispatch(a, hash, None)
 }
 
-/// Adds a plan's constants to the registers they move (64-bit: no mask).
-fn adjust(a: &mut CodeAssembler, adjust: &[(u8, u64)]) -> R {
-    for &(r, d) in adjust {
-        if fits_i32(d) {
-            a.add(val(r), d as i32)?;
-        } else {
-            a.mov(rcx, d)?;
-            a.add(val(r), rcx)?;
+/// Constants a block has added to registers (push, pop, add rsp, ...) and not yet stored.
+struct Pending([u64; NUM_REGS]);
+
+impl Pending {
+    fn add(&mut self, adjust: &[(u8, u64)]) {
+        for &(r, d) in adjust {
+            let p = &mut self.0[r as usize];
+            *p = p.wrapping_add(d);
         }
     }
-    Ok(())
+
+    /// Adds register `r`'s pending constant to its slot (64-bit: no mask).
+    fn flush(&mut self, a: &mut CodeAssembler, r: u8) -> R {
+        let d = std::mem::take(&mut self.0[r as usize]);
+        if d == 0 {
+            Ok(())
+        } else if fits_i32(d) {
+            a.add(val(r), d as i32)
+        } else {
+            a.mov(rcx, d)?;
+            a.add(val(r), rcx)
+        }
+    }
 }
 
 /// Masks `reg` (rcx or rdx) to the low bits `mask` selects, as [`FlatRef::eval`] does.
@@ -328,9 +352,11 @@ fn mask(a: &mut CodeAssembler, reg: AsmRegister64, reg32: AsmRegister32, mask: u
         // A 32-bit `and` clears the upper half as well.
         a.and(reg32, mask as u32)
     } else {
-        // rax (the block's address on entry) is free once the block record is written.
+        // No register width gives such a mask; rax holds the block's address, so it is kept.
+        a.push(rax)?;
         a.mov(rax, mask)?;
-        a.and(reg, rax)
+        a.and(reg, rax)?;
+        a.pop(rax)
     }
 }
 
@@ -346,12 +372,16 @@ fn add_to_rcx(a: &mut CodeAssembler, v: u64) -> R {
     }
 }
 
-/// Computes a reference's address into rcx (rdx is scratch).
-fn address(a: &mut CodeAssembler, r: &FlatRef) -> R {
+/// Computes a reference's address into rcx (rdx is scratch), with the registers' pending
+/// constants folded into a simple one's displacement and stored first for any other.
+fn address(a: &mut CodeAssembler, r: &FlatRef, pending: &mut Pending) -> R {
     let base = r.base as usize != ZERO;
     let index = r.index as usize != ZERO;
     if r.simple {
         let scale = 1u32 << r.shift;
+        let pend = |reg: u8, on: bool| if on { pending.0[reg as usize] } else { 0 };
+        let disp = r.disp.wrapping_add(pend(r.base, base)).wrapping_add(pend(r.index, index) << r.shift);
+        let r = &FlatRef { disp, ..*r };
         match (base, index) {
             (true, true) => {
                 a.mov(rcx, val(r.base))?;
@@ -381,6 +411,11 @@ fn address(a: &mut CodeAssembler, r: &FlatRef) -> R {
         return Ok(());
     }
     // ((disp + base & mask + (index & mask) * scale) & addr_mask) + segment base
+    for (reg, on) in [(r.base, base), (r.index, index), (r.seg, r.seg as usize != ZERO)] {
+        if on {
+            pending.flush(a, reg)?;
+        }
+    }
     if base {
         a.mov(rcx, val(r.base))?;
         mask(a, rcx, ecx, r.base_mask)?;

@@ -117,7 +117,7 @@ impl Jit {
         let parts: Vec<Part> = crossbeam::thread::scope(|s| {
             let handles: Vec<_> = groups
                 .chunks(per)
-                .map(|gs| s.spawn(move |_| gs.iter().map(|g| Self::group(flat, g, hash)).collect::<Result<Vec<_>, _>>()))
+                .map(|gs| s.spawn(move |_| gs.iter().map(|g| Self::group(flat, addr, g, hash)).collect::<Result<Vec<_>, _>>()))
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("compiler thread panicked".into()))).collect()
         })
@@ -131,6 +131,7 @@ impl Jit {
             }
         }
         let mut map = memmap2::MmapMut::map_anon(bytes.len()).map_err(|e| format!("code memory: {e}"))?;
+        if let Some(p) = std::env::var_os("DEP_DUMP") { let _ = std::fs::write(p, &bytes); }
         map.copy_from_slice(&bytes);
         let code = map.make_exec().map_err(|e| format!("code memory: {e}"))?;
         // SAFETY: offset 0 holds the entry routine, built for this signature.
@@ -154,7 +155,7 @@ impl Jit {
     }
 
     /// Compiles a group of blocks into position-independent code, with each block's offset.
-    fn group(flat: &FlatPlans, ids: &[usize], hash: emit::Hash) -> Result<Group, String> {
+    fn group(flat: &FlatPlans, addr: &(dyn Fn(usize) -> Option<u64> + Sync), ids: &[usize], hash: emit::Hash) -> Result<Group, String> {
         let err = |e: iced_x86::IcedError| e.to_string();
         let popcnt = std::arch::is_x86_feature_detected!("popcnt");
         let mut a = CodeAssembler::new(64).map_err(err)?;
@@ -162,7 +163,7 @@ impl Jit {
         for &id in ids {
             let mut l = a.create_label();
             a.set_label(&mut l).map_err(err)?;
-            emit::block(&mut a, flat, id as u32, &flat.blocks[id], hash, popcnt).map_err(err)?;
+            emit::block(&mut a, flat, id as u32, addr(id).expect("compiled blocks have an address"), hash, popcnt).map_err(err)?;
             labels.push((id, l));
         }
         let r = a.assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS).map_err(err)?;
