@@ -10,8 +10,8 @@
 use super::{BlockRec, JitState, Slot, EMPTY};
 use crate::events::MemEvent;
 use crate::flat::{FlatPlans, FlatRef, FlatStep, ZERO};
-use dep_profile::NUM_REGS;
 use dep_profile::tags::{CTL_INTERRUPTED, CTL_SET_HI, MAX_SHORT_H};
+use dep_profile::NUM_REGS;
 use iced_x86::code_asm::*;
 use std::mem::{offset_of, size_of};
 

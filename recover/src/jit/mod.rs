@@ -131,7 +131,6 @@ impl Jit {
             }
         }
         let mut map = memmap2::MmapMut::map_anon(bytes.len()).map_err(|e| format!("code memory: {e}"))?;
-        if let Some(p) = std::env::var_os("DEP_DUMP") { let _ = std::fs::write(p, &bytes); }
         map.copy_from_slice(&bytes);
         let code = map.make_exec().map_err(|e| format!("code memory: {e}"))?;
         // SAFETY: offset 0 holds the entry routine, built for this signature.
