@@ -158,15 +158,8 @@ impl<W: Write> Sink for Renderer<W> {
 
     fn run(&mut self, run: &Run) -> io::Result<()> {
         if self.format == Format::Blocks {
-            for b in run.blocks() {
-                self.block(&BlockEvent {
-                    thread: run.thread,
-                    addr: b.addr,
-                    version: 0,
-                    plan: None,
-                    executed: b.executed as u32,
-                    interrupted: false,
-                })?;
+            for (b, _) in run.iter() {
+                self.block(&b)?;
             }
             return Ok(());
         }

@@ -67,7 +67,8 @@ pub struct Slot {
 
 /// The compiled blocks of one profile.
 pub struct Jit {
-    code: memmap2::Mmap,
+    /// The code's memory, which `entry`, `exit`, `set_hi` and `table` point into.
+    _code: memmap2::Mmap,
     entry: unsafe extern "sysv64" fn(*mut JitState),
     exit: usize,
     set_hi: usize,
@@ -79,8 +80,8 @@ pub struct Jit {
 /// Blocks compiled by one assembler run.
 const GROUP: usize = 512;
 
-/// A group's code, and the offset in it of each block (by index).
-type Group = (Vec<u8>, Vec<(usize, u64)>);
+/// A group's code, and each block's address and offset in it.
+type Group = (Vec<u8>, Vec<(u64, u64)>);
 
 impl Jit {
     /// Compiles the blocks without special steps for which `addr` gives an address (those
@@ -98,8 +99,11 @@ impl Jit {
     fn try_build(flat: &FlatPlans, addr: &(dyn Fn(usize) -> Option<u64> + Sync), workers: usize) -> Result<Jit, String> {
         let err = |e: iced_x86::IcedError| e.to_string();
         let small = |b: &crate::flat::FlatBlock| b.insns <= u16::MAX as u32 && b.refs <= u16::MAX as u32;
-        let ids: Vec<usize> =
-            (0..flat.blocks.len()).filter(|&i| addr(i).is_some() && !flat.blocks[i].special && small(&flat.blocks[i])).collect();
+        // (index, address) of each block to compile.
+        let ids: Vec<(usize, u64)> = (0..flat.blocks.len())
+            .filter(|&i| !flat.blocks[i].special && small(&flat.blocks[i]))
+            .filter_map(|i| addr(i).map(|a| (i, a)))
+            .collect();
         // At most half full, so a lookup mostly hits at its first slot.
         let bits = (2 * ids.len()).next_power_of_two().trailing_zeros().max(4);
         let hash = emit::Hash { mul: TABLE_HASH, shift: 64 - bits };
@@ -111,13 +115,13 @@ impl Jit {
         let (exit_off, set_hi_off) = (ip(&labels.exit)?, ip(&labels.set_hi)?);
         let mut bytes = t.inner.code_buffer;
 
-        let groups: Vec<&[usize]> = ids.chunks(GROUP).collect();
+        let groups: Vec<&[(usize, u64)]> = ids.chunks(GROUP).collect();
         let per = groups.len().div_ceil(workers.max(1)).max(1);
         type Part = Result<Vec<Group>, String>;
         let parts: Vec<Part> = crossbeam::thread::scope(|s| {
             let handles: Vec<_> = groups
                 .chunks(per)
-                .map(|gs| s.spawn(move |_| gs.iter().map(|g| Self::group(flat, addr, g, hash)).collect::<Result<Vec<_>, _>>()))
+                .map(|gs| s.spawn(move |_| gs.iter().map(|g| Self::group(flat, g, hash)).collect::<Result<Vec<_>, _>>()))
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("compiler thread panicked".into()))).collect()
         })
@@ -126,7 +130,7 @@ impl Jit {
         for part in parts {
             for (code, starts) in part? {
                 let base = bytes.len();
-                offsets.extend(starts.into_iter().map(|(id, at)| (id, base + at as usize)));
+                offsets.extend(starts.into_iter().map(|(a, at)| (a, base + at as usize)));
                 bytes.extend_from_slice(&code);
             }
         }
@@ -138,8 +142,7 @@ impl Jit {
         let at = |o: usize| code.as_ptr() as usize + o;
         let (exit, set_hi) = (at(exit_off), at(set_hi_off));
         let mut table = vec![Slot { addr: EMPTY, code: 0 }; 1 << bits];
-        for (id, at) in offsets {
-            let a = addr(id).expect("compiled blocks have an address");
+        for (a, at) in offsets {
             let mut i = hash.slot(a);
             while table[i].addr != EMPTY {
                 i += 1;
@@ -150,29 +153,25 @@ impl Jit {
             table[i] = Slot { addr: a, code: code.as_ptr() as usize + at };
         }
         table.push(Slot { addr: EMPTY, code: 0 });
-        Ok(Jit { code, entry, exit, set_hi, table: table.into_boxed_slice() })
+        Ok(Jit { _code: code, entry, exit, set_hi, table: table.into_boxed_slice() })
     }
 
-    /// Compiles a group of blocks into position-independent code, with each block's offset.
-    fn group(flat: &FlatPlans, addr: &(dyn Fn(usize) -> Option<u64> + Sync), ids: &[usize], hash: emit::Hash) -> Result<Group, String> {
+    /// Compiles a group of blocks (index, address) into position-independent code, with each
+    /// block's address and offset.
+    fn group(flat: &FlatPlans, ids: &[(usize, u64)], hash: emit::Hash) -> Result<Group, String> {
         let err = |e: iced_x86::IcedError| e.to_string();
         let popcnt = std::arch::is_x86_feature_detected!("popcnt");
         let mut a = CodeAssembler::new(64).map_err(err)?;
         let mut labels = Vec::with_capacity(ids.len());
-        for &id in ids {
+        for &(id, addr) in ids {
             let mut l = a.create_label();
             a.set_label(&mut l).map_err(err)?;
-            emit::block(&mut a, flat, id as u32, addr(id).expect("compiled blocks have an address"), hash, popcnt).map_err(err)?;
-            labels.push((id, l));
+            emit::block(&mut a, flat, id as u32, addr, hash, popcnt).map_err(err)?;
+            labels.push((addr, l));
         }
         let r = a.assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS).map_err(err)?;
-        let starts = labels.iter().map(|(id, l)| r.label_ip(l).map(|ip| (*id, ip))).collect::<Result<Vec<_>, _>>().map_err(err)?;
+        let starts = labels.iter().map(|(addr, l)| r.label_ip(l).map(|ip| (*addr, ip))).collect::<Result<Vec<_>, _>>().map_err(err)?;
         Ok((r.inner.code_buffer, starts))
-    }
-
-    /// Bytes of machine code.
-    pub fn code_bytes(&self) -> usize {
-        self.code.len()
     }
 
     /// Runs compiled blocks from `st` until the code leaves; `st` then says where it stopped.
