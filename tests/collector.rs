@@ -99,6 +99,24 @@ fn corpus_check(name: &str, args: &[&str]) -> Vec<(u64, u64)> {
     check(name, &corpus().join(name), args)
 }
 
+/// Like [`corpus_check`], and also `dep record` and `dep record --discard` behave as the
+/// native run does, and the plain profile recovers; returns the native stdout.
+fn corpus_check_all_modes(name: &str) -> String {
+    let prog = corpus().join(name);
+    let native = run(&mut Command::new(&prog));
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("plain.dep");
+    for mode in [&["-o", profile.to_str().unwrap()][..], &["--discard"][..]] {
+        let o = run(Command::new(dep()).arg("record").args(mode).arg("--").arg(&prog));
+        assert_eq!(String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&native.stdout), "{name} {mode:?}: stdout differs");
+        assert_eq!(o.status.code(), native.status.code(), "{name} {mode:?}: exit status differs");
+    }
+    let (_, refs) = hash_stdout(&["recover", profile.to_str().unwrap(), "--format", "text"]);
+    assert!(refs > 0, "{name}: the plain profile recovered no reference");
+    corpus_check(name, &[]);
+    String::from_utf8_lossy(&native.stdout).into_owned()
+}
+
 #[test]
 fn hello() {
     corpus_check("hello", &[]);
@@ -133,6 +151,27 @@ fn rep_strings_with_large_counts() {
 #[test]
 fn avx_and_gathers() {
     corpus_check("avx", &[]);
+}
+
+/// Every AVX-512 memory form (corpora/avx512.c). Where the CPU lacks AVX-512 the program
+/// runs only its scalar reference and says so; `avx512_forms_encode` in the client crate
+/// covers the instrumentation of those forms on any CPU.
+#[test]
+fn avx512_gathers_scatters_compress_and_masks() {
+    let out = corpus_check_all_modes("avx512");
+    if out.contains("lacks AVX-512") {
+        println!("avx512: NOT RUN on this CPU (no AVX-512F/VL): only the scalar reference ran under dep record");
+    } else {
+        assert!(out.contains("avx512: gather"), "{out}");
+        println!("avx512: the AVX-512 forms ran under dep record on this CPU");
+    }
+}
+
+/// Code copied over itself on a read-write-execute page and called (corpora/rwx.c).
+#[test]
+fn code_rewritten_on_a_writable_executable_page() {
+    let out = corpus_check_all_modes("rwx");
+    assert!(out.contains("rwx: main 55000"), "{out}");
 }
 
 #[test]

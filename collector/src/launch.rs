@@ -164,9 +164,16 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
     if opts.discard {
         client_opts.push_str(" -discard");
     }
+    // Code on writable pages is sandboxed from the start and stays so
+    // (`-sandbox_writable -sandbox2ro_threshold 0`): otherwise DynamoRIO makes such pages
+    // read-only and, when the program writes one, resumes at the write with only the pc
+    // translated (core/unix/signal.c, check_for_modified_code), leaving drreg's scratch
+    // registers holding the client's values: corpora/rwx computed wrong results that way.
+    // DEP_DR_OPTIONS adds DynamoRIO options (for diagnosis).
+    let extra = std::env::var("DEP_DR_OPTIONS").unwrap_or_default();
     let dr_opts = format!(
         "-code_api -stack_size 56K -signal_stack_size 32K -max_elide_jmp 0 -max_elide_call 0 -early_inject -emulate_brk \
-         -no_inline_ignored_syscalls -client_lib64 \"{};0;{}\"",
+         -no_inline_ignored_syscalls -sandbox_writable -sandbox2ro_threshold 0 {extra} -client_lib64 \"{};0;{}\"",
         install.client.display(),
         client_opts
     );

@@ -52,6 +52,12 @@ impl Emit {
         self.ins(instr_create_0dst_1src(self.dc, op as c_int, opnd_create_instr(target)));
     }
 
+    /// An unmasked EVEX store of a vector register (`vmovdqu64 [m] {k0}, src`), for the
+    /// registers and sizes only EVEX encodes.
+    pub unsafe fn store_vec_evex(&self, dst: opnd_t, src: reg_id_t) {
+        self.ins(instr_create_1dst_2src(self.dc, OP_vmovdqu64 as c_int, dst, reg(DR_REG_K0 as reg_id_t), reg(src)));
+    }
+
     /// A store of raw vector or mask register contents.
     pub unsafe fn store_vec(&self, dst: opnd_t, src: reg_id_t, op: u32) {
         self.ins(instr_create_1dst_1src(self.dc, op as c_int, dst, reg(src)));

@@ -93,9 +93,48 @@ fn dr_vec(r: iced_x86::Register) -> reg_id_t {
     }) as reg_id_t
 }
 
-/// App2app: make sure a rep string never ends a block (its pointer is recorded after it),
-/// and in truth mode expand rep strings and gathers so each access is observed.
+/// Whether a block starting at `pc` lies on a page the program can write: DynamoRIO
+/// sandboxes such code (the launcher passes `-sandbox_writable`), see [`writable_code`].
+unsafe fn on_writable_page(pc: app_pc) -> bool {
+    let mut prot: uint = 0;
+    dr_query_memory(pc, core::ptr::null_mut(), core::ptr::null_mut(), &mut prot) != 0
+        && prot & (DR_MEMPROT_WRITE | DR_MEMPROT_PRETEND_WRITE) != 0
+}
+
+/// Blocks of writable code. DynamoRIO checks after each of their writes whether the write
+/// changed the block's own code and, if it did, leaves the block at once for the next
+/// application instruction: past drreg's restores (a scratch register would keep a tool
+/// value) and past the block's own end (its shadow updates, and the block would look
+/// complete in DEP_c). So such a block ends at its first instruction that writes memory,
+/// and drreg restores every scratch register before each application instruction; that
+/// exit then coincides with the block's normal end, after all of dep's code has run.
+unsafe fn writable_code(dc: *mut c_void, bb: *mut instrlist_t) {
+    let first = instrlist_first_app(bb);
+    if first.is_null() || !on_writable_page(instr_get_app_pc(first)) {
+        return;
+    }
+    check(drreg_set_bb_properties(dc, drreg_bb_properties_t_DRREG_CONTAINS_SPANNING_CONTROL_FLOW), "bb properties");
+    let mut i = first;
+    while !i.is_null() && instr_writes_memory(i) == 0 {
+        i = instr_get_next_app(i);
+    }
+    if i.is_null() {
+        return;
+    }
+    let mut rest = instr_get_next(i);
+    while !rest.is_null() {
+        let next = instr_get_next(rest);
+        instrlist_remove(bb, rest);
+        instr_destroy(dc, rest);
+        rest = next;
+    }
+}
+
+/// App2app: writable code ends at its first write ([`writable_code`]); a rep string never
+/// ends a block (its pointer is recorded after it); in truth mode rep strings and gathers
+/// are expanded so each access is observed.
 pub unsafe extern "C" fn app2app(dc: *mut c_void, _tag: *mut c_void, bb: *mut instrlist_t, _ft: bool_, _tr: bool_) -> dr_emit_flags_t {
+    writable_code(dc, bb);
     if opts().truth {
         if drutil_expand_rep_string(dc, bb) == 0 {
             say("cannot expand a rep string");
@@ -412,12 +451,19 @@ unsafe fn step_values(e: &Emit, info: &BlockInfo, s: usize) {
     }
     match insn.special {
         Special::Gather(g) => {
-            let (op, sz) = match g.index_bytes {
-                16 => (OP_vmovdqu, OPSZ_16),
-                32 => (OP_vmovdqu, OPSZ_32),
-                _ => (OP_vmovdqu64, OPSZ_64),
+            let sz = match g.index_bytes {
+                16 => OPSZ_16,
+                32 => OPSZ_32,
+                _ => OPSZ_64,
             };
-            e.store_vec(mem(v, 0, sz), dr_vec(g.index), op);
+            // An opmask gather is EVEX-encoded: its index may be zmm, or xmm16-31/ymm16-31,
+            // which VEX vmovdqu cannot name, so its index is stored with EVEX vmovdqu64, whose
+            // DynamoRIO form takes an opmask source (k0: every element). Built without one,
+            // the encoder finds no template and DynamoRIO crashes in instr_encode_arch.
+            match g.mask {
+                GatherMask::K { .. } => e.store_vec_evex(mem(v, 0, sz), dr_vec(g.index)),
+                GatherMask::Vector { .. } => e.store_vec(mem(v, 0, sz), dr_vec(g.index), OP_vmovdqu),
+            }
             e.add_lea(v, g.index_bytes as i32);
             match g.mask {
                 GatherMask::Vector { reg: m, bytes } => {
