@@ -12,8 +12,13 @@ pub struct Emit {
 }
 
 impl Emit {
+    /// Inserts before `at`, or appends when `at` is null (building a list outside a block).
     pub unsafe fn ins(&self, i: *mut instr_t) {
-        instrlist_meta_preinsert(self.bb, self.at, i);
+        if self.at.is_null() {
+            instrlist_meta_append(self.bb, i);
+        } else {
+            instrlist_meta_preinsert(self.bb, self.at, i);
+        }
     }
 
     pub unsafe fn label(&self) -> *mut instr_t {

@@ -7,7 +7,7 @@ use crate::state::*;
 use crate::table;
 use core::ffi::c_void;
 use dep_profile::blocks::{Decisions, StepDecision};
-use dep_profile::semantics::{GatherMask, Special};
+use dep_profile::semantics::{Gather, GatherMask, Special};
 use dep_profile::tags::{CTL_CODE_VERSION, CTL_SET_HI, MAX_SHORT_H};
 use dep_profile::{BlockPlan, Machine, Reg, RegSet, Semantics};
 use dynamorio_sys::*;
@@ -450,33 +450,7 @@ unsafe fn step_values(e: &Emit, info: &BlockInfo, s: usize) {
         }
     }
     match insn.special {
-        Special::Gather(g) => {
-            let sz = match g.index_bytes {
-                16 => OPSZ_16,
-                32 => OPSZ_32,
-                _ => OPSZ_64,
-            };
-            // An opmask gather is EVEX-encoded: its index may be zmm, or xmm16-31/ymm16-31,
-            // which VEX vmovdqu cannot name, so its index is stored with EVEX vmovdqu64, whose
-            // DynamoRIO form takes an opmask source (k0: every element). Built without one,
-            // the encoder finds no template and DynamoRIO crashes in instr_encode_arch.
-            match g.mask {
-                GatherMask::K { .. } => e.store_vec_evex(mem(v, 0, sz), dr_vec(g.index)),
-                GatherMask::Vector { .. } => e.store_vec(mem(v, 0, sz), dr_vec(g.index), OP_vmovdqu),
-            }
-            e.add_lea(v, g.index_bytes as i32);
-            match g.mask {
-                GatherMask::Vector { reg: m, bytes } => {
-                    let sz = if bytes == 16 { OPSZ_16 } else { OPSZ_32 };
-                    e.store_vec(mem(v, 0, sz), dr_vec(m), OP_vmovdqu);
-                    e.add_lea(v, bytes as i32);
-                }
-                GatherMask::K { reg: k } => {
-                    e.store_vec(mem(v, 0, OPSZ_8), dr_vec(k), OP_kmovq);
-                    e.add_lea(v, 8);
-                }
-            }
-        }
+        Special::Gather(g) => record_gather(e, g, v),
         Special::Rep(rep) => {
             // The slot for the pointer after the instruction; it holds the value before
             // until the instruction (or each expanded iteration) overwrites it.
@@ -490,6 +464,35 @@ unsafe fn step_values(e: &Emit, info: &BlockInfo, s: usize) {
     e.mov_st(tls(S_VALPTR, 0, OPSZ_8), reg(v));
     unreserve(dc, e.bb, e.at, s_reg);
     unreserve(dc, e.bb, e.at, v);
+}
+
+/// Stores a gather's or scatter's index vector, then its mask, at `[v]`, advancing `v`.
+pub(crate) unsafe fn record_gather(e: &Emit, g: Gather, v: reg_id_t) {
+    let sz = match g.index_bytes {
+        16 => OPSZ_16,
+        32 => OPSZ_32,
+        _ => OPSZ_64,
+    };
+    // An opmask gather is EVEX-encoded: its index may be zmm, or xmm16-31/ymm16-31, which
+    // VEX vmovdqu cannot name, so its index is stored with EVEX vmovdqu64, whose DynamoRIO
+    // form takes an opmask source (k0: every element). Built without one, the encoder finds
+    // no template and DynamoRIO crashes in instr_encode_arch (collector/README.md).
+    match g.mask {
+        GatherMask::K { .. } => e.store_vec_evex(mem(v, 0, sz), dr_vec(g.index)),
+        GatherMask::Vector { .. } => e.store_vec(mem(v, 0, sz), dr_vec(g.index), OP_vmovdqu),
+    }
+    e.add_lea(v, g.index_bytes as i32);
+    match g.mask {
+        GatherMask::Vector { reg: m, bytes } => {
+            let sz = if bytes == 16 { OPSZ_16 } else { OPSZ_32 };
+            e.store_vec(mem(v, 0, sz), dr_vec(m), OP_vmovdqu);
+            e.add_lea(v, bytes as i32);
+        }
+        GatherMask::K { reg: k } => {
+            e.store_vec(mem(v, 0, OPSZ_8), dr_vec(k), OP_kmovq);
+            e.add_lea(v, 8);
+        }
+    }
 }
 
 /// Stores a rep string's pointer register, as it is now, into its DEP_m slot.

@@ -5,6 +5,8 @@
 //! Options (from `dep record`): `-socket PATH`, `-truth`, `-discard`.
 #![allow(clippy::missing_safety_doc, static_mut_refs)]
 
+#[cfg(test)]
+mod avx512_encoding;
 mod codegen;
 mod instrument;
 mod state;
