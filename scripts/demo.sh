@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Sets everything up, then records a small bundled program and recovers its memory trace.
+# Sets everything up, installs dep on the PATH, then records a small bundled program and
+# recovers its memory trace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cargo build --release --workspace
+bash scripts/install.sh # builds, then installs dep into /usr/local (or ~/.local)
 make -s -C corpora OUT="$PWD/target/corpora"
-dep=target/release/dep
+dep=$(command -v dep || echo "$HOME/.local/bin/dep")
 out=target/demo
 mkdir -p "$out"
 echo "== dep record -o $out/hello.dep --truth -- target/corpora/hello"

@@ -118,7 +118,26 @@ enum Export {
     },
 }
 
+/// `dep --version`: dep's version, and the DynamoRIO that `dep record` would use.
+fn print_version() {
+    println!("dep {}", env!("CARGO_PKG_VERSION"));
+    match dep_collector::Install::find() {
+        Ok(i) => println!(
+            "DynamoRIO {} ({}), client {}",
+            i.dynamorio_version().unwrap_or_else(|| "of unknown version".into()),
+            i.dynamorio.display(),
+            i.client.display()
+        ),
+        Err(e) => println!("DynamoRIO: not found: {e}"),
+    }
+}
+
 fn main() -> ExitCode {
+    // Before clap, whose own version flag cannot say which DynamoRIO is found at run time.
+    if matches!(std::env::args().nth(1).as_deref(), Some("--version" | "-V")) && std::env::args().len() == 2 {
+        print_version();
+        return ExitCode::SUCCESS;
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,

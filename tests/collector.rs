@@ -307,3 +307,51 @@ fn program_closing_every_descriptor() {
     let line = text.lines().find(|l| l.starts_with("  thread 0 ")).expect("thread 0 in the table");
     assert!(!line.contains(" end - "), "the thread's stream was cut short: {line}");
 }
+
+/// scripts/install.sh puts a working dep into a prefix that keeps working when moved: the
+/// installed dep records and recovers a corpus program from a directory outside the
+/// checkout, with nothing of the build on PATH.
+#[test]
+fn installed_dep_works_outside_the_checkout() {
+    let root = tempfile::tempdir().unwrap();
+    let prefix = root.path().join("prefix");
+    let o = run(Command::new("bash").arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/install.sh")).arg(&prefix).env("DEP_NO_BUILD", "1"));
+    assert!(o.status.success(), "install.sh failed: {}", String::from_utf8_lossy(&o.stderr));
+    let moved = root.path().join("moved");
+    std::fs::rename(&prefix, &moved).unwrap();
+    let dep = moved.join("bin/dep");
+    let work = root.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let installed = |args: &[&str]| run(Command::new(&dep).args(args).current_dir(&work).env_clear().env("PATH", "/usr/bin:/bin"));
+    let v = installed(&["--version"]);
+    let v = String::from_utf8_lossy(&v.stdout);
+    assert!(v.contains(&format!("({})", moved.join("lib/dep/dynamorio").display())), "{v}");
+    assert!(v.lines().nth(1).is_some_and(|l| l.starts_with("DynamoRIO 1")), "{v}");
+    let hello = corpus().join("hello");
+    let native = run(&mut Command::new(&hello));
+    let rec = installed(&["record", "--truth", "-o", "h.dep", "--", hello.to_str().unwrap()]);
+    assert!(rec.status.success(), "{}", String::from_utf8_lossy(&rec.stderr));
+    assert_eq!(rec.stdout, native.stdout);
+    let text = installed(&["recover", "h.dep", "--format", "text"]);
+    let truth = installed(&["recover", "h.dep", "--truth", "--format", "text"]);
+    assert!(text.status.success() && text.stdout.len() > 1000);
+    assert!(text.stdout == truth.stdout, "the installed dep recovers another trace than the truth");
+}
+
+/// A dep that finds no DynamoRIO says where it looked and how to fix it, in one line.
+#[test]
+fn missing_dynamorio_is_a_one_line_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let lonely = dir.path().join("bin/dep");
+    std::fs::create_dir(dir.path().join("bin")).unwrap();
+    std::fs::copy(dep(), &lonely).unwrap();
+    let o = run(Command::new(&lonely).args(["record", "--", "true"]).env_remove("DEP_DYNAMORIO").env_remove("DEP_CLIENT"));
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(&dir.path().join("lib/dep/dynamorio").display().to_string()), "{err}");
+    assert!(err.contains("scripts/install.sh") && err.contains("DEP_DYNAMORIO"), "{err}");
+    let o = run(Command::new(dep()).args(["record", "--", "true"]).env("DEP_DYNAMORIO", "/no/such/tree"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.lines().count() == 1 && err.contains("/no/such/tree (DEP_DYNAMORIO)"), "{err}");
+}

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 pub enum RecordError {
     #[error("{0}: program not found (looked in PATH)")]
     NotFound(String),
-    #[error("cannot find the DynamoRIO build tree (lib64/release/libdynamorio.so) next to {0}: build with `cargo build --release --workspace`, or set DEP_DYNAMORIO")]
+    #[error("cannot find DynamoRIO (lib64/release/libdynamorio.so) in {0}: run scripts/install.sh (or `cargo build --release --workspace` in the checkout), or set DEP_DYNAMORIO to a DynamoRIO tree")]
     NoDynamoRio(String),
-    #[error("cannot find the DEP client {0}: build with `cargo build --release --workspace`, or set DEP_CLIENT")]
+    #[error("cannot find the DEP client (libdep_client.so) in {0}: run scripts/install.sh (or `cargo build --release --workspace` in the checkout), or set DEP_CLIENT to the file")]
     NoClient(String),
     #[error("cannot write {0}: {1}")]
     Output(String, String),
@@ -56,28 +56,63 @@ pub struct Install {
 }
 
 impl Install {
-    /// Looks next to the running executable (cargo's target directory layout) unless
-    /// DEP_DYNAMORIO / DEP_CLIENT say otherwise.
+    /// Where `dep` finds DynamoRIO and the client, first match wins: DEP_DYNAMORIO and
+    /// DEP_CLIENT; the installed layout `<prefix>/lib/dep/{dynamorio,libdep_client.so}` for
+    /// `dep` in `<prefix>/bin` (scripts/install.sh); cargo's target directory next to the
+    /// executable. So an installed `dep` keeps working when the checkout moves or is cleaned.
     pub fn find() -> Result<Install, RecordError> {
         let exe = std::fs::read_link("/proc/self/exe").map_err(|e| RecordError::Io(format!("/proc/self/exe: {e}")))?;
         let dir = exe.parent().unwrap_or(Path::new("/")).to_path_buf();
-        let search: Vec<PathBuf> = [Some(dir.clone()), dir.parent().map(Path::to_path_buf)].into_iter().flatten().collect();
+        let installed = dir.parent().map(|p| p.join("lib/dep"));
+        let cargo: Vec<PathBuf> = [Some(dir.clone()), dir.parent().map(Path::to_path_buf)].into_iter().flatten().collect();
+        let looked = |what: &str| {
+            let mut places: Vec<String> = installed.iter().map(|p| p.join(what).display().to_string()).collect();
+            places.push(format!("cargo's target directory at {}", dir.display()));
+            places.join(", ")
+        };
         let dynamorio = match std::env::var_os("DEP_DYNAMORIO") {
-            Some(p) => PathBuf::from(p),
-            None => find_dynamorio(&search).ok_or_else(|| RecordError::NoDynamoRio(dir.display().to_string()))?,
+            Some(p) => {
+                let p = PathBuf::from(p);
+                if !has_dynamorio(&p) {
+                    return Err(RecordError::NoDynamoRio(format!("{} (DEP_DYNAMORIO)", p.display())));
+                }
+                p
+            }
+            None => installed
+                .as_ref()
+                .map(|p| p.join("dynamorio"))
+                .filter(|p| has_dynamorio(p))
+                .or_else(|| find_dynamorio(&cargo))
+                .ok_or_else(|| RecordError::NoDynamoRio(looked("dynamorio")))?,
         };
-        if !dynamorio.join("lib64/release/libdynamorio.so").exists() {
-            return Err(RecordError::NoDynamoRio(dynamorio.display().to_string()));
-        }
         let client = match std::env::var_os("DEP_CLIENT") {
-            Some(p) => PathBuf::from(p),
-            None => search.iter().map(|d| d.join("libdep_client.so")).find(|p| p.exists()).unwrap_or_else(|| dir.join("libdep_client.so")),
+            Some(p) => {
+                let p = PathBuf::from(p);
+                if !p.is_file() {
+                    return Err(RecordError::NoClient(format!("{} (DEP_CLIENT)", p.display())));
+                }
+                p
+            }
+            None => installed
+                .iter()
+                .chain(cargo.iter())
+                .map(|d| d.join("libdep_client.so"))
+                .find(|p| p.is_file())
+                .ok_or_else(|| RecordError::NoClient(looked("libdep_client.so")))?,
         };
-        if !client.exists() {
-            return Err(RecordError::NoClient(client.display().to_string()));
-        }
         Ok(Install { dynamorio, client })
     }
+
+    /// DynamoRIO's version, from the CMake package file of its tree.
+    pub fn dynamorio_version(&self) -> Option<String> {
+        let text = std::fs::read_to_string(self.dynamorio.join("cmake/DynamoRIOConfigVersion.cmake")).ok()?;
+        let rest = text.split("set(PACKAGE_VERSION ").nth(1)?;
+        Some(rest.split(')').next()?.trim().trim_matches('"').to_string())
+    }
+}
+
+fn has_dynamorio(tree: &Path) -> bool {
+    tree.join("lib64/release/libdynamorio.so").is_file()
 }
 
 /// The newest `dynamorio-sys-*/out/build` tree that holds libdynamorio.so.

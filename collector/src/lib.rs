@@ -5,4 +5,4 @@ pub mod launch;
 pub mod receive;
 pub mod wire;
 
-pub use launch::{record, RecordOptions, RecordOutcome};
+pub use launch::{record, Install, RecordOptions, RecordOutcome};
