@@ -182,6 +182,10 @@ fn dump_chunk(p: &Profile, v: &ChunkView, out: &mut dyn Write, opts: DumpOptions
                     TruthKind::Read => writeln!(out, "      {:#x} R {:#x} {}", rec.pc, rec.addr, rec.size)?,
                     TruthKind::Write => writeln!(out, "      {:#x} W {:#x} {}", rec.pc, rec.addr, rec.size)?,
                     TruthKind::Interrupted => writeln!(out, "      interrupted at instruction {}", rec.size)?,
+                    TruthKind::Rep => writeln!(out, "      {:#x} rep string, {}-byte elements", rec.pc, rec.size)?,
+                    TruthKind::RepRead => writeln!(out, "        R from {:#x} by {}", rec.pc, rec.addr as i64)?,
+                    TruthKind::RepWrite => writeln!(out, "        W from {:#x} by {}", rec.pc, rec.addr as i64)?,
+                    TruthKind::RepEnd => writeln!(out, "        {} iterations", rec.addr)?,
                 }
             }
             n += 1;

@@ -19,15 +19,30 @@ pub enum TruthKind {
     Write,
     /// The last block stopped at instruction index `size` (that instruction was attempted).
     Interrupted,
+    /// A rep string instruction at `pc` starts: `size` bytes per element; its operands follow
+    /// as [`TruthKind::RepRead`]/[`TruthKind::RepWrite`], then [`TruthKind::RepEnd`].
+    Rep,
+    /// A rep string's read operand: first address `pc`, then `addr` (a signed stride) apart.
+    RepRead,
+    /// A rep string's write operand, as [`TruthKind::RepRead`].
+    RepWrite,
+    /// The rep string that started last made `addr` iterations (an interrupted one counts
+    /// the iteration it was attempting).
+    RepEnd,
 }
 
 impl TruthKind {
-    fn code(self) -> u32 {
+    /// The kind's code in the stream.
+    pub fn code(self) -> u32 {
         match self {
             TruthKind::Block => 0,
             TruthKind::Read => 1,
             TruthKind::Write => 2,
             TruthKind::Interrupted => 3,
+            TruthKind::Rep => 4,
+            TruthKind::RepRead => 5,
+            TruthKind::RepWrite => 6,
+            TruthKind::RepEnd => 7,
         }
     }
 
@@ -37,6 +52,10 @@ impl TruthKind {
             1 => TruthKind::Read,
             2 => TruthKind::Write,
             3 => TruthKind::Interrupted,
+            4 => TruthKind::Rep,
+            5 => TruthKind::RepRead,
+            6 => TruthKind::RepWrite,
+            7 => TruthKind::RepEnd,
             _ => return None,
         })
     }
@@ -101,7 +120,7 @@ mod tests {
         let back: Vec<_> = records(&b).unwrap().collect::<Result<_, _>>().unwrap();
         assert_eq!(back, vec![r]);
         assert_eq!(records(&b[..23]).err(), Some(TruthError::Length(23)));
-        b[0] = 9;
-        assert!(matches!(records(&b).unwrap().next(), Some(Err(TruthError::Kind { kind: 9, offset: 0 }))));
+        b[0] = 8;
+        assert!(matches!(records(&b).unwrap().next(), Some(Err(TruthError::Kind { kind: 8, offset: 0 }))));
     }
 }

@@ -17,11 +17,12 @@ pub fn replay_chunk<S: Sink>(chunk: &ChunkView, buf: &mut Vec<u8>, sink: &mut S)
     let mut batch: Vec<MemEvent> = Vec::new();
     // Where each block's run of references ends: at the next block or interruption record.
     let mut next_mark = 0usize;
+    let mut rep = RepReplay::default();
     for (i, r) in recs.iter().enumerate() {
         match r.kind {
             TruthKind::Block => {
                 next_mark = next_mark.max(i + 1);
-                while next_mark < recs.len() && matches!(recs[next_mark].kind, TruthKind::Read | TruthKind::Write) {
+                while next_mark < recs.len() && !matches!(recs[next_mark].kind, TruthKind::Block | TruthKind::Interrupted) {
                     next_mark += 1;
                 }
                 let interrupted = recs.get(next_mark).filter(|n| n.kind == TruthKind::Interrupted);
@@ -37,10 +38,60 @@ pub fn replay_chunk<S: Sink>(chunk: &ChunkView, buf: &mut Vec<u8>, sink: &mut S)
                 batch.push(MemEvent { pc: r.pc, addr: r.addr, size: r.size, access, conditional: false });
             }
             TruthKind::Interrupted => {}
+            TruthKind::Rep | TruthKind::RepRead | TruthKind::RepWrite | TruthKind::RepEnd => {
+                rep.record(r, &mut batch).map_err(|what| ChunkFault::Stream(format!("truth record {i}: {what}")))?
+            }
         }
     }
     if !batch.is_empty() {
         sink.refs(&batch)?;
     }
     Ok(())
+}
+
+/// A rep string's truth: its operands' first addresses and strides as observed before it
+/// ran, then its iteration count observed after; expanded here into one reference per
+/// operand and iteration, reads before writes as DynamoRIO lists the operands.
+#[derive(Default)]
+struct RepReplay {
+    open: Option<(u64, u32)>,
+    operands: Vec<(Access, u64, i64)>,
+}
+
+/// More iterations than any real rep string makes (2^40 bytes at one byte each).
+const MAX_REP_ITERATIONS: u64 = 1 << 40;
+
+impl RepReplay {
+    fn record(&mut self, r: &TruthRecord, out: &mut Vec<MemEvent>) -> Result<(), String> {
+        match r.kind {
+            TruthKind::Rep => {
+                if self.open.is_some() {
+                    return Err("a rep string starts before the last one ended".into());
+                }
+                self.open = Some((r.pc, r.size));
+                self.operands.clear();
+            }
+            TruthKind::RepRead | TruthKind::RepWrite => {
+                if self.open.is_none() || self.operands.len() >= 2 {
+                    return Err("a rep string operand outside a rep string".into());
+                }
+                let access = if r.kind == TruthKind::RepRead { Access::Read } else { Access::Write };
+                self.operands.push((access, r.pc, r.addr as i64));
+            }
+            TruthKind::RepEnd => {
+                let (pc, size) = self.open.take().ok_or("a rep string end without its start")?;
+                if r.addr > MAX_REP_ITERATIONS {
+                    return Err(format!("rep string at {pc:#x} made {} iterations", r.addr));
+                }
+                for i in 0..r.addr {
+                    for &(access, first, stride) in &self.operands {
+                        let addr = first.wrapping_add((i as i64).wrapping_mul(stride) as u64);
+                        out.push(MemEvent { pc, addr, size, access, conditional: false });
+                    }
+                }
+            }
+            _ => unreachable!("only rep records come here"),
+        }
+        Ok(())
+    }
 }

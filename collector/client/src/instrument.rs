@@ -24,6 +24,8 @@ pub struct BlockInfo {
     need_v: usize,
     /// A rep string's pointer register to store after it, at the next app instruction.
     pending_post: Option<Reg>,
+    /// Truth: the rep string's end to observe at the next app instruction.
+    pending_rep_end: bool,
     /// The block is one rep string expanded into a loop.
     expanded: bool,
     /// The entry code was emitted (before the first application instruction).
@@ -131,20 +133,12 @@ unsafe fn writable_code(dc: *mut c_void, bb: *mut instrlist_t) {
 }
 
 /// App2app: writable code ends at its first write ([`writable_code`]); a rep string never
-/// ends a block (its pointer is recorded after it); in truth mode rep strings and gathers
-/// are expanded so each access is observed.
+/// ends a block (its pointer is recorded after it), and one alone in its block runs as a
+/// loop (drutil), which leaves room after it in the block.
 pub unsafe extern "C" fn app2app(dc: *mut c_void, _tag: *mut c_void, bb: *mut instrlist_t, _ft: bool_, _tr: bool_) -> dr_emit_flags_t {
     writable_code(dc, bb);
-    if opts().truth {
-        if drutil_expand_rep_string(dc, bb) == 0 {
-            say("cannot expand a rep string");
-        }
-        let mut expanded: bool_ = 0;
-        if drx_expand_scatter_gather(dc, bb, &mut expanded) == 0 {
-            say("cannot expand a gather or scatter");
-        }
-        return dr_emit_flags_t::DR_EMIT_DEFAULT;
-    }
+    // The same in truth mode: the truth observes rep strings and gathers as they run
+    // (observe.rs) instead of expanding them, so a truth run's blocks are a plain run's.
     let first = instrlist_first_app(bb);
     let last = instrlist_last_app(bb);
     if !last.is_null() && instr_is_rep_string_op(last) != 0 {
@@ -234,7 +228,10 @@ pub unsafe extern "C" fn analysis(
                 need_v += 64 + 64;
                 need_t += 24 * g.count() * insn.refs.len();
             }
-            Special::Rep(_) => need_v += 8,
+            Special::Rep(_) => {
+                need_v += 8;
+                need_t += 24 * (2 + insn.refs.len());
+            }
             Special::None => need_t += 24 * insn.refs.len(),
         }
     }
@@ -252,6 +249,7 @@ pub unsafe extern "C" fn analysis(
         done: vec![false; n],
         need_v,
         pending_post: None,
+        pending_rep_end: false,
         expanded,
         entered: false,
     })) as *mut c_void;
@@ -278,6 +276,12 @@ pub unsafe extern "C" fn insertion(
             info.entered = true;
             block_entry(&e, info);
         }
+        // First at this instruction: rcx may be dead here (written before it is read), and
+        // drreg then takes it as a scratch register for the code that follows without
+        // keeping its value, so the count is read before any of that code.
+        if std::mem::take(&mut info.pending_rep_end) {
+            observe_call(&e, crate::observe::rep_end as *mut c_void, None);
+        }
         if let Some(r) = info.pending_post.take() {
             post_store(&e, r);
         }
@@ -291,8 +295,18 @@ pub unsafe extern "C" fn insertion(
         }
         let rep = matches!(info.plan.insns[k].special, Special::Rep(_));
         let string_op = instr_is_string_op(inst) != 0 || instr_is_rep_string_op(inst) != 0;
-        if opts().truth && !info.plan.insns[k].refs.is_empty() {
-            truth_refs(&e, info.plan.insns[k].pc, info.plan.insns[k].used, rep && string_op);
+        let insn = &info.plan.insns[k];
+        if opts().truth && !insn.refs.is_empty() {
+            match insn.special {
+                // Unexpanded: observed before it runs and at the next instruction.
+                Special::Rep(_) if instr_is_rep_string_op(inst) != 0 => {
+                    observe_call(&e, crate::observe::rep_start as *mut c_void, Some(insn.pc));
+                    info.pending_rep_end = true;
+                }
+                Special::Gather(_) => observe_call(&e, crate::observe::gather as *mut c_void, Some(insn.pc)),
+                // Each iteration of a rep string running as a loop is observed in turn.
+                _ => truth_refs(&e, insn.pc, insn.used, rep && string_op),
+            }
         }
         if rep && string_op {
             if let Special::Rep(r) = info.plan.insns[k].special {
@@ -301,7 +315,7 @@ pub unsafe extern "C" fn insertion(
         }
     }
     if last {
-        if info.pending_post.is_some() {
+        if info.pending_post.is_some() || info.pending_rep_end {
             say("internal error: a rep string ends its block");
             dr_abort();
         }
@@ -511,6 +525,16 @@ unsafe fn exit_shadows(e: &Emit, d: &Decisions) {
     }
     for r in d.exit_recorded.iter() {
         e.mov_st(tls(S_SHADOW, r.0 as u32, OPSZ_1), imm(0, OPSZ_1));
+    }
+}
+
+/// Truth: a clean call to an observer of observe.rs, after drreg restores the
+/// application's registers, with the instruction's pc as its argument if any.
+unsafe fn observe_call(e: &Emit, callee: *mut c_void, pc: Option<u64>) {
+    let flags = dr_cleancall_save_t_DR_CLEANCALL_READS_APP_CONTEXT;
+    match pc {
+        Some(pc) => dr_insert_clean_call_ex(e.dc, e.bb, e.at, callee, flags, 1, imm(pc as i64, OPSZ_8)),
+        None => dr_insert_clean_call_ex(e.dc, e.bb, e.at, callee, flags, 0),
     }
 }
 

@@ -9,6 +9,7 @@
 mod avx512_encoding;
 mod codegen;
 mod instrument;
+mod observe;
 mod state;
 mod table;
 
@@ -198,11 +199,15 @@ unsafe fn mark_interrupted(pt: &mut PerThread, mc: &dr_mcontext_t) {
     push_escape(pt, Escape::ExpireAll);
     expire_all(pt);
     if opts().truth {
-        let p = *slot(pt, S_TRUPTR) as *mut u8;
-        let mut rec = Vec::with_capacity(24);
-        dep_profile::truth::TruthRecord { kind: dep_profile::truth::TruthKind::Interrupted, size: k as u32, pc, addr: 0 }.write(&mut rec);
-        core::ptr::copy_nonoverlapping(rec.as_ptr(), p, 24);
-        *slot(pt, S_TRUPTR) = p.add(24) as u64;
+        use dep_profile::truth::{TruthKind, TruthRecord};
+        if let Some(rep) = pt.rep_pending.take() {
+            // Stopped inside the rep string (which then counts the iteration it was
+            // attempting, as recovery does), or before the instruction after it.
+            let done = rep.count_reg.wrapping_sub(mcontext_regs(mc)[1]) & rep.mask;
+            let count = done + (pc == rep.pc) as u64;
+            push_truth(pt, TruthRecord { kind: TruthKind::RepEnd, size: 0, pc: rep.pc, addr: count });
+        }
+        push_truth(pt, TruthRecord { kind: TruthKind::Interrupted, size: k as u32, pc, addr: 0 });
     }
     pt.interrupted_at = *slot(pt, S_TAGPTR) as *mut u8;
 }

@@ -207,6 +207,28 @@ pub struct PerThread {
     pub counts: [u64; 4],
     /// The tag pointer right after the last interruption record (no double marking).
     pub interrupted_at: *mut u8,
+    /// Truth: the rep string whose start was observed and whose end was not yet.
+    pub rep_pending: Option<RepPending>,
+}
+
+/// Truth: what a rep string's end needs from its start.
+#[derive(Clone, Copy, Debug)]
+pub struct RepPending {
+    pub pc: u64,
+    /// rcx before the instruction.
+    pub count_reg: u64,
+    /// The count register's width: all ones, or the low 32 bits under an address-size prefix.
+    pub mask: u64,
+}
+
+/// Appends one truth record. The block-entry check leaves room for every record a block
+/// writes (TRU_SLACK bytes); the records of one block are counted in its analysis.
+pub unsafe fn push_truth(pt: &PerThread, rec: dep_profile::truth::TruthRecord) {
+    let mut bytes = Vec::with_capacity(dep_profile::truth::RECORD_SIZE);
+    rec.write(&mut bytes);
+    let p = *slot(pt, S_TRUPTR) as *mut u8;
+    core::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len());
+    *slot(pt, S_TRUPTR) = p.add(bytes.len()) as u64;
 }
 
 pub unsafe fn slot(pt: &PerThread, s: u32) -> *mut u64 {
@@ -277,6 +299,7 @@ pub unsafe fn new_thread(dc: *mut c_void) -> *mut PerThread {
         c_mark: core::ptr::null_mut(),
         counts: [0; 4],
         interrupted_at: core::ptr::null_mut(),
+        rep_pending: None,
     }));
     *slot(&*pt, S_PREVHI) = 0;
     begin_chunk(&mut *pt);
