@@ -239,6 +239,9 @@ fn recover(profile: &std::path::Path, truth: bool, format: &str, output: Option<
             "dep: recovered {} blocks, {} instructions, {} reads, {} writes, checksum {:016x}",
             c.blocks, c.instructions, c.reads, c.writes, c.checksum
         );
+        if !truth {
+            eprintln!("dep: {} of the blocks by compiled code", rec.plans.compiled_blocks());
+        }
         check_truncated(&p)?;
         return Ok(ExitCode::SUCCESS);
     }

@@ -32,9 +32,15 @@ fn run(cmd: &mut Command) -> Output {
     cmd.stdin(Stdio::null()).output().expect("spawn")
 }
 
-/// Streams a command's stdout into a hash: traces too large for a file still compare.
+/// Streams `dep ARGS`' stdout into a hash: traces too large for a file still compare.
 fn hash_stdout(args: &[&str]) -> (u64, u64) {
-    let mut child = Command::new(dep()).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    hash_command(Command::new(dep()).args(args))
+}
+
+/// [`hash_stdout`] of any command; it must succeed. Returns (hash, lines).
+fn hash_command(cmd: &mut Command) -> (u64, u64) {
+    let args = format!("{cmd:?}");
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut out = child.stdout.take().unwrap();
     let mut h = DefaultHasher::new();
     let mut lines = 0u64;
@@ -48,7 +54,7 @@ fn hash_stdout(args: &[&str]) -> (u64, u64) {
         lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
     }
     let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "dep {args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{args} failed: {}", String::from_utf8_lossy(&o.stderr));
     (h.finish(), lines)
 }
 
@@ -67,15 +73,26 @@ fn check_profile(p: &Path) -> (u64, u64) {
             counts.1 = n;
         }
     }
+    // The interpreted walk alone (DEP_JIT=0) recovers the same trace.
+    let walk = |fmt: &str| hash_command(Command::new(dep()).args(["recover", p, "--format", fmt]).env("DEP_JIT", "0"));
+    assert_eq!(walk("text"), hash_stdout(&["recover", p, "--truth", "--format", "text"]), "{p}: DEP_JIT=0 differs from the truth");
     // The null sink's counts and reference checksum: recovered on one thread, replayed on all.
-    let null = |extra: &[&str]| {
-        let o = run(Command::new(dep()).args(["recover", p, "--format", "null"]).args(extra));
+    let null = |extra: &[&str], jit: &str| {
+        let o = run(Command::new(dep()).args(["recover", p, "--format", "null"]).args(extra).env("DEP_JIT", jit));
         assert!(o.status.success(), "{p}: recover null failed: {}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8_lossy(&o.stderr).into_owned()
     };
-    let (rec, tru) = (null(&["--jobs", "1"]), null(&["--truth"]));
-    assert!(rec.contains("checksum"), "{p}: {rec}");
-    assert_eq!(rec, tru, "{p}: null-sink counts differ from the truth's");
+    let (rec, walked, tru) = (null(&["--jobs", "1"], "1"), null(&[], "0"), null(&["--truth"], "1"));
+    let (first, compiled) = rec.split_once('\n').unwrap();
+    assert!(first.contains("checksum"), "{p}: {rec}");
+    assert_eq!(format!("{first}\n"), tru, "{p}: null-sink counts differ from the truth's");
+    assert!(walked.starts_with(first), "{p}: the walk's null-sink counts differ: {walked}");
+    // Compiled code really ran (x86-64 host), and never where it was turned off.
+    let by_code = |s: &str| -> u64 {
+        s.lines().find_map(|l| l.strip_prefix("dep: ")?.split(" of the blocks by compiled code").next()?.parse().ok()).expect(s)
+    };
+    assert!(by_code(compiled) > 0, "{p}: no block was recovered by compiled code: {rec}");
+    assert_eq!(by_code(&walked), 0, "{p}: DEP_JIT=0 still ran compiled code: {walked}");
     counts
 }
 

@@ -389,3 +389,249 @@ pub fn random_path(rng: &mut Rng, code: &[(u64, Vec<u8>)], len: usize, events: b
     }
     p
 }
+
+/// How a generated block ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Exit {
+    /// `je rel32`: to block `taken`, or on to `fall`.
+    Cond { taken: usize, fall: usize },
+    /// `jmp rel32`.
+    Jump(usize),
+    /// `call rel32` to a function's first block; returns to `ret`.
+    Call { callee: usize, ret: usize },
+    /// `ret`.
+    Ret,
+}
+
+/// Generated code with real control flow: functions of contiguous blocks ending in a
+/// conditional branch (forward, or backward: a loop), a jump, a call (any function, itself
+/// included: recursion) or a return, their targets encoded from the layout.
+pub struct Program {
+    /// Every block: (address, bytes), then tail blocks added by [`program_path`].
+    pub code: Vec<(u64, Vec<u8>)>,
+    exits: Vec<Exit>,
+    /// Each function's first block.
+    entries: Vec<usize>,
+    /// Instruction lengths of each block, for tail blocks.
+    lens: Vec<Vec<usize>>,
+}
+
+/// Generates `functions` functions of 2 to 8 blocks, at addresses spread over H-tag
+/// boundaries as [`random_code`]'s are.
+pub fn random_program(rng: &mut Rng, functions: usize) -> Program {
+    let functions = functions.max(1);
+    let mut bodies: Vec<(usize, Vec<u8>, Vec<usize>)> = Vec::new(); // (function, body, insn lengths)
+    let mut entries = Vec::new();
+    for f in 0..functions {
+        entries.push(bodies.len());
+        for _ in 0..2 + rng.below(7) {
+            let (mut body, mut lens) = (Vec::new(), Vec::new());
+            for _ in 0..rng.below(5) {
+                let insn = INSN_POOL[rng.below(INSN_POOL.len() as u64) as usize];
+                body.extend_from_slice(insn);
+                lens.push(insn.len());
+            }
+            bodies.push((f, body, lens));
+        }
+    }
+    let fn_range = |f: usize| entries[f]..entries.get(f + 1).copied().unwrap_or(bodies.len());
+    let mut exits = Vec::with_capacity(bodies.len());
+    for (i, (f, _, _)) in bodies.iter().enumerate() {
+        let r = fn_range(*f);
+        let exit = if i + 1 == r.end {
+            Exit::Ret
+        } else {
+            match rng.below(4) {
+                0 => Exit::Cond { taken: r.start + rng.below((r.end - r.start) as u64) as usize, fall: i + 1 },
+                1 => Exit::Jump(i + 1 + rng.below((r.end - i - 1) as u64) as usize),
+                2 => Exit::Call { callee: entries[rng.below(functions as u64) as usize], ret: i + 1 },
+                _ => Exit::Ret,
+            }
+        };
+        exits.push(exit);
+    }
+    // Each function somewhere in a region, one per page (a function spans less than 4 KiB:
+    // 8 blocks of at most 66 bytes).
+    let mut used = std::collections::HashSet::new();
+    let bases: Vec<u64> = (0..functions)
+        .map(|_| loop {
+            let a = match rng.below(4) {
+                0 => 0x40_0000 + rng.below(0x400) * 0x1000,
+                1 => 0x7f12_3456_0000 + rng.below(0x3) * 0x1_0000 + rng.below(16) * 0x1000,
+                2 => 0x5555_fff0_0000 + rng.below(0x100) * 0x1000,
+                _ => rng.next() & 0xffff_ffff_f000,
+            };
+            if used.insert(a >> 12) {
+                break a;
+            }
+        })
+        .collect();
+    let func_of: Vec<usize> = bodies.iter().map(|(f, _, _)| *f).collect();
+    // A call beyond rel32's reach goes through memory, as calls between modules do.
+    let near = |i: usize, callee: usize| bases[func_of[i]].abs_diff(bases[func_of[callee]]) < 1 << 30;
+    let term_len = |i: usize| match exits[i] {
+        Exit::Cond { .. } => 6,
+        Exit::Call { callee, .. } if !near(i, callee) => 6,
+        Exit::Jump(_) | Exit::Call { .. } => 5,
+        Exit::Ret => 1,
+    };
+    let mut addrs = vec![0u64; bodies.len()];
+    for (f, &base) in bases.iter().enumerate() {
+        let mut a = base;
+        for i in fn_range(f) {
+            addrs[i] = a;
+            a += (bodies[i].1.len() + term_len(i)) as u64;
+        }
+    }
+    let mut code = Vec::with_capacity(bodies.len());
+    let mut lens = Vec::with_capacity(bodies.len());
+    for (i, (_, body, insn_lens)) in bodies.into_iter().enumerate() {
+        let mut bytes = body;
+        let end = addrs[i] + (bytes.len() + term_len(i)) as u64;
+        let rel = |t: usize| (addrs[t].wrapping_sub(end) as i64 as i32).to_le_bytes();
+        match exits[i] {
+            Exit::Cond { taken, .. } => {
+                bytes.extend_from_slice(&[0x0f, 0x84]);
+                bytes.extend_from_slice(&rel(taken));
+            }
+            Exit::Jump(t) => {
+                bytes.push(0xe9);
+                bytes.extend_from_slice(&rel(t));
+            }
+            Exit::Call { callee, .. } if near(i, callee) => {
+                bytes.push(0xe8);
+                bytes.extend_from_slice(&rel(callee));
+            }
+            Exit::Call { .. } => bytes.extend_from_slice(&[0xff, 0x15, 0, 0, 0, 0]), // call [rip+0]
+            Exit::Ret => bytes.push(0xc3),
+        }
+        let mut l = insn_lens;
+        l.push(term_len(i));
+        code.push((addrs[i], bytes));
+        lens.push(l);
+    }
+    Program { code, exits, entries, lens }
+}
+
+/// A path of about `len` steps that executes `prog`: branches taken at random, calls and
+/// returns through a stack (a return with none starts function 0 again). With `events`,
+/// also chunk hand-offs, asynchronous signals (a handler function runs, then the signal
+/// returns) and faults at any instruction (a handler runs, then execution resumes at the
+/// faulting instruction in a block starting there, added to `prog.code`).
+pub fn program_path(rng: &mut Rng, prog: &mut Program, len: usize, events: bool) -> Vec<PathStep> {
+    /// A frame: where a return goes, or the end of a signal handler.
+    enum Frame {
+        Return(usize),
+        Handler(usize),
+    }
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut path = Vec::with_capacity(len);
+    let mut cur = prog.entries[0];
+    let handler = |rng: &mut Rng, prog: &Program| prog.entries[rng.below(prog.entries.len() as u64) as usize];
+    while path.len() < len {
+        if events {
+            match rng.below(40) {
+                0 => path.push(PathStep::Flush),
+                1 => {
+                    path.push(PathStep::Signal(10));
+                    stack.push(Frame::Handler(cur));
+                    cur = handler(rng, prog);
+                    continue;
+                }
+                2 => {
+                    let k = rng.below(prog.lens[cur].len() as u64) as usize;
+                    path.push(PathStep::Interrupt(cur, k as u16));
+                    stack.push(Frame::Handler(tail_block(prog, cur, k)));
+                    cur = handler(rng, prog);
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        path.push(PathStep::Block(cur));
+        cur = match prog.exits[cur] {
+            Exit::Cond { taken, fall } => {
+                if rng.below(3) == 0 {
+                    fall
+                } else {
+                    taken
+                }
+            }
+            Exit::Jump(t) => t,
+            Exit::Call { callee, ret } => {
+                stack.push(Frame::Return(ret));
+                callee
+            }
+            Exit::Ret => match stack.pop() {
+                Some(Frame::Return(r)) => r,
+                Some(Frame::Handler(r)) => {
+                    path.push(PathStep::SignalReturn);
+                    r
+                }
+                None => prog.entries[0],
+            },
+        };
+    }
+    path
+}
+
+/// The block that starts at instruction `k` of block `b` (where execution resumes after a
+/// fault there), added to the program if new.
+fn tail_block(prog: &mut Program, b: usize, k: usize) -> usize {
+    if k == 0 {
+        return b;
+    }
+    let skip: usize = prog.lens[b][..k].iter().sum();
+    let addr = prog.code[b].0 + skip as u64;
+    if let Some(i) = prog.code.iter().position(|(a, _)| *a == addr) {
+        return i;
+    }
+    let bytes = prog.code[b].1[skip..].to_vec();
+    prog.code.push((addr, bytes));
+    prog.exits.push(prog.exits[b]);
+    prog.lens.push(prog.lens[b][k..].to_vec());
+    prog.code.len() - 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iced_x86::{Decoder, DecoderOptions, FlowControl};
+
+    /// Each step of a generated path follows the control flow of the block before it, as
+    /// iced-x86 decodes that block's last instruction, and the code has loops, calls and
+    /// returns.
+    #[test]
+    fn program_paths_follow_the_decoded_control_flow() {
+        let (mut loops, mut calls, mut rets) = (0, 0, 0);
+        for seed in 0..40 {
+            let mut rng = Rng::new(seed);
+            let mut prog = random_program(&mut rng, 4);
+            let path = program_path(&mut rng, &mut prog, 500, false);
+            let last = |b: usize| {
+                let (addr, bytes) = &prog.code[b];
+                let mut d = Decoder::with_ip(64, bytes, *addr, DecoderOptions::NONE);
+                d.iter().last().unwrap()
+            };
+            let blocks: Vec<usize> = path.iter().map(|s| if let PathStep::Block(b) = s { *b } else { unreachable!() }).collect();
+            for w in blocks.windows(2) {
+                let (i, next) = (last(w[0]), prog.code[w[1]].0);
+                match i.flow_control() {
+                    FlowControl::ConditionalBranch => {
+                        assert!(next == i.near_branch_target() || next == i.next_ip(), "seed {seed}: {i} to {next:#x}");
+                        loops += (i.near_branch_target() <= i.ip()) as usize;
+                    }
+                    FlowControl::UnconditionalBranch => assert_eq!(next, i.near_branch_target(), "seed {seed}: {i}"),
+                    FlowControl::Call => {
+                        assert_eq!(next, i.near_branch_target(), "seed {seed}: {i}");
+                        calls += 1;
+                    }
+                    FlowControl::IndirectCall => calls += 1,
+                    FlowControl::Return => rets += 1,
+                    f => panic!("seed {seed}: block ends in {i} ({f:?})"),
+                }
+            }
+        }
+        assert!(loops > 100 && calls > 100 && rets > 100, "loops {loops}, calls {calls}, returns {rets}");
+    }
+}

@@ -2,7 +2,7 @@
 //! chunks recovered in parallel when the output allows it.
 
 use crate::events::Sink;
-use crate::plans::Plans;
+use crate::plans::{Engine, Plans};
 use crate::traverse::{recover_chunk, Scratch};
 use crate::truth::replay_chunk;
 use dep_profile::container::{ChunkRef, Profile, ProfileError};
@@ -51,8 +51,13 @@ impl<'p> Recovery<'p> {
     /// [`new`](Self::new), with plain blocks compiled to machine code or not (by default
     /// they are, where the host is x86-64, unless `DEP_JIT=0`).
     pub fn with_compiled(profile: &'p Profile, workers: usize, compiled: bool) -> Self {
+        Self::with_engine(profile, workers, if compiled { Engine::Compiled } else { Engine::Walk })
+    }
+
+    /// [`new`](Self::new) with the given engine for plain blocks.
+    pub fn with_engine(profile: &'p Profile, workers: usize, engine: Engine) -> Self {
         let workers = Self::cores(workers);
-        Recovery { profile, plans: Plans::build_with(profile, workers, compiled), workers }
+        Recovery { profile, plans: Plans::build_with(profile, workers, engine), workers }
     }
 
     fn cores(workers: usize) -> usize {

@@ -14,5 +14,6 @@ pub mod truth;
 
 pub use driver::{RecoverError, Recovery, Source};
 pub use events::{BlockEvent, Counts, Marker, MemEvent, Run, RunBlock, Sink};
+pub use plans::Engine;
 pub use render::{Format, Renderer};
 pub use stats::{Stats, StatsSink};

@@ -5,6 +5,18 @@ use dep_profile::container::Profile;
 use dep_profile::{BlockPlan, Semantics};
 use rustc_hash::FxHashMap;
 
+/// How recovery runs plain blocks (those without a rep string or gather).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    /// The interpreted walk (traverse.rs), which defines recovery.
+    Walk,
+    /// Compiled to x86-64 code (64-bit profiles on x86-64 hosts), with `popcnt` where the
+    /// CPU has it.
+    Compiled,
+    /// Compiled, never using `popcnt`: the code a CPU without it runs, testable on any.
+    CompiledWithoutPopcnt,
+}
+
 /// Every block of a profile, decoded, looked up by address and version.
 pub struct Plans {
     plans: Vec<Result<BlockPlan, String>>,
@@ -14,18 +26,21 @@ pub struct Plans {
     /// The plain blocks compiled to machine code (64-bit profiles on x86-64 hosts).
     #[cfg(target_arch = "x86_64")]
     pub jit: Option<crate::jit::Jit>,
+    /// Blocks that compiled code has recovered so far, over all runs and workers.
+    compiled_blocks: std::sync::atomic::AtomicU64,
 }
 
 impl Plans {
     /// Decodes the whole block table, on `workers` threads, and compiles its plain blocks
     /// unless `DEP_JIT=0` is set.
     pub fn build(p: &Profile, workers: usize) -> Plans {
-        Self::build_with(p, workers, std::env::var_os("DEP_JIT").is_none_or(|v| v != "0"))
+        let compiled = std::env::var_os("DEP_JIT").is_none_or(|v| v != "0");
+        Self::build_with(p, workers, if compiled { Engine::Compiled } else { Engine::Walk })
     }
 
-    /// [`build`](Self::build), compiling plain blocks to machine code if `compiled` (and the
-    /// profile is 64-bit and the host x86-64).
-    pub fn build_with(p: &Profile, workers: usize, compiled: bool) -> Plans {
+    /// [`build`](Self::build) with the given engine (compiled code only for 64-bit
+    /// profiles on x86-64 hosts; elsewhere the walk).
+    pub fn build_with(p: &Profile, workers: usize, engine: Engine) -> Plans {
         let blocks = p.blocks();
         let machine = p.machine();
         let per = blocks.len().div_ceil(workers.max(1)).max(1);
@@ -54,12 +69,13 @@ impl Plans {
             flat.push(p.as_ref().ok());
         }
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = compiled;
+        let _ = engine;
         #[cfg(target_arch = "x86_64")]
-        let jit = (compiled && p.width == dep_profile::Width::W64)
+        let jit = (engine != Engine::Walk && p.width == dep_profile::Width::W64)
             .then(|| {
                 let addr = |i: usize| (plans[i].is_ok() && blocks[i].version == 0).then_some(blocks[i].addr);
-                crate::jit::Jit::build(&flat, &addr, workers)
+                let popcnt = engine == Engine::Compiled && std::arch::is_x86_feature_detected!("popcnt");
+                crate::jit::Jit::build(&flat, &addr, workers, popcnt)
             })
             .flatten();
         Plans {
@@ -68,7 +84,18 @@ impl Plans {
             flat,
             #[cfg(target_arch = "x86_64")]
             jit,
+            compiled_blocks: Default::default(),
         }
+    }
+
+    /// Blocks that compiled code has recovered so far.
+    pub fn compiled_blocks(&self) -> u64 {
+        self.compiled_blocks.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Counts blocks recovered by compiled code.
+    pub(crate) fn count_compiled(&self, n: usize) {
+        self.compiled_blocks.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The index of a block's plan, or why there is none.

@@ -378,6 +378,7 @@ impl Walker<'_> {
                 )
             };
             if !recs.is_empty() {
+                plans.count_compiled(recs.len());
                 sink.run(&Run::new(self.thread, recs, refs, plans))?;
             }
             if st.refs <= st.refs_limit && st.blocks <= st.blocks_limit {

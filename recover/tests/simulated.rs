@@ -3,9 +3,9 @@
 //! must equal the truth stream byte for byte, sequentially and in parallel.
 
 use dep_profile::container::Profile;
-use dep_profile::simulate::{random_code, random_path, write_profile, Rng};
+use dep_profile::simulate::{program_path, random_code, random_path, random_program, write_profile, PathStep, Rng};
 use dep_profile::Machine;
-use dep_recover::{Format, Recovery, Renderer, Source};
+use dep_recover::{Engine, Format, Recovery, Renderer, Source};
 
 fn render(rec: &Recovery, source: Source, format: Format, parallel: bool) -> Vec<u8> {
     let mut out = Vec::new();
@@ -19,22 +19,54 @@ fn render(rec: &Recovery, source: Source, format: Format, parallel: bool) -> Vec
     out
 }
 
-fn check_seed(seed: u64, threads: usize, len: usize, events: bool) {
+fn check_seed(seed: u64, threads: usize, len: usize, events: bool) -> Compiled {
     let mut rng = Rng::new(seed);
     let n = 1 + rng.below(40) as usize;
-    check_code(seed, rng, n, threads, len, events);
+    check_code(seed, rng, n, threads, len, events)
 }
 
-fn check_code(seed: u64, mut rng: Rng, n: usize, threads: usize, len: usize, events: bool) {
+/// Blocks recovered by compiled code, per engine (walk, compiled, compiled without popcnt).
+type Compiled = [u64; 3];
+
+fn engine_index(e: Engine) -> usize {
+    match e {
+        Engine::Walk => 0,
+        Engine::Compiled => 1,
+        Engine::CompiledWithoutPopcnt => 2,
+    }
+}
+
+/// Both compiled engines really compiled (on an x86-64 host); the walk never did.
+fn assert_engines_ran(c: Compiled) {
+    assert_eq!(c[0], 0, "the interpreted walk ran compiled code");
+    if cfg!(target_arch = "x86_64") {
+        assert!(c[1] > 0, "nothing was compiled");
+        assert!(c[2] > 0, "the code without popcnt never ran");
+    }
+}
+
+fn add(a: Compiled, b: Compiled) -> Compiled {
+    [a[0] + b[0], a[1] + b[1], a[2] + b[2]]
+}
+
+fn check_code(seed: u64, mut rng: Rng, n: usize, threads: usize, len: usize, events: bool) -> Compiled {
     let code = random_code(&mut rng, n);
     let paths: Vec<_> = (0..threads).map(|_| random_path(&mut rng, &code, len, events)).collect();
+    check_paths(seed, &code, &paths)
+}
+
+/// Recovers the profile of `paths` through `code` with every engine, sequentially and in
+/// parallel, and compares it with the truth.
+fn check_paths(seed: u64, code: &[(u64, Vec<u8>)], paths: &[Vec<PathStep>]) -> Compiled {
+    let mut compiled = [0; 3];
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sim.dep");
-    write_profile(std::fs::File::create(&path).unwrap(), Machine::x86_64(2696), &code, &paths, seed).unwrap();
+    write_profile(std::fs::File::create(&path).unwrap(), Machine::x86_64(2696), code, paths, seed).unwrap();
     let p = Profile::open(&path).unwrap();
-    // Compiled blocks on two workers, the interpreted walk on one and three.
-    for (workers, compiled) in [(1, false), (2, true), (3, false)] {
-        let rec = Recovery::with_compiled(&p, workers, compiled);
+    // Compiled blocks on two workers (with and without popcnt), the walk on one and three.
+    let engines = [(1, Engine::Walk), (2, Engine::Compiled), (2, Engine::CompiledWithoutPopcnt), (3, Engine::Walk)];
+    for (workers, engine) in engines {
+        let rec = Recovery::with_engine(&p, workers, engine);
         for format in [Format::Text, Format::Blocks] {
             let want = render(&rec, Source::Truth, format, false);
             let got = render(&rec, Source::Dep, format, false);
@@ -49,29 +81,34 @@ fn check_code(seed: u64, mut rng: Rng, n: usize, threads: usize, len: usize, eve
             }
             assert_eq!(render(&rec, Source::Dep, format, true), want, "seed {seed} parallel {format:?}");
         }
+        compiled[engine_index(engine)] += rec.plans.compiled_blocks();
     }
+    compiled
 }
 
 #[test]
 fn straight_paths_recover_exactly() {
-    for seed in 0..100 {
-        check_seed(seed, 1, 200, false);
-    }
+    let c = (0..100).fold([0; 3], |c, seed| add(c, check_seed(seed, 1, 200, false)));
+    assert_engines_ran(c);
 }
 
 #[test]
 fn threads_chunks_signals_and_faults_recover_exactly() {
+    let mut c = [0; 3];
     for seed in 100..300 {
-        check_seed(seed, 1 + (seed % 3) as usize, 300, true);
+        c = add(c, check_seed(seed, 1 + (seed % 3) as usize, 300, true));
     }
+    assert_engines_ran(c);
 }
 
 #[test]
 fn thousands_of_blocks_recover_exactly() {
     // Enough blocks that the compiled code's dispatch table has long probe chains.
+    let mut c = [0; 3];
     for seed in 300..303 {
-        check_code(seed, Rng::new(seed), 3000, 2, 6000, seed == 301);
+        c = add(c, check_code(seed, Rng::new(seed), 3000, 2, 6000, seed == 301));
     }
+    assert_engines_ran(c);
 }
 
 #[test]
@@ -90,4 +127,21 @@ fn recovered_reference_counts_are_plausible() {
     assert!(counts.blocks > 1800, "{counts:?}");
     assert!(counts.reads + counts.writes > 5000, "{counts:?}");
     assert!(p.threads[0].chunks.len() > 10);
+}
+
+/// Code with real control flow (conditional branches, loops, calls, recursion, returns),
+/// executed rather than sampled, with signal handlers and faults at any instruction that
+/// resume where they stopped.
+#[test]
+fn programs_with_control_flow_recover_exactly() {
+    let mut c = [0; 3];
+    for seed in 400..460 {
+        let mut rng = Rng::new(seed);
+        let functions = 1 + rng.below(8) as usize;
+        let mut prog = random_program(&mut rng, functions);
+        let threads = 1 + (seed % 3) as usize;
+        let paths: Vec<_> = (0..threads).map(|_| program_path(&mut rng, &mut prog, 400, seed % 2 == 0)).collect();
+        c = add(c, check_paths(seed, &prog.code, &paths));
+    }
+    assert_engines_ran(c);
 }

@@ -85,9 +85,10 @@ type Group = (Vec<u8>, Vec<(u64, u64)>);
 
 impl Jit {
     /// Compiles the blocks without special steps for which `addr` gives an address (those
-    /// decodable at code version 0), on `workers` threads. `None` if code could not be built.
-    pub fn build(flat: &FlatPlans, addr: &(dyn Fn(usize) -> Option<u64> + Sync), workers: usize) -> Option<Jit> {
-        match Self::try_build(flat, addr, workers) {
+    /// decodable at code version 0), on `workers` threads, using `popcnt` if told to (the
+    /// CPU must have it). `None` if code could not be built.
+    pub fn build(flat: &FlatPlans, addr: &(dyn Fn(usize) -> Option<u64> + Sync), workers: usize, popcnt: bool) -> Option<Jit> {
+        match Self::try_build(flat, addr, workers, popcnt) {
             Ok(j) => Some(j),
             Err(e) => {
                 eprintln!("dep: compiling block plans failed ({e}); recovering without compiled blocks");
@@ -96,7 +97,7 @@ impl Jit {
         }
     }
 
-    fn try_build(flat: &FlatPlans, addr: &(dyn Fn(usize) -> Option<u64> + Sync), workers: usize) -> Result<Jit, String> {
+    fn try_build(flat: &FlatPlans, addr: &(dyn Fn(usize) -> Option<u64> + Sync), workers: usize, popcnt: bool) -> Result<Jit, String> {
         let err = |e: iced_x86::IcedError| e.to_string();
         let small = |b: &crate::flat::FlatBlock| b.insns <= u16::MAX as u32 && b.refs <= u16::MAX as u32;
         // (index, address) of each block to compile.
@@ -121,7 +122,7 @@ impl Jit {
         let parts: Vec<Part> = crossbeam::thread::scope(|s| {
             let handles: Vec<_> = groups
                 .chunks(per)
-                .map(|gs| s.spawn(move |_| gs.iter().map(|g| Self::group(flat, g, hash)).collect::<Result<Vec<_>, _>>()))
+                .map(|gs| s.spawn(move |_| gs.iter().map(|g| Self::group(flat, g, hash, popcnt)).collect::<Result<Vec<_>, _>>()))
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("compiler thread panicked".into()))).collect()
         })
@@ -158,9 +159,8 @@ impl Jit {
 
     /// Compiles a group of blocks (index, address) into position-independent code, with each
     /// block's address and offset.
-    fn group(flat: &FlatPlans, ids: &[(usize, u64)], hash: emit::Hash) -> Result<Group, String> {
+    fn group(flat: &FlatPlans, ids: &[(usize, u64)], hash: emit::Hash, popcnt: bool) -> Result<Group, String> {
         let err = |e: iced_x86::IcedError| e.to_string();
-        let popcnt = std::arch::is_x86_feature_detected!("popcnt");
         let mut a = CodeAssembler::new(64).map_err(err)?;
         let mut labels = Vec::with_capacity(ids.len());
         for &(id, addr) in ids {
