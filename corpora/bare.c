@@ -3,7 +3,8 @@
  * write. Used by the lackey oracle (tests/lackey.rs). Covers rep strings forward and
  * backward (movs, stos, cmps, scas, lods), push/pop/call/ret, xlat, lock cmpxchg, xchg with
  * memory, SSE and AVX loads and stores, and a signal handler entered and left through the
- * kernel (rt_sigaction with our own restorer). Build: -O1 -static -nostdlib -fno-pie
+ * kernel (rt_sigaction with our own restorer), and (not under Valgrind) xlat, rep lodsb and
+ * the XSAVE family. Build: -O1 -static -nostdlib -fno-pie
  * -no-pie -fno-builtin -mavx. Prints one checksum line. */
 typedef unsigned long u64;
 typedef unsigned char u8;
@@ -83,6 +84,24 @@ static void stack_and_atomics(void)
     sum = mix(sum, depth(20));
 }
 
+#ifndef LACKEY
+static u8 xarea[8192] __attribute__((aligned(64)));
+
+/* XSAVE reads only XSTATE_BV (offset 512) of the area it writes; XSAVEC writes it all;
+ * XRSTOR reads it (profile/FORMAT.md). Every state component the OS enabled (XCR0). */
+static void xstate(void)
+{
+    __asm__ volatile("xsave (%0)\n\t"
+                     "xsaveopt (%0)\n\t"
+                     "xrstor (%0)\n\t"
+                     "xsavec 4096(%0)"
+                     :
+                     : "r"(xarea), "a"(-1), "d"(-1)
+                     : "memory");
+    sum = mix(sum, xarea[0] + xarea[4096]);
+}
+#endif
+
 static void vectors(void)
 {
     for (int i = 0; i < 64; i++) {
@@ -136,6 +155,9 @@ __attribute__((used, noinline)) void bare_main(void)
     rep_strings();
     stack_and_atomics();
     vectors();
+#ifndef LACKEY
+    xstate();
+#endif
     signal_round_trip();
     print_hex(sum);
     sys(231 /* exit_group */, 0, 0, 0, 0);

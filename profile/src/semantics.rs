@@ -325,7 +325,12 @@ impl Semantics {
                 // mask, and both are recorded; other masked accesses are flagged.
                 let exact = rep || vsib;
                 let masked = masked_access(i, mnemonic);
-                if r {
+                if r && reads_xstate_bv_only(mnemonic) {
+                    // SDM vol. 1, 13.7: XSAVE and XSAVEOPT read of the area only the header's
+                    // XSTATE_BV (8 bytes at offset 512), which they update.
+                    let header = Address { disp: addr.disp.wrapping_add(512), ..addr };
+                    reads.push(MemRef { addr: header, size: 8, access: Access::Read, conditional: false });
+                } else if r {
                     reads.push(MemRef { addr, size, access: Access::Read, conditional: !exact && (rc || masked) });
                 }
                 if w {
@@ -392,6 +397,11 @@ fn masked_access(i: &Instruction, m: Mnemonic) -> bool {
                 | Mnemonic::Maskmovdqu
                 | Mnemonic::Vmaskmovdqu
         )
+}
+
+/// XSAVE and XSAVEOPT (not XSAVEC/XSAVES, which write the whole header without reading it).
+fn reads_xstate_bv_only(m: Mnemonic) -> bool {
+    matches!(m, Mnemonic::Xsave | Mnemonic::Xsave64 | Mnemonic::Xsaveopt | Mnemonic::Xsaveopt64)
 }
 
 fn is_xsave_family(m: Mnemonic) -> bool {
@@ -714,7 +724,9 @@ mod tests {
             ("vmaskmovps [rax], ymm1, ymm2", &[0xc4, 0xe2, 0x75, 0x2e, 0x10], "W? [rax]:32 | used rax"),
             ("vmovaps zmm0{k1}, [rax] (masked)", &[0x62, 0xf1, 0x7c, 0x49, 0x28, 0x00], "R? [rax]:64 | used rax"),
             // xsave family and fxsave sizes
-            ("xsave [rax]", &[0x0f, 0xae, 0x20], "R [rax]:2696 | W [rax]:2696 | used rax"),
+            // SDM vol. 1, 13.7: XSAVE reads only XSTATE_BV (offset 512) of the area it writes
+            ("xsave [rax]", &[0x0f, 0xae, 0x20], "R [rax+0x200]:8 | W [rax]:2696 | used rax"),
+            ("xsaveopt [rax+8]", &[0x0f, 0xae, 0x70, 0x08], "R [rax+0x208]:8 | W [rax+0x8]:2696 | used rax"),
             ("xsavec [rax]", &[0x0f, 0xc7, 0x20], "W [rax]:2696 | used rax"),
             ("xrstor [rax]", &[0x0f, 0xae, 0x28], "R [rax]:2696 | used rax"),
             ("fxsave [rax]", &[0x0f, 0xae, 0x00], "W [rax]:512 | used rax"),

@@ -232,7 +232,8 @@ pub unsafe extern "C" fn analysis(
                 need_v += 8;
                 need_t += 24 * (2 + insn.refs.len());
             }
-            Special::None => need_t += 24 * insn.refs.len(),
+            // Up to two more per instruction: the truth observes what DynamoRIO lists.
+            Special::None => need_t += 24 * (insn.refs.len() + 2),
         }
     }
     if need_v > VAL_SLACK || need_t > TRU_SLACK {
@@ -296,7 +297,7 @@ pub unsafe extern "C" fn insertion(
         let rep = matches!(info.plan.insns[k].special, Special::Rep(_));
         let string_op = instr_is_string_op(inst) != 0 || instr_is_rep_string_op(inst) != 0;
         let insn = &info.plan.insns[k];
-        if opts().truth && !insn.refs.is_empty() {
+        if opts().truth && observed_access(inst) {
             match insn.special {
                 // Unexpanded: observed before it runs and at the next instruction.
                 Special::Rep(_) if instr_is_rep_string_op(inst) != 0 => {
@@ -528,6 +529,29 @@ unsafe fn exit_shadows(e: &Emit, d: &Decisions) {
     }
 }
 
+/// Truth: whether an instruction's memory operands are observed. DynamoRIO decides (its
+/// own reads-or-writes-memory), not dep's semantics, so a reference the semantics missed
+/// shows in the truth; except the cache-control hints, which DynamoRIO counts as reads and
+/// DEP by definition does not (profile/FORMAT.md).
+unsafe fn observed_access(inst: *mut instr_t) -> bool {
+    const HINTS: [u32; 12] = [
+        OP_prefetch,
+        OP_prefetchw,
+        OP_prefetchnta,
+        OP_prefetcht0,
+        OP_prefetcht1,
+        OP_prefetcht2,
+        OP_clflush,
+        OP_clflushopt,
+        OP_clwb,
+        OP_cldemote,
+        OP_monitor,
+        OP_monitorx,
+    ];
+    let hint = HINTS.contains(&(instr_get_opcode(inst) as u32));
+    !hint && (instr_reads_memory(inst) != 0 || instr_writes_memory(inst) != 0)
+}
+
 /// Truth: a clean call to an observer of observe.rs, after drreg restores the
 /// application's registers, with the instruction's pc as its argument if any.
 unsafe fn observe_call(e: &Emit, callee: *mut c_void, pc: Option<u64>) {
@@ -555,24 +579,31 @@ unsafe fn truth_refs(e: &Emit, pc: u64, used: RegSet, in_loop: bool) {
         unreserve(dc, e.bb, at, t);
         check(drreg_unreserve_aflags(dc, e.bb, at), "unreserve aflags");
     }
+    // (operand, kind, offset from its address): reads, then writes. XSAVE and XSAVEOPT
+    // also read the header's XSTATE_BV, 8 bytes at offset 512, which DynamoRIO does not
+    // list (SDM vol. 1, 13.7; profile/FORMAT.md).
+    let reads_header = [OP_xsave32, OP_xsave64, OP_xsaveopt32, OP_xsaveopt64].contains(&(instr_get_opcode(at) as u32));
     let mut refs = Vec::new();
     for k in 0..instr_num_srcs(at) {
         let o = instr_get_src(at, k as uint);
         if opnd_is_memory_reference(o) != 0 {
-            refs.push((o, 1u32));
+            refs.push((o, 1u32, 0));
         }
     }
     for k in 0..instr_num_dsts(at) {
         let o = instr_get_dst(at, k as uint);
         if opnd_is_memory_reference(o) != 0 {
-            refs.push((o, 2u32));
+            if reads_header {
+                refs.push((o, 1u32, 512));
+            }
+            refs.push((o, 2u32, 0));
         }
     }
     // Address registers of string operations are implicit: keep rsi/rdi out of the way too.
     let mut avoid = used;
     avoid.insert(Reg::RSI);
     avoid.insert(Reg::RDI);
-    for (memref, kind) in refs {
+    for (memref, kind, offset) in refs {
         let t = reserve_avoiding(dc, e.bb, at, avoid);
         let a = reserve_avoiding(dc, e.bb, at, avoid);
         let mut swap: reg_id_t = DR_REG_NULL as reg_id_t;
@@ -583,9 +614,13 @@ unsafe fn truth_refs(e: &Emit, pc: u64, used: RegSet, in_loop: bool) {
         }
         // drutil cannot size XSAVE areas: they have the machine's XSAVE size by definition.
         let size = match drutil_opnd_mem_size_in_bytes(memref, at) {
+            _ if offset == 512 => 8,
             0 => MACHINE.xsave_size,
             n => n,
         };
+        if offset != 0 {
+            e.add_lea(a, offset);
+        }
         e.mov_ld(t, tls(S_TRUPTR, 0, OPSZ_8));
         e.mov_st(mem(t, 0, OPSZ_4), imm32(kind));
         e.mov_st(mem(t, 4, OPSZ_4), imm32(size));

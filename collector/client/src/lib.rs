@@ -5,11 +5,11 @@
 //! Options (from `dep record`): `-socket PATH`, `-truth`, `-discard`.
 #![allow(clippy::missing_safety_doc, static_mut_refs)]
 
-#[cfg(test)]
-mod avx512_encoding;
 mod codegen;
 mod instrument;
 mod observe;
+#[cfg(test)]
+mod standalone;
 mod state;
 mod table;
 

@@ -1,0 +1,259 @@
+//! Checks that need DynamoRIO's decoder and encoder but no running program, in DynamoRIO's
+//! standalone mode, so they run on any CPU: the instrumentation of every AVX-512 memory
+//! form encodes (where a wrong operand fails even if the CPU could never execute the form,
+//! collector/README.md), and the shared semantics agree with DynamoRIO's operand lists.
+
+use crate::codegen::Emit;
+use crate::instrument::record_gather;
+use core::ffi::c_void;
+use dep_profile::semantics::{Access, GatherMask, Special};
+use dep_profile::{Machine, Semantics};
+use dynamorio_sys::*;
+use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
+use std::sync::Mutex;
+
+extern "C" {
+    // Exported by libdynamorio, outside the bindings' allowlist.
+    fn decode(dc: *mut c_void, pc: *mut u8, instr: *mut instr_t) -> *mut u8;
+}
+
+/// Runs `f` with DynamoRIO's standalone drcontext; initialised once, used by one test at a
+/// time (the process ends without dr_standalone_exit).
+fn with_dynamorio<R>(f: impl FnOnce(*mut c_void) -> R) -> R {
+    static DC: Mutex<usize> = Mutex::new(0);
+    let mut dc = DC.lock().unwrap_or_else(|e| e.into_inner());
+    if *dc == 0 {
+        // SAFETY: called once, before any other DynamoRIO call of this process.
+        *dc = unsafe { dr_standalone_init() } as usize;
+        assert!(*dc != 0, "dr_standalone_init failed");
+    }
+    f(*dc as *mut c_void)
+}
+
+/// Decodes `bytes` with DynamoRIO into a new instr_t (the caller destroys it), or None.
+///
+/// # Safety
+/// `dc` must be a live drcontext.
+unsafe fn dr_decode(dc: *mut c_void, bytes: &[u8]) -> Option<*mut instr_t> {
+    let mut code = bytes.to_vec();
+    let app = instr_create(dc);
+    let next = decode(dc, code.as_mut_ptr(), app);
+    if next.is_null() || next.offset_from(code.as_ptr()) as usize != bytes.len() {
+        instr_destroy(dc, app);
+        return None;
+    }
+    Some(app)
+}
+
+/// Encodings from GNU as, an encoder that shares nothing with iced-x86 or DynamoRIO.
+const AVX512_FORMS: &[(&str, &[u8])] = &[
+    ("vpgatherdd (%rax,%zmm2,4),%zmm1{%k1}", &[0x62, 0xf2, 0x7d, 0x49, 0x90, 0x0c, 0x90]),
+    ("vpgatherqq (%rax,%zmm2,8),%zmm1{%k1}", &[0x62, 0xf2, 0xfd, 0x49, 0x91, 0x0c, 0xd0]),
+    ("vpgatherqd (%rax,%zmm2,4),%ymm1{%k1}", &[0x62, 0xf2, 0x7d, 0x49, 0x91, 0x0c, 0x90]),
+    ("vgatherdpd (%rax,%ymm2,8),%zmm1{%k1}", &[0x62, 0xf2, 0xfd, 0x49, 0x92, 0x0c, 0xd0]),
+    ("vpgatherdd (%rax,%ymm2,4),%ymm1{%k1}", &[0x62, 0xf2, 0x7d, 0x29, 0x90, 0x0c, 0x90]),
+    ("vpgatherdd (%rax,%xmm2,4),%xmm1{%k1}", &[0x62, 0xf2, 0x7d, 0x09, 0x90, 0x0c, 0x90]),
+    ("vpgatherdd (%rax,%xmm17,4),%xmm18{%k2}", &[0x62, 0xe2, 0x7d, 0x02, 0x90, 0x14, 0x88]),
+    ("vpgatherdq 0x0(%r13,%ymm25,8),%zmm30{%k7}", &[0x62, 0x02, 0xfd, 0x47, 0x90, 0x74, 0xcd, 0x00]),
+    ("vpscatterdd %zmm1,(%rax,%zmm2,4){%k1}", &[0x62, 0xf2, 0x7d, 0x49, 0xa0, 0x0c, 0x90]),
+    ("vpscatterqq %zmm1,(%rax,%zmm2,8){%k1}", &[0x62, 0xf2, 0xfd, 0x49, 0xa1, 0x0c, 0xd0]),
+    ("vscatterdps %ymm21,(%rax,%ymm20,4){%k3}", &[0x62, 0xe2, 0x7d, 0x23, 0xa2, 0x2c, 0xa0]),
+    ("vpscatterdd %xmm1,(%rdi,%xmm31,4){%k1}", &[0x62, 0xb2, 0x7d, 0x01, 0xa0, 0x0c, 0xbf]),
+    ("vpcompressd %zmm1,(%rdi){%k1}", &[0x62, 0xf2, 0x7d, 0x49, 0x8b, 0x0f]),
+    ("vpcompressq %ymm17,(%rdi,%rcx,8){%k2}", &[0x62, 0xe2, 0xfd, 0x2a, 0x8b, 0x0c, 0xcf]),
+    ("vpexpandd (%rsi),%zmm1{%k1}{z}", &[0x62, 0xf2, 0x7d, 0xc9, 0x89, 0x0e]),
+    ("vpexpandq (%rsi),%xmm20{%k1}", &[0x62, 0xe2, 0xfd, 0x09, 0x89, 0x26]),
+    ("vmovdqu32 %zmm1,(%rdi){%k1}", &[0x62, 0xf1, 0x7e, 0x49, 0x7f, 0x0f]),
+    ("vmovups %zmm1,0x40(%rdi){%k1}", &[0x62, 0xf1, 0x7c, 0x49, 0x11, 0x4f, 0x01]),
+    ("vmovdqu32 (%rsi),%zmm1{%k1}{z}", &[0x62, 0xf1, 0x7e, 0xc9, 0x6f, 0x0e]),
+    ("vpgatherdd %ymm3,(%rax,%ymm2,4),%ymm1", &[0xc4, 0xe2, 0x65, 0x90, 0x0c, 0x90]),
+    ("vgatherqpd %ymm3,(%rax,%ymm2,8),%ymm1", &[0xc4, 0xe2, 0xe5, 0x93, 0x0c, 0xd0]),
+    ("vpgatherqd %xmm3,(%rax,%ymm2,4),%xmm1", &[0xc4, 0xe2, 0x65, 0x91, 0x0c, 0x90]),
+];
+
+/// Decodes the bytes DynamoRIO encoded for a client store: `(mnemonic, base, source)`.
+fn store_of(bytes: &[u8]) -> (Mnemonic, Register, Register) {
+    let i = Decoder::with_ip(64, bytes, 0, DecoderOptions::NONE).decode();
+    assert_eq!(i.op0_kind(), OpKind::Memory, "{i}: not a store");
+    (i.mnemonic(), i.memory_base(), i.op1_register())
+}
+
+#[test]
+fn avx512_forms_encode() {
+    let mut sem = Semantics::new(Machine::x86_64(2696));
+    let mut bad = Vec::new();
+    let mut gathers = 0;
+    // SAFETY: standalone mode gives a drcontext for decoding and encoding only; every
+    // instr_t and instrlist_t made here is destroyed, and the encode buffer (32 bytes) is
+    // larger than any x86 instruction (15).
+    with_dynamorio(|dc| unsafe {
+        let mut buf = [0u8; 32];
+        for &(name, bytes) in AVX512_FORMS {
+            let i = Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE).decode();
+            assert_eq!(i.len(), bytes.len(), "{name}: iced-x86 decodes another length");
+            let insn = sem.insn(&i);
+            let Some(app) = dr_decode(dc, bytes) else {
+                bad.push(format!("{name}: DynamoRIO does not decode it"));
+                continue;
+            };
+            // Reads and writes memory as the shared semantics say, by DynamoRIO's decoder.
+            let reads = insn.refs.iter().any(|r| r.access == Access::Read);
+            let writes = insn.refs.iter().any(|r| r.access == Access::Write);
+            let dr = (instr_reads_memory(app) != 0, instr_writes_memory(app) != 0);
+            if dr != (reads, writes) {
+                bad.push(format!("{name}: DynamoRIO says (reads, writes) = {dr:?}, the semantics {:?}", (reads, writes)));
+            }
+            instr_set_raw_bits_valid(app, 0);
+            if instr_encode(dc, app, buf.as_mut_ptr()).is_null() {
+                bad.push(format!("{name}: DynamoRIO cannot encode it from its operands"));
+            }
+            instr_destroy(dc, app);
+            let Special::Gather(g) = insn.special else { continue };
+            gathers += 1;
+            // The client's recording: index store, lea, mask store, lea.
+            let bb = instrlist_create(dc);
+            record_gather(&Emit { dc, bb, at: core::ptr::null_mut() }, g, DR_REG_RDX as reg_id_t);
+            let mut stores = Vec::new();
+            let mut k = instrlist_first(bb);
+            while !k.is_null() {
+                let end = instr_encode(dc, k, buf.as_mut_ptr());
+                if end.is_null() {
+                    bad.push(format!("{name}: the client's instruction {} does not encode", stores.len()));
+                } else if instr_writes_memory(k) != 0 {
+                    stores.push(store_of(&buf[..end.offset_from(buf.as_ptr()) as usize]));
+                }
+                k = instr_get_next(k);
+            }
+            instrlist_clear_and_destroy(dc, bb);
+            let mask = match g.mask {
+                GatherMask::K { reg } => reg,
+                GatherMask::Vector { reg, .. } => reg,
+            };
+            let sources: Vec<Register> = stores.iter().map(|s| s.2).collect();
+            if sources != [g.index, mask] || stores.iter().any(|s| s.1 != Register::RDX) {
+                bad.push(format!("{name}: the client stores {stores:?}, not {:?} then {mask:?} at [rdx]", g.index));
+            }
+        }
+    });
+    assert!(bad.is_empty(), "\n{}", bad.join("\n"));
+    let want = AVX512_FORMS.iter().filter(|(n, _)| n.contains("gather") || n.contains("scatter")).count();
+    assert_eq!(gathers, want, "every gather and scatter form is recorded as one");
+}
+
+/// Ordinary instruction forms (GNU as encodings) whose references the shared semantics and
+/// DynamoRIO's operand lists should agree on.
+const FORMS: &[(&str, &[u8])] = &[
+    ("push %rax", &[0x50]),
+    ("pop %rbx", &[0x5b]),
+    ("push 0x8(%rsp)", &[0xff, 0x74, 0x24, 0x08]),
+    ("pop 0x8(%rsp)", &[0x8f, 0x44, 0x24, 0x08]),
+    ("call *(%rax)", &[0xff, 0x10]),
+    ("ret", &[0xc3]),
+    ("ret $0x10", &[0xc2, 0x10, 0x00]),
+    ("enter $0x10,$0x0", &[0xc8, 0x10, 0x00, 0x00]),
+    ("leave", &[0xc9]),
+    ("pushf", &[0x9c]),
+    ("mov (%rbx),%rax", &[0x48, 0x8b, 0x03]),
+    ("mov %rax,0x8(%rsp)", &[0x48, 0x89, 0x44, 0x24, 0x08]),
+    ("addq $0x1,(%rax)", &[0x48, 0x83, 0x00, 0x01]),
+    ("xlat %ds:(%rbx)", &[0xd7]),
+    ("movsb %ds:(%rsi),%es:(%rdi)", &[0xa4]),
+    ("rep movsq %ds:(%rsi),%es:(%rdi)", &[0xf3, 0x48, 0xa5]),
+    ("rep stos %al,%es:(%rdi)", &[0xf3, 0xaa]),
+    ("repz cmpsb %es:(%rdi),%ds:(%rsi)", &[0xf3, 0xa6]),
+    ("repnz scas %es:(%rdi),%al", &[0xf2, 0xae]),
+    ("rep lods %ds:(%rsi),%eax", &[0xf3, 0xad]),
+    ("cmove (%rbx),%rax", &[0x48, 0x0f, 0x44, 0x03]),
+    ("cmpxchg %rcx,(%rbx)", &[0x48, 0x0f, 0xb1, 0x0b]),
+    ("lock cmpxchg16b (%rdi)", &[0xf0, 0x48, 0x0f, 0xc7, 0x0f]),
+    ("xchg %rax,(%rbx)", &[0x48, 0x87, 0x03]),
+    ("lock xadd %eax,(%rbx)", &[0xf0, 0x0f, 0xc1, 0x03]),
+    ("vmaskmovps %ymm2,%ymm1,(%rax)", &[0xc4, 0xe2, 0x75, 0x2e, 0x10]),
+    ("vmaskmovps (%rax),%ymm1,%ymm2", &[0xc4, 0xe2, 0x75, 0x2c, 0x10]),
+    ("xsave (%rax)", &[0x0f, 0xae, 0x20]),
+    ("xsavec (%rax)", &[0x0f, 0xc7, 0x20]),
+    ("xsaveopt (%rax)", &[0x0f, 0xae, 0x30]),
+    ("xrstor (%rax)", &[0x0f, 0xae, 0x28]),
+    ("fxsave (%rax)", &[0x0f, 0xae, 0x00]),
+    ("fxrstor (%rax)", &[0x0f, 0xae, 0x08]),
+    ("fldt (%rax)", &[0xdb, 0x28]),
+    ("fstpt (%rax)", &[0xdb, 0x38]),
+    ("fnstenv (%rax)", &[0xd9, 0x30]),
+    ("movdqu (%rax),%xmm0", &[0xf3, 0x0f, 0x6f, 0x00]),
+    ("vmovdqu %ymm0,(%rax)", &[0xc5, 0xfe, 0x7f, 0x00]),
+    ("maskmovdqu %xmm1,%xmm0", &[0x66, 0x0f, 0xf7, 0xc1]),
+    ("movzbl (%rax),%eax", &[0x0f, 0xb6, 0x00]),
+    ("movsbq 0x1(%rax),%rax", &[0x48, 0x0f, 0xbe, 0x40, 0x01]),
+    ("bt %eax,(%rbx)", &[0x0f, 0xa3, 0x03]),
+    ("bts %rax,(%rbx)", &[0x48, 0x0f, 0xab, 0x03]),
+    ("cvtsi2sdl (%rax),%xmm0", &[0xf2, 0x0f, 0x2a, 0x00]),
+    ("pinsrb $0x1,(%rax),%xmm0", &[0x66, 0x0f, 0x3a, 0x20, 0x00, 0x01]),
+    ("pextrw $0x1,%xmm0,(%rax)", &[0x66, 0x0f, 0x3a, 0x15, 0x00, 0x01]),
+    ("vbroadcastss (%rax),%ymm0", &[0xc4, 0xe2, 0x7d, 0x18, 0x00]),
+    ("vpbroadcastq (%rax),%zmm0", &[0x62, 0xf2, 0xfd, 0x48, 0x59, 0x00]),
+    ("vinsertf128 $0x1,(%rax),%ymm0,%ymm0", &[0xc4, 0xe3, 0x7d, 0x18, 0x00, 0x01]),
+    ("clflush (%rax)", &[0x0f, 0xae, 0x38]),
+    ("prefetcht0 (%rax)", &[0x0f, 0x18, 0x08]),
+    ("lea 0x8(%rbx),%rax", &[0x48, 0x8d, 0x43, 0x08]),
+    ("nopw (%rax)", &[0x66, 0x0f, 0x1f, 0x00]),
+    ("mov %fs:0x28,%rax", &[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0x00, 0x00, 0x00]),
+    ("sgdt (%rax)", &[0x0f, 0x01, 0x00]),
+    ("str (%rax)", &[0x0f, 0x00, 0x08]),
+];
+
+/// One memory reference as (write, size): ours per the shared semantics (sizes of xsave
+/// areas at the machine's XSAVE size), DynamoRIO's from its operand lists (sources read,
+/// destinations written) with its operand sizes.
+type Refs = Vec<(bool, u32)>;
+
+/// Where the semantics and DynamoRIO differ, each settled from the Intel SDM and documented
+/// in profile/FORMAT.md ("What counts as a reference"): (form, ours, DynamoRIO's).
+const DECIDED: &[(&str, &str, &str)] = &[
+    // DynamoRIO cannot size XSAVE areas (nor can drutil); DEP gives them the machine's
+    // XSAVE size (CPUID 0xD.0 EBX, in the profile). XSAVE and XSAVEOPT also read the
+    // header's XSTATE_BV (SDM vol. 1, 13.7), which DynamoRIO does not list.
+    ("xsave (%rax)", "[(false, 8), (true, 2696)]", "[(true, 0)]"),
+    ("xsavec (%rax)", "[(true, 2696)]", "[(true, 0)]"),
+    ("xsaveopt (%rax)", "[(false, 8), (true, 2696)]", "[(true, 0)]"),
+    ("xrstor (%rax)", "[(false, 2696)]", "[(false, 0)]"),
+    // Cache-control hints move no data and never fault (prefetch) or fault only as a
+    // permission check (clflush): not references by DEP's definition.
+    ("clflush (%rax)", "[]", "[(false, 1)]"),
+    ("prefetcht0 (%rax)", "[]", "[(false, 1)]"),
+];
+
+#[test]
+fn semantics_agree_with_dynamorio() {
+    let mut sem = Semantics::new(Machine::x86_64(2696));
+    let mut found = Vec::new();
+    with_dynamorio(|dc| unsafe {
+        for &(name, bytes) in FORMS {
+            let i = Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE).decode();
+            assert_eq!(i.len(), bytes.len(), "{name}: iced-x86 decodes another length");
+            let mut ours: Refs = sem.insn(&i).refs.iter().map(|r| (r.access == Access::Write, r.size)).collect();
+            let app = dr_decode(dc, bytes).unwrap_or_else(|| panic!("{name}: DynamoRIO does not decode it"));
+            let mut theirs: Refs = Vec::new();
+            // DynamoRIO's own judgement of whether it touches memory (lea and multi-byte nops
+            // have a memory operand and do not).
+            let touches = instr_reads_memory(app) != 0 || instr_writes_memory(app) != 0;
+            for (n, get, write) in
+                [(instr_num_srcs(app), instr_get_src as unsafe extern "C" fn(_, _) -> _, false), (instr_num_dsts(app), instr_get_dst, true)]
+            {
+                for k in 0..n {
+                    let o = get(app, k as uint);
+                    if touches && opnd_is_memory_reference(o) != 0 {
+                        theirs.push((write, opnd_size_in_bytes(opnd_get_size(o))));
+                    }
+                }
+            }
+            instr_destroy(dc, app);
+            ours.sort();
+            theirs.sort();
+            if ours != theirs {
+                found.push((name, format!("{ours:?}"), format!("{theirs:?}")));
+            }
+        }
+    });
+    let decided: Vec<(&str, String, String)> = DECIDED.iter().map(|&(n, o, t)| (n, o.to_string(), t.to_string())).collect();
+    assert_eq!(found, decided, "disagreements between the semantics and DynamoRIO, against the documented decisions");
+}
