@@ -6,6 +6,7 @@ use crate::codegen::*;
 use crate::state::*;
 use crate::table;
 use core::ffi::c_void;
+use core::sync::atomic::AtomicBool;
 use dep_profile::blocks::{Decisions, StepDecision};
 use dep_profile::semantics::{Gather, GatherMask, Special};
 use dep_profile::tags::{CTL_CODE_VERSION, CTL_SET_HI, MAX_SHORT_H};
@@ -95,12 +96,41 @@ fn dr_vec(r: iced_x86::Register) -> reg_id_t {
     }) as reg_id_t
 }
 
+/// Memory regions' writability as dr_query_memory gave it: (start, end, writable), sorted
+/// and disjoint. Asking DynamoRIO reads the kernel's map each time, which for every block
+/// made python3 record five times slower; so each region is asked once, and all are
+/// forgotten when the program maps, unmaps or protects memory ([`forget_regions`]).
+static REGIONS_LOCK: AtomicBool = AtomicBool::new(false);
+static mut REGIONS: Vec<(u64, u64, bool)> = Vec::new();
+
+/// Forgets what [`on_writable_page`] learned: the program changes its mappings.
+pub fn forget_regions() {
+    let _g = Spin::lock(&REGIONS_LOCK);
+    // SAFETY: REGIONS is only touched under REGIONS_LOCK.
+    unsafe { (*core::ptr::addr_of_mut!(REGIONS)).clear() };
+}
+
 /// Whether a block starting at `pc` lies on a page the program can write: DynamoRIO
 /// sandboxes such code (the launcher passes `-sandbox_writable`), see [`writable_code`].
 unsafe fn on_writable_page(pc: app_pc) -> bool {
-    let mut prot: uint = 0;
-    dr_query_memory(pc, core::ptr::null_mut(), core::ptr::null_mut(), &mut prot) != 0
-        && prot & (DR_MEMPROT_WRITE | DR_MEMPROT_PRETEND_WRITE) != 0
+    let a = pc as u64;
+    let _g = Spin::lock(&REGIONS_LOCK);
+    // SAFETY: REGIONS is only touched under REGIONS_LOCK.
+    let regions = &mut *core::ptr::addr_of_mut!(REGIONS);
+    let i = regions.partition_point(|r| r.1 <= a);
+    if let Some(&(_, _, writable)) = regions.get(i).filter(|r| r.0 <= a) {
+        return writable;
+    }
+    let (mut base, mut size, mut prot): (app_pc, usize, uint) = (core::ptr::null_mut(), 0, 0);
+    if dr_query_memory(pc, &mut base, &mut size, &mut prot) == 0 {
+        return false;
+    }
+    let writable = prot & (DR_MEMPROT_WRITE | DR_MEMPROT_PRETEND_WRITE) != 0;
+    let (start, end) = (base as u64, (base as u64).saturating_add(size as u64));
+    if start <= a && a < end {
+        regions.insert(regions.partition_point(|r| r.0 < start), (start, end, writable));
+    }
+    writable
 }
 
 /// Blocks of writable code. DynamoRIO checks after each of their writes whether the write

@@ -255,9 +255,28 @@ const SYS_EXECVE: c_int = 59;
 const SYS_EXIT_GROUP: c_int = 231;
 const SYS_EXECVEAT: c_int = 322;
 
+/// The syscalls that change which memory is mapped and how (instrument::forget_regions).
+const SYS_MAPPING: [c_int; 8] = [
+    9,   /* mmap */
+    10,  /* mprotect */
+    11,  /* munmap */
+    12,  /* brk */
+    25,  /* mremap */
+    30,  /* shmat */
+    67,  /* shmdt */
+    329, /* pkey_mprotect */
+];
+
 unsafe extern "C" fn syscall_filter(_dc: *mut c_void, sysnum: c_int) -> bool_ {
-    matches!(sysnum, SYS_RT_SIGRETURN | SYS_EXECVE | SYS_EXECVEAT | SYS_EXIT_GROUP | SYS_CLOSE | SYS_DUP2 | SYS_DUP3 | SYS_CLOSE_RANGE)
-        as bool_
+    (matches!(sysnum, SYS_RT_SIGRETURN | SYS_EXECVE | SYS_EXECVEAT | SYS_EXIT_GROUP | SYS_CLOSE | SYS_DUP2 | SYS_DUP3 | SYS_CLOSE_RANGE)
+        || SYS_MAPPING.contains(&sysnum)) as bool_
+}
+
+/// After a mapping change too: a block built while the call ran may have seen the old one.
+unsafe extern "C" fn post_syscall(_dc: *mut c_void, sysnum: c_int) {
+    if SYS_MAPPING.contains(&sysnum) {
+        instrument::forget_regions();
+    }
 }
 
 /// Keeps the launcher connection alive when the program closes or reuses descriptors
@@ -298,6 +317,9 @@ unsafe fn protect_connection(dc: *mut c_void, sysnum: c_int) -> bool {
 unsafe extern "C" fn pre_syscall(dc: *mut c_void, sysnum: c_int) -> bool_ {
     if !protect_connection(dc, sysnum) {
         return 0;
+    }
+    if SYS_MAPPING.contains(&sysnum) {
+        instrument::forget_regions();
     }
     let pt = get(dc);
     if pt.is_null() {
@@ -391,6 +413,7 @@ pub unsafe extern "C" fn dr_client_main(id: client_id_t, _argc: c_int, _argv: *c
     dr_register_fork_init_event(Some(fork_init));
     dr_register_filter_syscall_event(Some(syscall_filter));
     drmgr_register_pre_syscall_event(Some(pre_syscall));
+    drmgr_register_post_syscall_event(Some(post_syscall));
     drmgr_register_thread_init_event(Some(thread_init));
     drmgr_register_thread_exit_event(Some(thread_exit));
     drmgr_register_module_load_event(Some(module_load));
