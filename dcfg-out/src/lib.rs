@@ -1,1 +1,4 @@
-//! Placeholder crate root; filled by its own issue.
+//! The exporters' crate: program structure over the recovered event stream, and one
+//! module per output format (to come).
+
+pub mod symbols;

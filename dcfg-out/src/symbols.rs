@@ -1,0 +1,218 @@
+//! Names for code addresses: the function (demangled) and the source line, from each
+//! module's ELF symbol tables, its PLT and its DWARF (through addr2line), checked against
+//! the build id the profile recorded. A module that cannot be read, or whose build id
+//! differs, gives `module+0xoffset` names and one warning, never a wrong name; code outside
+//! every module (JIT code) is `[jit]`. Each module is read once, on first use.
+
+use dep_profile::container::ModuleEvent;
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable};
+use std::borrow::Cow;
+use std::path::Path;
+use std::sync::{Mutex, OnceLock};
+
+/// Where an address is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Place {
+    /// The module's path, or None outside every module.
+    pub module: Option<String>,
+    /// The symbol (the routine, as `nm` names it): a demangled name, `name@plt`,
+    /// `module+0xoffset` where the module gives none, or `[jit]`.
+    pub symbol: String,
+    /// The innermost function, an inlined one where DWARF says so (as `addr2line -f` names
+    /// it); the symbol where DWARF has none.
+    pub function: String,
+    /// Source file and line, where DWARF has them.
+    pub file: Option<String>,
+    pub line: Option<u32>,
+}
+
+/// Symbols of the modules of one process.
+pub struct Symbolizer {
+    /// Sorted by base; later loads at the same base replace earlier ones.
+    modules: Vec<Module>,
+    warnings: Mutex<Vec<String>>,
+}
+
+struct Module {
+    path: String,
+    base: u64,
+    size: u64,
+    build_id: Option<String>,
+    file: OnceLock<Option<File>>,
+}
+
+/// What was read of a module's file.
+struct File {
+    /// Subtracted from a run-time address to give the file's virtual address.
+    bias: u64,
+    dwarf: Mutex<addr2line::Loader>,
+    /// PLT stubs: (start, end, name@plt), file addresses, sorted.
+    plt: Vec<(u64, u64, String)>,
+    /// Function symbols (static and dynamic): (address, demangled name), sorted. An address
+    /// is named after the nearest symbol at or before it, sizes aside, as binutils does
+    /// (padding after a function is named after it).
+    functions: Vec<(u64, String)>,
+}
+
+impl Symbolizer {
+    /// The modules a profile recorded (load events; an unload is ignored, since a later
+    /// load at the same place replaces it).
+    pub fn new(events: &[ModuleEvent]) -> Symbolizer {
+        let mut modules: Vec<Module> = Vec::new();
+        for e in events.iter().filter(|e| e.event == "load" && e.size > 0) {
+            modules.retain(|m| m.base != e.base);
+            modules.push(Module { path: e.path.clone(), base: e.base, size: e.size, build_id: e.build_id.clone(), file: OnceLock::new() });
+        }
+        modules.sort_by_key(|m| m.base);
+        Symbolizer { modules, warnings: Mutex::new(Vec::new()) }
+    }
+
+    /// One line for each module that could not be read or is not the one recorded.
+    pub fn warnings(&self) -> Vec<String> {
+        self.warnings.lock().map(|w| w.clone()).unwrap_or_default()
+    }
+
+    fn module(&self, addr: u64) -> Option<&Module> {
+        let i = self.modules.partition_point(|m| m.base <= addr);
+        let m = self.modules.get(i.checked_sub(1)?)?;
+        (addr - m.base < m.size).then_some(m)
+    }
+
+    /// Where `addr` is: function and, with DWARF, file and line.
+    pub fn place(&self, addr: u64) -> Place {
+        let Some(m) = self.module(addr) else {
+            return Place { module: None, symbol: "[jit]".into(), function: "[jit]".into(), file: None, line: None };
+        };
+        let fallback = format!("{}+{:#x}", short(&m.path), addr - m.base);
+        let mut place =
+            Place { module: Some(m.path.clone()), symbol: fallback.clone(), function: fallback.clone(), file: None, line: None };
+        let Some(file) = m.file.get_or_init(|| self.open(m)) else { return place };
+        let probe = addr.wrapping_sub(file.bias);
+        if let Some((_, _, name)) = file.plt.iter().find(|(s, e, _)| (*s..*e).contains(&probe)) {
+            place.symbol = name.clone();
+            place.function = name.clone();
+            return place;
+        }
+        let i = file.functions.partition_point(|(a, _)| *a <= probe);
+        if let Some((_, name)) = i.checked_sub(1).map(|i| &file.functions[i]) {
+            place.symbol = name.clone();
+        }
+        let Ok(dwarf) = file.dwarf.lock() else { return place };
+        place.function = String::new();
+        // The innermost frame, as `addr2line -f` names it: the inlined function if any.
+        if let Ok(mut frames) = dwarf.find_frames(probe) {
+            if let Ok(Some(frame)) = frames.next() {
+                if let Some(f) = frame.function.as_ref().and_then(|f| f.demangle().ok()) {
+                    place.function = f.into_owned();
+                }
+                if let Some(loc) = frame.location {
+                    place.file = loc.file.map(str::to_string);
+                    place.line = loc.line;
+                }
+            }
+        }
+        if place.file.is_none() {
+            if let Ok(Some(loc)) = dwarf.find_location(probe) {
+                place.file = loc.file.map(str::to_string);
+                place.line = loc.line;
+            }
+        }
+        if place.function.is_empty() {
+            place.function = place.symbol.clone();
+        }
+        place
+    }
+
+    fn warn(&self, msg: String) {
+        if let Ok(mut w) = self.warnings.lock() {
+            w.push(msg);
+        }
+    }
+
+    /// Reads a module's file, or says why not (once).
+    fn open(&self, m: &Module) -> Option<File> {
+        match read(m) {
+            Ok(f) => Some(f),
+            Err(why) => {
+                self.warn(format!("{}: {why}; its code is named by offset", m.path));
+                None
+            }
+        }
+    }
+}
+
+fn short(path: &str) -> &str {
+    Path::new(path).file_name().and_then(|n| n.to_str()).unwrap_or(path)
+}
+
+fn read(m: &Module) -> Result<File, String> {
+    if m.path.is_empty() || m.path.starts_with('[') {
+        return Err("no file".into());
+    }
+    let data = std::fs::read(&m.path).map_err(|e| format!("cannot read it ({e})"))?;
+    let obj = object::File::parse(&*data).map_err(|e| format!("not an object file ({e})"))?;
+    if let Some(want) = &m.build_id {
+        let have = obj.build_id().ok().flatten().map(hex);
+        if have.as_deref() != Some(want.as_str()) {
+            return Err(format!("build id {} is not the recorded {want}", have.as_deref().unwrap_or("(none)")));
+        }
+    }
+    // The lowest loadable segment is mapped at the module's base.
+    let first = obj.segments().map(|s| s.address()).min().ok_or("no loadable segment")? & !0xfff;
+    let bias = m.base.wrapping_sub(first);
+    let plt = plt_stubs(&obj);
+    let mut functions: Vec<(u64, String)> = obj
+        .symbols()
+        .chain(obj.dynamic_symbols())
+        .filter(|s| s.kind() == object::SymbolKind::Text && s.is_definition() && s.address() != 0)
+        .filter_map(|s| Some((s.address(), addr2line::demangle_auto(Cow::Borrowed(s.name().ok()?), None).into_owned())))
+        .collect();
+    functions.sort();
+    functions.dedup_by_key(|(a, _)| *a);
+    let dwarf = addr2line::Loader::new(&m.path).map_err(|e| format!("cannot read its debugging information ({e})"))?;
+    Ok(File { bias, dwarf: Mutex::new(dwarf), plt, functions })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// x86-64 PLT stubs as binutils names them: each entry of `.plt`, `.plt.sec` and `.plt.got`
+/// (entries of the section's `sh_entsize`) that jumps through a GOT slot, named after the
+/// dynamic relocation of that slot (a jump slot, or a GLOB_DAT for `.plt.got`).
+fn plt_stubs(obj: &object::File) -> Vec<(u64, u64, String)> {
+    use iced_x86::{Decoder, DecoderOptions, FlowControl, Register};
+    let object::File::Elf64(elf) = obj else { return Vec::new() };
+    let (Some(relocs), Some(dynsyms)) = (obj.dynamic_relocations(), obj.dynamic_symbol_table()) else { return Vec::new() };
+    // GOT slot -> symbol name.
+    let mut slots = std::collections::HashMap::new();
+    for (offset, r) in relocs {
+        let object::RelocationTarget::Symbol(idx) = r.target() else { continue };
+        if let Some(name) = dynsyms.symbol_by_index(idx).ok().and_then(|s| s.name().ok()).filter(|n| !n.is_empty()) {
+            slots.insert(offset, name);
+        }
+    }
+    let mut stubs = Vec::new();
+    for section in elf.sections() {
+        if !matches!(section.name(), Ok(".plt" | ".plt.sec" | ".plt.got")) {
+            continue;
+        }
+        let entsize = section.elf_section_header().sh_entsize.get(elf.endian());
+        let Ok(data) = section.data() else { continue };
+        if entsize == 0 || data.is_empty() {
+            continue;
+        }
+        for (k, entry) in data.chunks(entsize as usize).enumerate() {
+            let at = section.address() + k as u64 * entsize;
+            let jump = Decoder::with_ip(64, entry, at, DecoderOptions::NONE)
+                .into_iter()
+                .take_while(|i| !i.is_invalid())
+                .find(|i| i.flow_control() == FlowControl::IndirectBranch && i.memory_base() == Register::RIP);
+            if let Some(name) = jump.and_then(|j| slots.get(&j.memory_displacement64())) {
+                stubs.push((at, at + entsize, format!("{}@plt", addr2line::demangle_auto(Cow::Borrowed(name), None))));
+            }
+        }
+    }
+    stubs.sort();
+    stubs
+}
