@@ -1,6 +1,7 @@
 //! The event stream recovery produces; every exporter is a [`Sink`].
 
 use crate::plans::Plans;
+pub use crate::records::{MemEvent, RunBlock};
 use dep_profile::semantics::Access;
 use dep_profile::BlockPlan;
 use std::io;
@@ -21,19 +22,6 @@ pub struct BlockEvent<'a> {
     pub interrupted: bool,
 }
 
-/// One memory reference `<pc, addr, size, type>`; its thread is that of the block it follows.
-/// (A fixed layout: compiled recovery code writes it.)
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(C)]
-pub struct MemEvent {
-    pub pc: u64,
-    pub addr: u64,
-    pub size: u32,
-    pub access: Access,
-    /// Masked or conditional access that may not have touched memory.
-    pub conditional: bool,
-}
-
 /// Things in a thread's stream other than blocks and references.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Marker {
@@ -45,18 +33,6 @@ pub enum Marker {
     SignalReturn,
     /// A chunk of the profile starts here.
     ChunkStart(u32),
-}
-
-/// A block of a [`Run`]: its address, index in the block table, instructions and references.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct RunBlock {
-    pub addr: u64,
-    /// Index of the block's plan in [`Plans`].
-    pub id: u32,
-    pub executed: u16,
-    /// How many of the run's references are this block's.
-    pub refs: u16,
 }
 
 /// Blocks one thread ran one after another, at code version 0 and uninterrupted, with no

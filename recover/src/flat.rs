@@ -5,7 +5,7 @@
 //! for speed: a register that an address does not use reads a slot that is always zero, and
 //! register widths and address sizes become masks.
 
-use crate::events::MemEvent;
+use crate::records::MemEvent;
 use dep_profile::semantics::{Address, Special};
 use dep_profile::{BlockPlan, NUM_REGS};
 

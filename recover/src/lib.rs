@@ -7,6 +7,7 @@ pub mod flat;
 #[cfg(target_arch = "x86_64")]
 pub mod jit;
 pub mod plans;
+pub mod records;
 pub mod render;
 pub mod stats;
 pub mod traverse;

@@ -8,8 +8,8 @@
 //! the exit, with r12 at a tag word the general walk then reads.
 
 use super::{BlockRec, JitState, Slot, EMPTY};
-use crate::events::MemEvent;
 use crate::flat::{FlatPlans, FlatRef, FlatStep, ZERO};
+use crate::records::MemEvent;
 use dep_profile::tags::{CTL_INTERRUPTED, CTL_SET_HI, MAX_SHORT_H};
 use dep_profile::NUM_REGS;
 use iced_x86::code_asm::*;

@@ -13,8 +13,8 @@
 
 mod emit;
 
-use crate::events::MemEvent;
 use crate::flat::{FlatPlans, SLOTS};
+use crate::records::MemEvent;
 use iced_x86::code_asm::CodeAssembler;
 use iced_x86::BlockEncoderOptions;
 
@@ -55,7 +55,7 @@ pub struct JitState {
 
 /// A block the compiled code ran (compiled blocks have at most 65535 instructions and
 /// references, to fit it).
-pub use crate::events::RunBlock as BlockRec;
+pub use crate::records::RunBlock as BlockRec;
 
 /// One dispatch table entry: a block address and its code.
 #[repr(C)]
