@@ -2,6 +2,7 @@
 //! as a stream of events to a [`Sink`]; every exporter is a sink.
 
 pub mod driver;
+pub mod edges;
 pub mod events;
 pub mod flat;
 #[cfg(target_arch = "x86_64")]

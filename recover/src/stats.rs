@@ -29,10 +29,11 @@
 //! resolves the branch it interrupted.
 
 use crate::driver::{RecoverError, Recovery, Source};
+use crate::edges::{Edge, EdgeKind, Edges};
 use crate::events::{BlockEvent, Marker, MemEvent, Sink};
 use crate::plans::Plans;
 use dep_profile::container::{Profile, ProfileError, Section};
-use dep_profile::semantics::{Access, Flow};
+use dep_profile::semantics::Access;
 use dep_profile::Width;
 use serde::Serialize;
 use std::io::{self, Write};
@@ -47,8 +48,6 @@ pub const PAPER_DEP_M_TO_MEM_ADDR: f64 = 0.4779;
 
 /// Bytes staged before they are handed to the compressor.
 const STAGE: usize = 1 << 16;
-/// Signal nesting beyond which the oldest saved branch is given up as unresolved.
-const MAX_SIGNAL_DEPTH: usize = 256;
 
 /// A writer that only counts what it is given.
 #[derive(Debug, Default)]
@@ -122,14 +121,6 @@ impl Stream {
     }
 }
 
-/// A branch waiting for the thread's next block to learn its outcome.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Pending {
-    None,
-    Conditional { target: u64 },
-    Indirect,
-}
-
 /// What the sink knows about one thread.
 struct ThreadState {
     thread: u32,
@@ -139,8 +130,9 @@ struct ThreadState {
     mem_addr: Stream,
     bits: u8,
     nbits: u8,
-    pending: Pending,
-    saved: Vec<Pending>,
+    edges: Edges,
+    /// Edges reported by `edges`, waiting to be counted.
+    pending: Vec<Edge>,
 }
 
 impl ThreadState {
@@ -153,8 +145,8 @@ impl ThreadState {
             mem_addr: Stream::new(compress, keep),
             bits: 0,
             nbits: 0,
-            pending: Pending::None,
-            saved: Vec::new(),
+            edges: Edges::default(),
+            pending: Vec::new(),
         }
     }
 
@@ -178,25 +170,28 @@ impl ThreadState {
         self.cf_bit.push(&addr.to_le_bytes()[..wb])
     }
 
-    /// Records the outcome of `p` given the next block's address, or as unresolved.
-    fn resolve(&mut self, p: Pending, next: Option<u64>, wb: usize) -> io::Result<()> {
-        if p != Pending::None && next.is_none() {
-            self.counts.unresolved_branches += 1;
+    /// CF_bit's share of the edges reported since the last call: a bit per conditional
+    /// branch, a target per indirect one (0 where it was never seen).
+    fn count_edges(&mut self, wb: usize) -> io::Result<()> {
+        let mut edges = std::mem::take(&mut self.pending);
+        for e in edges.drain(..) {
+            self.counts.unresolved_branches += e.unresolved() as u64;
+            match e.kind {
+                EdgeKind::Taken => self.bit(true)?,
+                EdgeKind::NotTaken => self.bit(false)?,
+                EdgeKind::IndirectJump | EdgeKind::IndirectCall | EdgeKind::Return => self.target(e.to.unwrap_or(0), wb)?,
+                _ => {}
+            }
         }
-        match p {
-            Pending::None => Ok(()),
-            Pending::Conditional { target } => self.bit(next == Some(target)),
-            Pending::Indirect => self.target(next.unwrap_or(0), wb),
-        }
+        self.pending = edges;
+        Ok(())
     }
 
-    /// Gives up every pending branch and closes the streams (the thread ended).
+    /// Gives up every exit still waiting and closes the streams (the thread ended).
     fn close(&mut self, wb: usize) -> io::Result<()> {
-        let p = std::mem::replace(&mut self.pending, Pending::None);
-        self.resolve(p, None, wb)?;
-        while let Some(p) = self.saved.pop() {
-            self.resolve(p, None, wb)?;
-        }
+        let pending = &mut self.pending;
+        self.edges.end(|e| pending.push(e));
+        self.count_edges(wb)?;
         if self.nbits > 0 {
             self.cf_bit.push(&[self.bits])?;
             self.bits = 0;
@@ -311,24 +306,14 @@ impl Sink for StatsSink<'_> {
         let plans = self.plans;
         let plan = b.plan.or_else(|| plans.and_then(|p| p.get(b.addr, b.version).ok()));
         let t = self.state(b.thread);
-        let p = std::mem::replace(&mut t.pending, Pending::None);
-        t.resolve(p, Some(b.addr), wb)?;
+        let pending = &mut t.pending;
+        t.edges.block(b.addr, plan, b.interrupted, |e| pending.push(e));
+        t.count_edges(wb)?;
         t.counts.blocks += 1;
         t.counts.instructions += b.executed as u64;
         t.counts.interrupted_blocks += b.interrupted as u64;
-        t.bb_pc.push(&b.addr.to_le_bytes()[..wb])?;
-        match plan {
-            None => t.counts.blocks_without_plan += 1,
-            Some(_) if b.interrupted => {}
-            Some(plan) => {
-                t.pending = match plan.insns.last().map(|i| i.flow) {
-                    Some(Flow::Jump { target, conditional: true }) => Pending::Conditional { target },
-                    Some(Flow::IndirectJump | Flow::IndirectCall | Flow::Return) => Pending::Indirect,
-                    _ => Pending::None,
-                };
-            }
-        }
-        Ok(())
+        t.counts.blocks_without_plan += plan.is_none() as u64;
+        t.bb_pc.push(&b.addr.to_le_bytes()[..wb])
     }
 
     #[inline]
@@ -349,20 +334,16 @@ impl Sink for StatsSink<'_> {
     fn marker(&mut self, thread: u32, m: Marker) -> io::Result<()> {
         let wb = self.width.bytes();
         let t = self.state(thread);
+        let pending = &mut t.pending;
         match m {
             Marker::Signal(_) => {
                 t.counts.signals += 1;
-                let p = std::mem::replace(&mut t.pending, Pending::None);
-                t.saved.push(p);
-                if t.saved.len() > MAX_SIGNAL_DEPTH {
-                    let oldest = t.saved.remove(0);
-                    t.resolve(oldest, None, wb)?;
-                }
+                t.edges.signal(|e| pending.push(e));
+                t.count_edges(wb)?;
             }
             Marker::SignalReturn => {
-                let p = std::mem::replace(&mut t.pending, Pending::None);
-                t.resolve(p, None, wb)?;
-                t.pending = t.saved.pop().unwrap_or(Pending::None);
+                t.edges.signal_return(|e| pending.push(e));
+                t.count_edges(wb)?;
             }
             Marker::ThreadEnd => t.close(wb)?,
             Marker::ThreadStart | Marker::ChunkStart(_) => {}
