@@ -241,6 +241,9 @@ pub struct Insn {
     pub special: Special,
     pub flow: Flow,
     pub mnemonic: Mnemonic,
+    /// Atomic read-modify-write: a `lock` prefix, or `xchg` with a memory operand (locked
+    /// by the hardware without one).
+    pub atomic: bool,
 }
 
 /// Decodes instructions and derives their DEP semantics.
@@ -271,6 +274,7 @@ impl Semantics {
                 special: Special::None,
                 flow: Flow::Other,
                 mnemonic: i.mnemonic(),
+                atomic: false,
             };
         }
         let info = self.factory.info(i);
@@ -359,7 +363,8 @@ impl Semantics {
         } else {
             register_effects(i, &info, width, &mut effects);
         }
-        Insn { pc: i.ip(), len: i.len() as u8, refs, used, effects, special, flow: flow(i), mnemonic }
+        let atomic = !refs.is_empty() && (i.has_lock_prefix() || mnemonic == Mnemonic::Xchg);
+        Insn { pc: i.ip(), len: i.len() as u8, refs, used, effects, special, flow: flow(i), mnemonic, atomic }
     }
 }
 
@@ -641,6 +646,9 @@ impl Insn {
                 }
             )),
         }
+        if self.atomic {
+            parts.push("atomic".into());
+        }
         parts.join(" | ")
     }
 }
@@ -718,6 +726,11 @@ mod tests {
             ("syscall", &[0x0f, 0x05], "expire rax | expire rcx | expire r11 | expire fs_base | expire gs_base"),
             ("cpuid", &[0x0f, 0xa2], "expire rax | expire rcx | expire rdx | expire rbx"),
             ("xchg rax, rbx", &[0x48, 0x93], "expire rax | expire rbx"),
+            // atomic read-modify-writes: lock prefix, or xchg with memory (implicitly locked)
+            ("xchg [rbx], rax", &[0x48, 0x87, 0x03], "R [rbx]:8 | W [rbx]:8 | used rbx | expire rax | atomic"),
+            ("lock add [rax], 1", &[0xf0, 0x48, 0x83, 0x00, 0x01], "R [rax]:8 | W [rax]:8 | used rax | atomic"),
+            ("lock cmpxchg [rbx], rcx", &[0xf0, 0x48, 0x0f, 0xb1, 0x0b], "R [rbx]:8 | W? [rbx]:8 | used rbx | expire rax | atomic"),
+            ("lock xadd [rdi], eax", &[0xf0, 0x0f, 0xc1, 0x07], "R [rdi]:4 | W [rdi]:4 | used rdi | expire rax | atomic"),
             // conditional accesses
             ("cmove rax, [rbx] reads regardless", &[0x48, 0x0f, 0x44, 0x03], "R [rbx]:8 | used rbx | expire rax"),
             ("cmpxchg [rbx], rcx", &[0x48, 0x0f, 0xb1, 0x0b], "R [rbx]:8 | W? [rbx]:8 | used rbx | expire rax"),
