@@ -614,20 +614,11 @@ unsafe fn truth_refs(e: &Emit, pc: u64, used: RegSet, in_loop: bool) {
     // list (SDM vol. 1, 13.7; profile/FORMAT.md).
     let reads_header = [OP_xsave32, OP_xsave64, OP_xsaveopt32, OP_xsaveopt64].contains(&(instr_get_opcode(at) as u32));
     let mut refs = Vec::new();
-    for k in 0..instr_num_srcs(at) {
-        let o = instr_get_src(at, k as uint);
-        if opnd_is_memory_reference(o) != 0 {
-            refs.push((o, 1u32, 0));
+    for (o, written) in crate::observe::memory_operands(at) {
+        if written && reads_header {
+            refs.push((o, 1u32, 512));
         }
-    }
-    for k in 0..instr_num_dsts(at) {
-        let o = instr_get_dst(at, k as uint);
-        if opnd_is_memory_reference(o) != 0 {
-            if reads_header {
-                refs.push((o, 1u32, 512));
-            }
-            refs.push((o, 2u32, 0));
-        }
+        refs.push((o, if written { 2u32 } else { 1 }, 0));
     }
     // Address registers of string operations are implicit: keep rsi/rdi out of the way too.
     let mut avoid = used;

@@ -41,8 +41,9 @@ unsafe fn with_decoded<R>(dc: *mut c_void, pc: u64, f: impl FnOnce(*mut instr_t)
     r
 }
 
-/// The memory operands of an instruction, sources (read) then destinations (written).
-unsafe fn memory_operands(instr: *mut instr_t) -> Vec<(opnd_t, bool)> {
+/// The memory operands of an instruction, sources (read) then destinations (written), as
+/// (operand, written).
+pub(crate) unsafe fn memory_operands(instr: *mut instr_t) -> Vec<(opnd_t, bool)> {
     let mut ops = Vec::new();
     for k in 0..instr_num_srcs(instr) {
         let o = instr_get_src(instr, k as uint);

@@ -242,20 +242,14 @@ fn semantics_agree_with_dynamorio() {
                 instr_get_prefix_flag(app, PREFIX_LOCK) != 0 || instr_get_opcode(app) as u32 == OP_xchg && instr_writes_memory(app) != 0;
             assert_eq!(insn.atomic, locked, "{name}: atomic");
             atomics += locked as usize;
-            let mut theirs: Refs = Vec::new();
             // DynamoRIO's own judgement of whether it touches memory (lea and multi-byte nops
             // have a memory operand and do not).
             let touches = instr_reads_memory(app) != 0 || instr_writes_memory(app) != 0;
-            for (n, get, write) in
-                [(instr_num_srcs(app), instr_get_src as unsafe extern "C" fn(_, _) -> _, false), (instr_num_dsts(app), instr_get_dst, true)]
-            {
-                for k in 0..n {
-                    let o = get(app, k as uint);
-                    if touches && opnd_is_memory_reference(o) != 0 {
-                        theirs.push((write, opnd_size_in_bytes(opnd_get_size(o))));
-                    }
-                }
-            }
+            let mut theirs: Refs = crate::observe::memory_operands(app)
+                .into_iter()
+                .filter(|_| touches)
+                .map(|(o, written)| (written, opnd_size_in_bytes(opnd_get_size(o))))
+                .collect();
             instr_destroy(dc, app);
             ours.sort();
             theirs.sort();
