@@ -51,7 +51,7 @@ impl<'p> Recovery<'p> {
     /// [`new`](Self::new), with plain blocks compiled to machine code or not (by default
     /// they are, where the host is x86-64, unless `DEP_JIT=0`).
     pub fn with_compiled(profile: &'p Profile, workers: usize, compiled: bool) -> Self {
-        Self::with_engine(profile, workers, if compiled { Engine::Compiled } else { Engine::Walk })
+        Self::with_engine(profile, workers, Engine::of(compiled))
     }
 
     /// [`new`](Self::new) with the given engine for plain blocks.

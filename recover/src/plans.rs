@@ -17,6 +17,17 @@ pub enum Engine {
     CompiledWithoutPopcnt,
 }
 
+impl Engine {
+    /// Compiled where `compiled` is true, the walk otherwise.
+    pub fn of(compiled: bool) -> Engine {
+        if compiled {
+            Engine::Compiled
+        } else {
+            Engine::Walk
+        }
+    }
+}
+
 /// Every block of a profile, decoded, looked up by address and version.
 pub struct Plans {
     plans: Vec<Result<BlockPlan, String>>,
@@ -34,8 +45,7 @@ impl Plans {
     /// Decodes the whole block table, on `workers` threads, and compiles its plain blocks
     /// unless `DEP_JIT=0` is set.
     pub fn build(p: &Profile, workers: usize) -> Plans {
-        let compiled = std::env::var_os("DEP_JIT").is_none_or(|v| v != "0");
-        Self::build_with(p, workers, if compiled { Engine::Compiled } else { Engine::Walk })
+        Self::build_with(p, workers, Engine::of(std::env::var_os("DEP_JIT").is_none_or(|v| v != "0")))
     }
 
     /// [`build`](Self::build) with the given engine (compiled code only for 64-bit

@@ -16,11 +16,12 @@ extern "C" {
 }
 
 /// The application's machine context inside a clean call inserted with
-/// DR_CLEANCALL_READS_APP_CONTEXT (drreg has restored every application value).
-unsafe fn app_context(dc: *mut c_void) -> dr_mcontext_t {
+/// DR_CLEANCALL_READS_APP_CONTEXT (drreg has restored every application value); `flags`
+/// says which parts (the SIMD registers only where a gather needs them).
+unsafe fn app_context(dc: *mut c_void, flags: dr_mcontext_flags_t) -> dr_mcontext_t {
     let mut mc: dr_mcontext_t = core::mem::zeroed();
     mc.size = core::mem::size_of::<dr_mcontext_t>();
-    mc.flags = dr_mcontext_flags_t::DR_MC_ALL;
+    mc.flags = flags;
     if dr_get_mcontext(dc, &mut mc) == 0 {
         say("internal error: cannot read the application's context");
         dr_abort();
@@ -69,7 +70,7 @@ pub unsafe extern "C" fn rep_start(pc: u64) {
         return;
     }
     let pt = &mut *pt;
-    let mut mc = app_context(dc);
+    let mut mc = app_context(dc, dr_mcontext_flags_t::DR_MC_INTEGER | dr_mcontext_flags_t::DR_MC_CONTROL);
     let down = mc.__bindgen_anon_9.xflags & 0x400 != 0;
     with_decoded(dc, pc, |instr| {
         let ops = memory_operands(instr);
@@ -97,7 +98,7 @@ pub unsafe extern "C" fn rep_end() {
         return;
     }
     let pt = &mut *pt;
-    let mc = app_context(dc);
+    let mc = app_context(dc, dr_mcontext_flags_t::DR_MC_INTEGER);
     if let Some(rep) = pt.rep_pending.take() {
         let count = rep.count_reg.wrapping_sub(mc.__bindgen_anon_7.xcx as u64) & rep.mask;
         push_truth(pt, TruthRecord { kind: TruthKind::RepEnd, size: 0, pc: rep.pc, addr: count });
@@ -113,7 +114,7 @@ pub unsafe extern "C" fn gather(pc: u64) {
         return;
     }
     let pt = &*pt;
-    let mut mc = app_context(dc);
+    let mut mc = app_context(dc, dr_mcontext_flags_t::DR_MC_ALL);
     with_decoded(dc, pc, |instr| {
         let Some(&(vsib, _)) = memory_operands(instr).first() else { return };
         let size = opnd_size_in_bytes(opnd_get_size(vsib));

@@ -78,6 +78,13 @@ fn store_of(bytes: &[u8]) -> (Mnemonic, Register, Register) {
     (i.mnemonic(), i.memory_base(), i.op1_register())
 }
 
+/// The shared semantics of one form, decoded by iced-x86, which must take all its bytes.
+fn semantics_of(sem: &mut Semantics, name: &str, bytes: &[u8]) -> dep_profile::semantics::Insn {
+    let i = Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE).decode();
+    assert_eq!(i.len(), bytes.len(), "{name}: iced-x86 decodes another length");
+    sem.insn(&i)
+}
+
 #[test]
 fn avx512_forms_encode() {
     let mut sem = Semantics::new(Machine::x86_64(2696));
@@ -89,9 +96,7 @@ fn avx512_forms_encode() {
     with_dynamorio(|dc| unsafe {
         let mut buf = [0u8; 32];
         for &(name, bytes) in AVX512_FORMS {
-            let i = Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE).decode();
-            assert_eq!(i.len(), bytes.len(), "{name}: iced-x86 decodes another length");
-            let insn = sem.insn(&i);
+            let insn = semantics_of(&mut sem, name, bytes);
             let Some(app) = dr_decode(dc, bytes) else {
                 bad.push(format!("{name}: DynamoRIO does not decode it"));
                 continue;
@@ -232,9 +237,7 @@ fn semantics_agree_with_dynamorio() {
     let mut atomics = 0;
     with_dynamorio(|dc| unsafe {
         for &(name, bytes) in FORMS {
-            let i = Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE).decode();
-            assert_eq!(i.len(), bytes.len(), "{name}: iced-x86 decodes another length");
-            let insn = sem.insn(&i);
+            let insn = semantics_of(&mut sem, name, bytes);
             let mut ours: Refs = insn.refs.iter().map(|r| (r.access == Access::Write, r.size)).collect();
             let app = dr_decode(dc, bytes).unwrap_or_else(|| panic!("{name}: DynamoRIO does not decode it"));
             // Atomic: DynamoRIO's lock prefix, or its xchg with a memory operand.
