@@ -253,9 +253,9 @@ fn recover(profile: &std::path::Path, truth: bool, format: &str, output: Option<
         // One thread: render straight into the output, no chunk-sized buffers.
         let mut r = Renderer::new(fmt, &mut out);
         rec.run_with_progress(source, &mut r, &|n| pb.inc(n))
-            .and_then(|_| r.finish().map(|_| ()).map_err(dep_recover::RecoverError::Output))
+            .and_then(|_| r.into_inner().map(|_| ()).map_err(dep_recover::RecoverError::Output))
     } else {
-        rec.run_ordered(source, || Renderer::new(fmt, Vec::new()), |r| r.finish(), &mut out, &|n| pb.inc(n))
+        rec.run_ordered(source, || Renderer::new(fmt, Vec::new()), |r| r.into_inner(), &mut out, &|n| pb.inc(n))
     };
     pb.finish_and_clear();
     match r {

@@ -57,7 +57,7 @@ fn sequential(c: &mut Criterion) {
         b.iter(|| {
             let mut r = Renderer::new(Format::Text, std::io::sink());
             rec.run(Source::Dep, &mut r).unwrap();
-            r.finish().unwrap();
+            r.into_inner().unwrap();
         })
     });
     g.bench_function("truth_replay_null_sink", |b| {
@@ -71,7 +71,7 @@ fn sequential(c: &mut Criterion) {
         b.iter(|| {
             let mut s = StatsSink::new(p.width);
             rec.run(Source::Dep, &mut s).unwrap();
-            black_box(s.finish().unwrap())
+            black_box(s.into_stats().unwrap())
         })
     });
     g.finish();
@@ -94,7 +94,7 @@ fn parallel(c: &mut Criterion) {
         });
         g.bench_with_input(BenchmarkId::new("text", workers), &rec, |b, rec| {
             b.iter(|| {
-                rec.run_ordered(Source::Dep, || Renderer::new(Format::Text, Vec::new()), |r| r.finish(), &mut std::io::sink(), &|_| {})
+                rec.run_ordered(Source::Dep, || Renderer::new(Format::Text, Vec::new()), |r| r.into_inner(), &mut std::io::sink(), &|_| {})
                     .unwrap()
             })
         });

@@ -1,10 +1,75 @@
-//! The event stream recovery produces; every exporter is a [`Sink`].
+//! The event stream recovery produces, and the [`Sink`] every exporter is.
+//!
+//! A sink sees [`begin`](Sink::begin) once, then blocks, references and markers in each
+//! thread's execution order, then [`finish`](Sink::finish). A sink may end its stream early
+//! by returning [`SinkError::Stop`]: the driver sends it nothing more, still calls `finish`,
+//! and the run counts as successful.
 
+use crate::driver::Source;
 use crate::plans::Plans;
 pub use crate::records::{MemEvent, RunBlock};
+use dep_profile::container::{Metadata, ModuleEvent, Profile, ThreadInfo};
 use dep_profile::semantics::Access;
 use dep_profile::BlockPlan;
 use std::io;
+
+/// Why a sink could not take an event.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// Writing its output failed.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    /// The sink's own failure (an exporter's typed error, boxed).
+    #[error("{0}")]
+    Failed(Box<dyn std::error::Error + Send + Sync>),
+    /// The sink wants nothing more: not a failure.
+    #[error("the sink stopped the run")]
+    Stop,
+}
+
+impl SinkError {
+    /// A sink's own failure from any error.
+    pub fn failed(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        SinkError::Failed(e.into())
+    }
+}
+
+/// What every sink method returns.
+pub type SinkResult = Result<(), SinkError>;
+
+/// Which part of the profile's stream a sink is given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// Every thread, one after another.
+    All,
+    /// One thread, from its start to its end.
+    Thread(u32),
+    /// One chunk of one thread (its `seq`-th), to be merged with its neighbours.
+    Chunk { thread: u32, seq: u32 },
+}
+
+/// What a sink learns before the first event: the profile's metadata, module and thread
+/// tables, its block table (whose indices are [`BlockEvent::id`]) and the part it will see.
+#[derive(Clone, Copy)]
+pub struct Begin<'a> {
+    pub profile: &'a Profile,
+    pub meta: &'a Metadata,
+    /// Module loads and unloads, in the order the collector saw them.
+    pub modules: &'a [ModuleEvent],
+    /// Threads in creation order; index `i` is thread `i` of the events.
+    pub threads: &'a [ThreadInfo],
+    /// The pre-decoded block table.
+    pub plans: &'a Plans,
+    pub source: Source,
+    pub part: Part,
+}
+
+impl<'a> Begin<'a> {
+    /// The beginning of `part` of a recovery of `profile` with `plans`.
+    pub fn new(profile: &'a Profile, plans: &'a Plans, source: Source, part: Part) -> Self {
+        Begin { profile, meta: &profile.meta, modules: &profile.modules, threads: &profile.threads, plans, source, part }
+    }
+}
 
 /// A block entered by a thread.
 #[derive(Clone, Copy, Debug)]
@@ -14,7 +79,11 @@ pub struct BlockEvent<'a> {
     pub addr: u64,
     /// Code version at `addr` (0 unless the code there changed during the run).
     pub version: u32,
-    /// The block's instructions with their semantics; `None` when replaying a truth stream.
+    /// The block's index in the profile's block table; `None` when a truth replay names a
+    /// block the table lacks.
+    pub id: Option<u32>,
+    /// The block's instructions with their semantics; `None` without an id, or when the
+    /// table's bytes there do not decode.
     pub plan: Option<&'a BlockPlan>,
     /// Instructions executed: all of them, or up to and including the interrupted one.
     pub executed: u32,
@@ -71,6 +140,7 @@ impl<'a> Run<'a> {
                 thread,
                 addr: b.addr,
                 version: 0,
+                id: Some(b.id),
                 plan: plans.get_plan(b.id),
                 executed: b.executed as u32,
                 interrupted: false,
@@ -82,21 +152,25 @@ impl<'a> Run<'a> {
 
 /// Receives recovered events in each thread's execution order.
 pub trait Sink {
+    /// Before any event.
+    fn begin(&mut self, _b: &Begin) -> SinkResult {
+        Ok(())
+    }
     /// A block is entered; its references follow.
-    fn block(&mut self, b: &BlockEvent) -> io::Result<()>;
+    fn block(&mut self, b: &BlockEvent) -> SinkResult;
     /// References of the block last entered, in program order (an instruction's reads before
     /// its writes, rep-string iterations in order). A block's references may arrive in several
     /// calls, or none.
-    fn refs(&mut self, refs: &[MemEvent]) -> io::Result<()>;
+    fn refs(&mut self, refs: &[MemEvent]) -> SinkResult;
     /// A marker in the thread's stream.
-    fn marker(&mut self, _thread: u32, _m: Marker) -> io::Result<()> {
+    fn marker(&mut self, _thread: u32, _m: Marker) -> SinkResult {
         Ok(())
     }
 
     /// Several blocks with their references, as [`block`](Self::block) and
     /// [`refs`](Self::refs) would receive them one by one (which is what this does unless a
     /// sink has a faster way).
-    fn run(&mut self, run: &Run) -> io::Result<()> {
+    fn run(&mut self, run: &Run) -> SinkResult {
         for (b, refs) in run.iter() {
             self.block(&b)?;
             if !refs.is_empty() {
@@ -105,6 +179,21 @@ pub trait Sink {
         }
         Ok(())
     }
+
+    /// After the last event of the part the sink was given (or after it stopped).
+    fn finish(&mut self) -> SinkResult {
+        Ok(())
+    }
+}
+
+/// A sink whose state at a chunk boundary can be summarised, so that the chunk-parallel
+/// driver ([`Recovery::run_merged`](crate::Recovery::run_merged)) can give each chunk a
+/// fresh sink and fold them, in order, into the thread's.
+pub trait Merge: Sink + Sized {
+    /// Appends `later`, the sink of the chunk whose events follow this one's in the same
+    /// thread. `self` holds the thread from its start: a fresh sink (which saw `begin` with
+    /// [`Part::Thread`] and no event) is the empty start.
+    fn merge(&mut self, later: Self) -> SinkResult;
 }
 
 /// A sink that keeps only counts: the null sink for timing recovery itself.
@@ -121,13 +210,13 @@ pub struct Counts {
 }
 
 impl Sink for Counts {
-    fn block(&mut self, b: &BlockEvent) -> io::Result<()> {
+    fn block(&mut self, b: &BlockEvent) -> SinkResult {
         self.blocks += 1;
         self.instructions += b.executed as u64;
         Ok(())
     }
 
-    fn refs(&mut self, refs: &[MemEvent]) -> io::Result<()> {
+    fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
         let mut writes = 0;
         let mut sum = self.checksum;
         for m in refs {
@@ -141,17 +230,24 @@ impl Sink for Counts {
         Ok(())
     }
 
-    fn marker(&mut self, _: u32, m: Marker) -> io::Result<()> {
+    fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
         if let Marker::Signal(_) = m {
             self.signals += 1;
         }
         Ok(())
     }
 
-    fn run(&mut self, run: &Run) -> io::Result<()> {
+    fn run(&mut self, run: &Run) -> SinkResult {
         self.blocks += run.blocks().len() as u64;
         self.instructions += run.blocks().iter().map(|b| b.executed as u64).sum::<u64>();
         self.refs(run.refs())
+    }
+}
+
+impl Merge for Counts {
+    fn merge(&mut self, later: Self) -> SinkResult {
+        self.add(&later);
+        Ok(())
     }
 }
 

@@ -61,7 +61,7 @@ pub struct FlatRef {
 }
 
 impl FlatRef {
-    fn new(pc: u64, a: &Address, size: u32, access: dep_profile::semantics::Access, conditional: bool) -> FlatRef {
+    fn new(pc: u64, insn: u16, a: &Address, size: u32, access: dep_profile::semantics::Access, conditional: bool) -> FlatRef {
         let width_mask = |bits: u8| if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 };
         let scale = if a.index.is_some() { a.scale } else { 1 };
         let simple = a.seg.is_none()
@@ -80,7 +80,7 @@ impl FlatRef {
             seg: a.seg.map_or(ZERO, |s| s.index()) as u8,
             shift: scale.trailing_zeros() as u8,
             simple,
-            event: MemEvent { pc, addr: 0, size, access, conditional },
+            event: MemEvent { pc, addr: 0, size, access, conditional, insn },
         }
     }
 
@@ -133,7 +133,7 @@ impl FlatPlans {
             self.adjust.extend(st.adjust.iter().map(|&(r, d)| (r.index() as u8, d as u64)));
             let adjust = range(&self.adjust, a0);
             let r0 = self.refs.len();
-            self.refs.extend(insn.refs.iter().map(|r| FlatRef::new(insn.pc, &r.addr, r.size, r.access, r.conditional)));
+            self.refs.extend(insn.refs.iter().map(|r| FlatRef::new(insn.pc, st.insn, &r.addr, r.size, r.access, r.conditional)));
             let simple = self.refs[r0..].iter().all(|r| r.simple);
             refs += insn.refs.len() as u32;
             special |= insn.special != Special::None;

@@ -15,7 +15,7 @@ pub mod traverse;
 pub mod truth;
 
 pub use driver::{RecoverError, Recovery, Source};
-pub use events::{BlockEvent, Counts, Marker, MemEvent, Run, RunBlock, Sink};
+pub use events::{Begin, BlockEvent, Counts, Marker, MemEvent, Merge, Part, Run, RunBlock, Sink, SinkError, SinkResult};
 pub use plans::Engine;
 pub use render::{Format, Renderer};
 pub use stats::{Stats, StatsSink};

@@ -15,6 +15,8 @@ pub struct MemEvent {
     pub access: Access,
     /// Masked or conditional access that may not have touched memory.
     pub conditional: bool,
+    /// Index of the instruction in its block (0 for the first).
+    pub insn: u16,
 }
 
 /// A block of a [`Run`](crate::events::Run): its address, index in the block table, instructions and references.

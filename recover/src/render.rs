@@ -6,7 +6,7 @@
 //!   bytes), then 24-byte little-endian records `pc u64, addr u64, thread u32, size u16,
 //!   kind u8 (0 read, 1 write), flags u8 (bit 0 conditional)`; sizes above 65535 saturate.
 
-use crate::events::{BlockEvent, MemEvent, Run, Sink};
+use crate::events::{BlockEvent, MemEvent, Run, Sink, SinkResult};
 use dep_profile::semantics::Access;
 use std::io::{self, Write};
 
@@ -95,7 +95,7 @@ impl<W: Write> Renderer<W> {
     }
 
     /// Writes what is buffered and returns the output.
-    pub fn finish(mut self) -> io::Result<W> {
+    pub fn into_inner(mut self) -> io::Result<W> {
         self.out.write_all(&self.buf)?;
         Ok(self.out)
     }
@@ -103,7 +103,7 @@ impl<W: Write> Renderer<W> {
 
 impl<W: Write> Sink for Renderer<W> {
     #[inline]
-    fn block(&mut self, b: &BlockEvent) -> io::Result<()> {
+    fn block(&mut self, b: &BlockEvent) -> SinkResult {
         self.thread = b.thread;
         if self.format == Format::Blocks {
             push_dec(&mut self.buf, b.thread as u64);
@@ -118,7 +118,7 @@ impl<W: Write> Sink for Renderer<W> {
     }
 
     #[inline]
-    fn refs(&mut self, refs: &[MemEvent]) -> io::Result<()> {
+    fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
         match self.format {
             Format::Blocks => {}
             Format::Text => {
@@ -156,7 +156,7 @@ impl<W: Write> Sink for Renderer<W> {
         Ok(())
     }
 
-    fn run(&mut self, run: &Run) -> io::Result<()> {
+    fn run(&mut self, run: &Run) -> SinkResult {
         if self.format == Format::Blocks {
             for (b, _) in run.iter() {
                 self.block(&b)?;
@@ -174,18 +174,25 @@ mod tests {
 
     #[test]
     fn exact_lines() {
-        let block = |thread| BlockEvent { thread, addr: 0x401000, version: 0, plan: None, executed: 1, interrupted: false };
+        let block = |thread| BlockEvent { thread, addr: 0x401000, version: 0, id: None, plan: None, executed: 1, interrupted: false };
         let mut r = Renderer::new(Format::Text, Vec::new());
         r.block(&block(3)).unwrap();
-        r.refs(&[MemEvent { pc: 0x401000, addr: 0, size: 8, access: Access::Write, conditional: false }]).unwrap();
+        r.refs(&[MemEvent { pc: 0x401000, addr: 0, size: 8, access: Access::Write, conditional: false, insn: 0 }]).unwrap();
         r.block(&block(0)).unwrap();
-        r.refs(&[MemEvent { pc: 0xffff_ffff_ffff_ffff, addr: 0x7ffc_dead_beef, size: 4096, access: Access::Read, conditional: true }])
-            .unwrap();
-        assert_eq!(String::from_utf8(r.finish().unwrap()).unwrap(), "3 0x401000 W 0x0 8\n0 0xffffffffffffffff R 0x7ffcdeadbeef 4096\n");
+        r.refs(&[MemEvent {
+            pc: 0xffff_ffff_ffff_ffff,
+            addr: 0x7ffc_dead_beef,
+            size: 4096,
+            access: Access::Read,
+            conditional: true,
+            insn: 0,
+        }])
+        .unwrap();
+        assert_eq!(String::from_utf8(r.into_inner().unwrap()).unwrap(), "3 0x401000 W 0x0 8\n0 0xffffffffffffffff R 0x7ffcdeadbeef 4096\n");
         let mut r = Renderer::new(Format::Binary, Vec::new());
         r.block(&block(1)).unwrap();
-        r.refs(&[MemEvent { pc: 2, addr: 3, size: 4, access: Access::Write, conditional: true }]).unwrap();
-        let b = r.finish().unwrap();
+        r.refs(&[MemEvent { pc: 2, addr: 3, size: 4, access: Access::Write, conditional: true, insn: 0 }]).unwrap();
+        let b = r.into_inner().unwrap();
         assert_eq!(b.len(), BINARY_RECORD);
         assert_eq!(&b[16..], &[1, 0, 0, 0, 4, 0, 1, 1]);
         assert_eq!(Format::Binary.header().len(), 16);

@@ -30,7 +30,7 @@
 
 use crate::driver::{RecoverError, Recovery, Source};
 use crate::edges::{Edge, EdgeKind, Edges};
-use crate::events::{BlockEvent, Marker, MemEvent, Sink};
+use crate::events::{BlockEvent, Marker, MemEvent, Sink, SinkResult};
 use crate::plans::Plans;
 use dep_profile::container::{Profile, ProfileError, Section};
 use dep_profile::semantics::Access;
@@ -279,7 +279,7 @@ impl<'p> StatsSink<'p> {
 
     /// Closes every thread's streams and returns the statistics, threads in index order.
     /// DEP sizes are absent until [`Stats::add_profile_sizes`].
-    pub fn finish(mut self) -> io::Result<Stats> {
+    pub fn into_stats(mut self) -> io::Result<Stats> {
         let wb = self.width.bytes();
         for t in &mut self.threads {
             t.close(wb)?;
@@ -300,7 +300,7 @@ impl<'p> StatsSink<'p> {
 
 impl Sink for StatsSink<'_> {
     #[inline]
-    fn block(&mut self, b: &BlockEvent) -> io::Result<()> {
+    fn block(&mut self, b: &BlockEvent) -> SinkResult {
         let width = self.width;
         let wb = width.bytes();
         let plans = self.plans;
@@ -313,11 +313,11 @@ impl Sink for StatsSink<'_> {
         t.counts.instructions += b.executed as u64;
         t.counts.interrupted_blocks += b.interrupted as u64;
         t.counts.blocks_without_plan += plan.is_none() as u64;
-        t.bb_pc.push(&b.addr.to_le_bytes()[..wb])
+        Ok(t.bb_pc.push(&b.addr.to_le_bytes()[..wb])?)
     }
 
     #[inline]
-    fn refs(&mut self, refs: &[MemEvent]) -> io::Result<()> {
+    fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
         let wb = self.width.bytes();
         // References follow their block, whose thread `state` made the last one.
         let t = self.threads.get_mut(self.last).ok_or_else(|| io::Error::other("references before any block"))?;
@@ -331,7 +331,7 @@ impl Sink for StatsSink<'_> {
         Ok(())
     }
 
-    fn marker(&mut self, thread: u32, m: Marker) -> io::Result<()> {
+    fn marker(&mut self, thread: u32, m: Marker) -> SinkResult {
         let wb = self.width.bytes();
         let t = self.state(thread);
         let pending = &mut t.pending;
@@ -599,7 +599,7 @@ impl Stats {
 pub fn compute(rec: &Recovery, source: Source, compress: bool) -> Result<Stats, RecoverError> {
     let mut sink = StatsSink::new(rec.profile.width).compress(compress).with_plans(&rec.plans);
     rec.run(source, &mut sink)?;
-    let mut stats = sink.finish().map_err(RecoverError::Output)?;
+    let mut stats = sink.into_stats().map_err(RecoverError::Output)?;
     stats.add_profile_sizes(&profile_sizes(rec.profile)?);
     Ok(stats)
 }

@@ -1,7 +1,7 @@
 //! The recovery loop: DEP_c drives a walk over pre-decoded blocks, DEP_m supplies register
 //! values exactly when a block plan says so (paper section 6.2).
 
-use crate::events::{BlockEvent, Marker, MemEvent, Run, Sink};
+use crate::events::{BlockEvent, Marker, MemEvent, Run, Sink, SinkError};
 use crate::flat::SLOTS;
 use crate::plans::{PlanCache, PlanMiss, Plans};
 use dep_profile::container::{ChunkView, Decompression, Section};
@@ -9,7 +9,6 @@ use dep_profile::semantics::{Insn, Special};
 use dep_profile::tags::{Escape, TagDecoder, TagItem, CTL_INTERRUPTED, ESC, MAX_SHORT_H};
 use dep_profile::values::ValueReader;
 use dep_profile::{Width, NUM_REGS};
-use std::io;
 
 /// Where and why recovery failed, inside one chunk.
 #[derive(Debug, thiserror::Error)]
@@ -27,7 +26,7 @@ pub enum ChunkFault {
     #[error("tag word {word}: {what}")]
     Malformed { word: usize, what: String },
     #[error("output: {0}")]
-    Sink(#[from] io::Error),
+    Sink(#[from] SinkError),
 }
 
 /// Reusable buffers for decompressing chunks.
@@ -176,15 +175,15 @@ pub fn recover_chunk<S: Sink>(
 
 enum StepFault {
     Exhausted(usize),
-    Sink(io::Error),
+    Sink(SinkError),
     Implausible(String),
 }
 
 /// More bytes than any rep string can move in a run: beyond this the stream is corrupt.
 const MAX_REP_BYTES: u64 = 1 << 40;
 
-impl From<io::Error> for StepFault {
-    fn from(e: io::Error) -> Self {
+impl From<SinkError> for StepFault {
+    fn from(e: SinkError) -> Self {
         StepFault::Sink(e)
     }
 }
@@ -258,7 +257,15 @@ impl Walker<'_> {
                 p += 2;
                 // (Without a panic path, so a sink that ignores the plan does not pay for it.)
                 let plan = plans.get_plan(id);
-                sink.block(&BlockEvent { thread: self.thread, addr, version: 0, plan, executed: fb.insns, interrupted: false })?;
+                sink.block(&BlockEvent {
+                    thread: self.thread,
+                    addr,
+                    version: 0,
+                    id: Some(id),
+                    plan,
+                    executed: fb.insns,
+                    interrupted: false,
+                })?;
                 let mut k = 0usize;
                 for step in unsafe { flat.steps.get_unchecked(fb.steps.0 as usize..fb.steps.1 as usize) } {
                     status &= !step.expired;
@@ -426,6 +433,7 @@ impl Walker<'_> {
             thread: self.thread,
             addr: plan_ref.addr,
             version,
+            id: Some(id),
             plan: Some(plan_ref),
             executed,
             interrupted: stop.is_some(),
@@ -465,7 +473,7 @@ impl Walker<'_> {
                 }
             } else {
                 self.status = status;
-                self.special(&plan_ref.insns[step.insn as usize], stop == Some(step.insn), sink)?;
+                self.special(&plan_ref.insns[step.insn as usize], step.insn, stop == Some(step.insn), sink)?;
                 status = self.status;
                 self.batch.reserve(fb.refs as usize);
             }
@@ -485,7 +493,7 @@ impl Walker<'_> {
 
     /// A rep string or a gather, whose references depend on values beyond the registers.
     #[inline(never)]
-    fn special<S: Sink>(&mut self, insn: &Insn, interrupted_here: bool, sink: &mut S) -> Result<(), StepFault> {
+    fn special<S: Sink>(&mut self, insn: &Insn, index: u16, interrupted_here: bool, sink: &mut S) -> Result<(), StepFault> {
         let mask = self.mask;
         match insn.special {
             Special::None => unreachable!("flat plans mark only special instructions"),
@@ -520,9 +528,11 @@ impl Walker<'_> {
                         size: r.size,
                         access: r.access,
                         conditional: false,
+                        insn: index,
                     };
                     let mut all =
-                        [MemEvent { pc: 0, addr: 0, size: 0, access: dep_profile::semantics::Access::Read, conditional: false }; 2];
+                        [MemEvent { pc: 0, addr: 0, size: 0, access: dep_profile::semantics::Access::Read, conditional: false, insn: 0 };
+                            2];
                     for ((e, r), st) in all.iter_mut().zip(&insn.refs).zip(&starts) {
                         *e = first(r, st);
                     }
@@ -561,6 +571,7 @@ impl Walker<'_> {
                                 size: r.size,
                                 access: r.access,
                                 conditional: false,
+                                insn: index,
                             });
                         }
                         if self.batch.len() >= BATCH {
@@ -590,6 +601,7 @@ impl Walker<'_> {
                             size: r.size,
                             access: r.access,
                             conditional: false,
+                            insn: index,
                         });
                     }
                 }

@@ -1,13 +1,18 @@
 //! Replays a chunk's truth stream as events, so recovered and observed traces render alike.
 
 use crate::events::{BlockEvent, MemEvent, Sink};
+use crate::plans::Plans;
 use crate::traverse::ChunkFault;
 use dep_profile::container::{ChunkView, Decompression, Section};
 use dep_profile::semantics::Access;
 use dep_profile::truth::{self, TruthKind, TruthRecord};
+use dep_profile::BlockPlan;
 
-/// Sends the truth records of one chunk to `sink`.
-pub fn replay_chunk<S: Sink>(chunk: &ChunkView, buf: &mut Vec<u8>, sink: &mut S) -> Result<(), ChunkFault> {
+/// Sends the truth records of one chunk to `sink`. Blocks carry their id and plan where the
+/// block table has the block (at code version 0, which is all the truth stream names) with
+/// the same instruction count; references carry their instruction's index in that plan, or
+/// 0 where the block has none.
+pub fn replay_chunk<S: Sink>(plans: &Plans, chunk: &ChunkView, buf: &mut Vec<u8>, sink: &mut S) -> Result<(), ChunkFault> {
     chunk.decompress_into(Section::Truth, buf, &mut Decompression::default()).map_err(ChunkFault::Stream)?;
     let recs: Vec<TruthRecord> = truth::records(buf)
         .map_err(|e| ChunkFault::Stream(e.to_string()))?
@@ -18,6 +23,7 @@ pub fn replay_chunk<S: Sink>(chunk: &ChunkView, buf: &mut Vec<u8>, sink: &mut S)
     // Where each block's run of references ends: at the next block or interruption record.
     let mut next_mark = 0usize;
     let mut rep = RepReplay::default();
+    let mut plan: Option<&BlockPlan> = None;
     for (i, r) in recs.iter().enumerate() {
         match r.kind {
             TruthKind::Block => {
@@ -31,15 +37,17 @@ pub fn replay_chunk<S: Sink>(chunk: &ChunkView, buf: &mut Vec<u8>, sink: &mut S)
                     sink.refs(&batch)?;
                     batch.clear();
                 }
-                sink.block(&BlockEvent { thread, addr: r.pc, version: 0, plan: None, executed, interrupted: interrupted.is_some() })?;
+                let id = plans.find(r.pc, 0).ok().filter(|&id| plans.plan(id).insns.len() == r.size as usize);
+                plan = id.map(|id| plans.plan(id));
+                sink.block(&BlockEvent { thread, addr: r.pc, version: 0, id, plan, executed, interrupted: interrupted.is_some() })?;
             }
             TruthKind::Read | TruthKind::Write => {
                 let access = if r.kind == TruthKind::Read { Access::Read } else { Access::Write };
-                batch.push(MemEvent { pc: r.pc, addr: r.addr, size: r.size, access, conditional: false });
+                batch.push(MemEvent { pc: r.pc, addr: r.addr, size: r.size, access, conditional: false, insn: index(plan, r.pc) });
             }
             TruthKind::Interrupted => {}
             TruthKind::Rep | TruthKind::RepRead | TruthKind::RepWrite | TruthKind::RepEnd => {
-                rep.record(r, &mut batch).map_err(|what| ChunkFault::Stream(format!("truth record {i}: {what}")))?
+                rep.record(r, index(plan, r.pc), &mut batch).map_err(|what| ChunkFault::Stream(format!("truth record {i}: {what}")))?
             }
         }
     }
@@ -49,12 +57,17 @@ pub fn replay_chunk<S: Sink>(chunk: &ChunkView, buf: &mut Vec<u8>, sink: &mut S)
     Ok(())
 }
 
+/// The index of the instruction at `pc` in `plan`, or 0.
+fn index(plan: Option<&BlockPlan>, pc: u64) -> u16 {
+    plan.and_then(|p| p.insns.binary_search_by_key(&pc, |i| i.pc).ok()).map_or(0, |i| i as u16)
+}
+
 /// A rep string's truth: its operands' first addresses and strides as observed before it
 /// ran, then its iteration count observed after; expanded here into one reference per
 /// operand and iteration, reads before writes as DynamoRIO lists the operands.
 #[derive(Default)]
 struct RepReplay {
-    open: Option<(u64, u32)>,
+    open: Option<(u64, u32, u16)>,
     operands: Vec<(Access, u64, i64)>,
 }
 
@@ -62,13 +75,13 @@ struct RepReplay {
 const MAX_REP_ITERATIONS: u64 = 1 << 40;
 
 impl RepReplay {
-    fn record(&mut self, r: &TruthRecord, out: &mut Vec<MemEvent>) -> Result<(), String> {
+    fn record(&mut self, r: &TruthRecord, insn: u16, out: &mut Vec<MemEvent>) -> Result<(), String> {
         match r.kind {
             TruthKind::Rep => {
                 if self.open.is_some() {
                     return Err("a rep string starts before the last one ended".into());
                 }
-                self.open = Some((r.pc, r.size));
+                self.open = Some((r.pc, r.size, insn));
                 self.operands.clear();
             }
             TruthKind::RepRead | TruthKind::RepWrite => {
@@ -79,14 +92,14 @@ impl RepReplay {
                 self.operands.push((access, r.pc, r.addr as i64));
             }
             TruthKind::RepEnd => {
-                let (pc, size) = self.open.take().ok_or("a rep string end without its start")?;
+                let (pc, size, insn) = self.open.take().ok_or("a rep string end without its start")?;
                 if r.addr > MAX_REP_ITERATIONS {
                     return Err(format!("rep string at {pc:#x} made {} iterations", r.addr));
                 }
                 for i in 0..r.addr {
                     for &(access, first, stride) in &self.operands {
                         let addr = first.wrapping_add((i as i64).wrapping_mul(stride) as u64);
-                        out.push(MemEvent { pc, addr, size, access, conditional: false });
+                        out.push(MemEvent { pc, addr, size, access, conditional: false, insn });
                     }
                 }
             }

@@ -23,7 +23,7 @@ fn recover_all(bytes: &[u8]) {
     for source in [Source::Dep, Source::Truth] {
         let _ = rec.run(source, &mut Counts::default());
         let mut out = Vec::new();
-        let _ = rec.run_ordered(source, || Renderer::new(Format::Text, Vec::new()), |r| r.finish(), &mut out, &|_| {});
+        let _ = rec.run_ordered(source, || Renderer::new(Format::Text, Vec::new()), |r| r.into_inner(), &mut out, &|_| {});
     }
 }
 

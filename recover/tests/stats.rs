@@ -89,8 +89,8 @@ fn check_simulated(seed: u64, threads: usize, len: usize, events: bool) {
         let t = tru.streams(i as u32).unwrap();
         assert!(t.bb_pc == w.bb_pc && t.mem_addr == w.mem_addr, "seed {seed} thread {i}: truth replay streams");
     }
-    let mut got = dep.finish().unwrap();
-    let from_truth = tru.finish().unwrap();
+    let mut got = dep.into_stats().unwrap();
+    let from_truth = tru.into_stats().unwrap();
     assert_eq!(got.threads.len(), threads);
     let sizes = profile_sizes(&p).unwrap();
     got.add_profile_sizes(&sizes);
@@ -242,7 +242,7 @@ fn cf_bit_taken_and_not_taken() {
     let want1 = targets(&[0, A, 0, 0], 0x00);
     assert_eq!(sink.streams(1).unwrap().cf_bit, &want1[..]);
 
-    let s = sink.finish().unwrap();
+    let s = sink.into_stats().unwrap();
     let t = &s.threads[0];
     assert_eq!((t.conditional_branches, t.taken_branches, t.indirect_branches, t.unresolved_branches), (7, 4, 6, 1));
     assert_eq!(t.cf_bit.raw, 1 + 6 * 8);
@@ -275,11 +275,14 @@ fn cf_bit_taken_and_not_taken() {
     rec.run(Source::Truth, &mut tru).unwrap();
     tru.marker(0, dep_recover::Marker::ThreadEnd).unwrap();
     assert_eq!(tru.streams(0).unwrap().cf_bit, &want0[..]);
-    // Without plans, truth replay cannot see branches and says so.
-    let mut blind = StatsSink::new(p.width);
+    // Truth replay carries the block table's plans itself: a sink not told them sees the
+    // same branches.
+    let mut blind = StatsSink::new(p.width).keep_streams(true);
     rec.run(Source::Truth, &mut blind).unwrap();
-    let b = blind.finish().unwrap();
-    assert_eq!((b.total.blocks_without_plan, b.total.cf_bit.raw, b.total.blocks), (21, 0, 21));
+    blind.marker(0, dep_recover::Marker::ThreadEnd).unwrap();
+    assert_eq!(blind.streams(0).unwrap().cf_bit, &want0[..]);
+    let b = blind.into_stats().unwrap();
+    assert_eq!((b.total.blocks_without_plan, b.total.blocks), (0, 21));
 }
 
 use dep_recover::Sink as _;

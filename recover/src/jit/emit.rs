@@ -20,6 +20,7 @@ type R = Result<(), IcedError>;
 const EVENT: usize = size_of::<MemEvent>();
 const _: () = assert!(offset_of!(MemEvent, pc) == 0 && offset_of!(MemEvent, addr) == 8 && offset_of!(MemEvent, size) == 16);
 const _: () = assert!(offset_of!(MemEvent, access) == 20 && offset_of!(MemEvent, conditional) == 21 && EVENT == 24);
+const _: () = assert!(offset_of!(MemEvent, insn) == 22);
 const _: () = assert!(size_of::<Slot>() == 16 && size_of::<BlockRec>() == 16);
 const _: () = assert!(offset_of!(BlockRec, id) == 8 && offset_of!(BlockRec, executed) == 12 && offset_of!(BlockRec, refs) == 14);
 
@@ -302,7 +303,8 @@ pub(super) fn block(a: &mut CodeAssembler, flat: &FlatPlans, id: u32, addr: u64,
             }
             a.mov(qword_ptr(r14 + at + 8), rcx)?;
             a.mov(dword_ptr(r14 + at + 16), r.event.size)?;
-            a.mov(word_ptr(r14 + at + 20), r.event.access as u8 as u32 | (r.event.conditional as u32) << 8)?;
+            let tail = r.event.access as u8 as u32 | (r.event.conditional as u32) << 8 | (r.event.insn as u32) << 16;
+            a.mov(dword_ptr(r14 + at + 20), tail)?;
             n += 1;
         }
     }
