@@ -38,10 +38,19 @@ pub enum EdgeKind {
     ThreadStart,
 }
 
+/// How a block leaves, as far as the tracker needs it: its last instruction's flow and
+/// whether that is a rep string; `None` where the block's instructions are unknown.
+pub type BlockExit = Option<(Flow, bool)>;
+
+/// The [`BlockExit`] of a block with this plan.
+pub fn exit_of(plan: Option<&BlockPlan>) -> BlockExit {
+    plan.and_then(|p| p.insns.last()).map(|i| (i.flow, matches!(i.special, Special::Rep(_))))
+}
+
 /// One transition. `from` is None for [`EdgeKind::ThreadStart`]; `to` is None where the
 /// successor is unknown: the thread ended, or a handler returned through sigreturn (its
 /// own exit, typically a `ret` into the restorer, is then unresolved).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Edge {
     pub from: Option<u64>,
     pub to: Option<u64>,
@@ -78,7 +87,7 @@ enum Exit {
 }
 
 /// The transitions of one thread: tell it each block and signal, it reports each edge.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Edges {
     exit: Exit,
     /// Exits of the blocks signal handlers interrupted, innermost last.
@@ -96,7 +105,12 @@ impl Default for Edges {
 impl Edges {
     /// A block at `addr` runs (with its plan where known, interrupted or not): reports the
     /// edges that led to it.
-    pub fn block(&mut self, addr: u64, plan: Option<&BlockPlan>, interrupted: bool, mut edge: impl FnMut(Edge)) {
+    pub fn block(&mut self, addr: u64, plan: Option<&BlockPlan>, interrupted: bool, edge: impl FnMut(Edge)) {
+        self.block_exit(addr, exit_of(plan), interrupted, edge)
+    }
+
+    /// [`block`](Self::block), given how the block leaves rather than its plan.
+    pub fn block_exit(&mut self, addr: u64, exit: BlockExit, interrupted: bool, mut edge: impl FnMut(Edge)) {
         match self.exit {
             Exit::Handler { from, kind } => edge(Edge { from, to: Some(addr), kind }),
             Exit::Resume { from } => {
@@ -106,12 +120,40 @@ impl Edges {
             }
             exit => resolve(exit, Some(addr), &mut edge),
         }
-        self.exit = match (interrupted, plan.and_then(|p| p.insns.last())) {
+        self.exit = match (interrupted, exit) {
             (true, _) => Exit::Interrupted { from: addr },
-            (false, Some(i)) => Exit::Flow { from: addr, flow: i.flow, rep: matches!(i.special, Special::Rep(_)) },
+            (false, Some((flow, rep))) => Exit::Flow { from: addr, flow, rep },
             // Without a plan (a truth replay) the exit is not known.
             (false, None) => Exit::Flow { from: addr, flow: Flow::Other, rep: false },
         };
+    }
+
+    /// A tracker for a stream that starts inside a thread, at a block: nothing before that
+    /// block is known, so the block reports no edge. See [`then`](Self::then).
+    pub fn mid_thread() -> Edges {
+        Edges { exit: Exit::Nothing, saved: Vec::new(), resumed: Exit::Nothing }
+    }
+
+    /// Signal handlers entered and not yet returned from.
+    pub fn nested(&self) -> usize {
+        self.saved.len()
+    }
+
+    /// Continues this tracker, which has seen the thread up to and including a block, with
+    /// `later`: a [`mid_thread`](Self::mid_thread) tracker started at that same block which
+    /// neither returned from a handler it did not enter itself ([`nested`](Self::nested) never
+    /// went below zero) nor [`end`](Self::end)ed. The result is the tracker that would have seen both; exits given up
+    /// to the nesting limit are reported.
+    pub fn then(&mut self, later: Edges, mut edge: impl FnMut(Edge)) {
+        self.exit = later.exit;
+        self.resumed = later.resumed;
+        self.saved.extend(later.saved);
+        if self.saved.len() > MAX_SIGNAL_DEPTH {
+            let excess = self.saved.len() - MAX_SIGNAL_DEPTH;
+            for oldest in self.saved.drain(..excess) {
+                resolve(oldest, None, &mut edge);
+            }
+        }
     }
 
     /// A signal is delivered: the current exit waits until the handler returns.

@@ -262,3 +262,73 @@ impl Counts {
         self.checksum = self.checksum.wrapping_add(o.checksum);
     }
 }
+
+/// Feeds each thread's events to a sink of its own: a per-thread sink (a [`Merge`] sink,
+/// say) run over [`Part::All`] on one thread. At `begin` it makes a sink for every thread
+/// of the profile's table and begins it with [`Part::Thread`]; `finish` finishes them all.
+pub struct ByThread<S, M> {
+    make: M,
+    threads: Vec<S>,
+    /// Thread of the last block, which the references that follow belong to.
+    last: usize,
+}
+
+impl<S: Sink, M: FnMut(u32) -> S> ByThread<S, M> {
+    /// Makes each thread's sink with `make(thread)`.
+    pub fn new(make: M) -> Self {
+        ByThread { make, threads: Vec::new(), last: 0 }
+    }
+
+    /// The threads' sinks, in thread order.
+    pub fn into_threads(self) -> Vec<S> {
+        self.threads
+    }
+
+    #[inline]
+    fn sink(&mut self, thread: u32) -> Result<&mut S, SinkError> {
+        let t = thread as usize;
+        // A thread the table lacks (events fed by hand) gets a sink that saw no `begin`.
+        while self.threads.len() <= t {
+            let s = (self.make)(self.threads.len() as u32);
+            self.threads.push(s);
+        }
+        self.last = t;
+        Ok(&mut self.threads[t])
+    }
+}
+
+impl<S: Sink, M: FnMut(u32) -> S> Sink for ByThread<S, M> {
+    fn begin(&mut self, b: &Begin) -> SinkResult {
+        for t in 0..b.threads.len() as u32 {
+            let mut s = (self.make)(t);
+            s.begin(&Begin { part: Part::Thread(t), ..*b })?;
+            self.threads.push(s);
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn block(&mut self, b: &BlockEvent) -> SinkResult {
+        self.sink(b.thread)?.block(b)
+    }
+
+    #[inline]
+    fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
+        match self.threads.get_mut(self.last) {
+            Some(s) => s.refs(refs),
+            None => Err(SinkError::failed("references before any block")),
+        }
+    }
+
+    fn marker(&mut self, thread: u32, m: Marker) -> SinkResult {
+        self.sink(thread)?.marker(thread, m)
+    }
+
+    fn run(&mut self, run: &Run) -> SinkResult {
+        self.sink(run.thread)?.run(run)
+    }
+
+    fn finish(&mut self) -> SinkResult {
+        self.threads.iter_mut().try_for_each(|s| s.finish())
+    }
+}

@@ -2,6 +2,7 @@
 //! as a stream of events to a [`Sink`]; every exporter is a sink.
 
 pub mod driver;
+pub mod edge_counts;
 pub mod edges;
 pub mod events;
 pub mod flat;
@@ -15,7 +16,8 @@ pub mod traverse;
 pub mod truth;
 
 pub use driver::{RecoverError, Recovery, Source};
-pub use events::{Begin, BlockEvent, Counts, Marker, MemEvent, Merge, Part, Run, RunBlock, Sink, SinkError, SinkResult};
+pub use edge_counts::{Depth, EdgeCounts};
+pub use events::{Begin, BlockEvent, ByThread, Counts, Marker, MemEvent, Merge, Part, Run, RunBlock, Sink, SinkError, SinkResult};
 pub use plans::Engine;
 pub use render::{Format, Renderer};
 pub use stats::{Stats, StatsSink};

@@ -1,0 +1,234 @@
+//! The drivers for stateful analyses against the one-threaded run: edge counts, per-thread
+//! instruction totals and call depth must not depend on how the stream was cut into chunks
+//! and spread over workers, on simulated programs with many chunks, several threads,
+//! signals and faults (handlers often span chunk boundaries).
+
+use dep_profile::container::Profile;
+use dep_profile::simulate::{program_path, random_program, write_profile, PathStep, Rng};
+use dep_profile::Machine;
+use dep_recover::edges::EdgeKind;
+use dep_recover::{Begin, BlockEvent, ByThread, Counts, EdgeCounts, MemEvent, Recovery, Sink, SinkError, SinkResult, Source};
+
+/// What is compared: per thread, the sorted edges, blocks, instructions and depth.
+type Summary = Vec<(Vec<(dep_recover::edges::Edge, u64)>, u64, u64, dep_recover::Depth)>;
+
+fn summary(threads: &[EdgeCounts]) -> Summary {
+    threads.iter().map(|t| (t.sorted(), t.blocks, t.instructions, t.depth)).collect()
+}
+
+fn one_threaded(rec: &Recovery, source: Source) -> Summary {
+    let mut by = ByThread::new(|_| EdgeCounts::new());
+    rec.run(source, &mut by).unwrap();
+    summary(&by.into_threads())
+}
+
+fn profile(seed: u64, threads: usize, len: usize) -> (tempfile::TempDir, Profile) {
+    let mut rng = Rng::new(seed);
+    let functions = 3 + rng.below(6) as usize;
+    let mut prog = random_program(&mut rng, functions);
+    let paths: Vec<Vec<PathStep>> = (0..threads).map(|_| program_path(&mut rng, &mut prog, len, true)).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sim.dep");
+    write_profile(std::fs::File::create(&path).unwrap(), Machine::x86_64(2696), &prog.code, &paths, seed).unwrap();
+    let p = Profile::open(&path).unwrap();
+    (dir, p)
+}
+
+#[test]
+fn parallel_drivers_agree_with_the_one_threaded_run() {
+    let mut handlers_across_chunks = 0;
+    let mut kinds = std::collections::HashSet::new();
+    let mut max_depth = 0;
+    for seed in 0..24u64 {
+        let threads = 1 + (seed % 4) as usize;
+        let (_dir, p) = profile(seed, threads, 3000);
+        let chunks: usize = p.threads.iter().map(|t| t.chunks.len()).sum();
+        assert!(chunks >= 40 * threads, "seed {seed}: only {chunks} chunks");
+        let base = one_threaded(&Recovery::new(&p, 1), Source::Dep);
+        kinds.extend(base.iter().flat_map(|t| t.0.iter().map(|(e, _)| e.kind)));
+        max_depth = max_depth.max(base.iter().map(|t| t.3.max).max().unwrap_or(0));
+        let mut counts = Counts::default();
+        Recovery::new(&p, 1).run(Source::Dep, &mut counts).unwrap();
+        assert_eq!(base.iter().map(|t| t.2).sum::<u64>(), counts.instructions, "seed {seed}: instruction total");
+        assert_eq!(base.iter().map(|t| t.1).sum::<u64>(), counts.blocks, "seed {seed}: block total");
+        for workers in 1..=3 {
+            let rec = Recovery::new(&p, workers);
+            let merged = rec.run_merged(Source::Dep, |_| EdgeCounts::new(), &|_| {}).unwrap();
+            assert_eq!(summary(&merged), base, "seed {seed}: run_merged on {workers} workers");
+            let by_thread = rec.run_threads(Source::Dep, |_| EdgeCounts::new(), &|_| {}).unwrap();
+            assert_eq!(summary(&by_thread), base, "seed {seed}: run_threads on {workers} workers");
+        }
+        handlers_across_chunks += handlers_spanning_chunks(&p);
+    }
+    // The edges really are classified: calls, returns and signals all occur, calls nest.
+    for k in [EdgeKind::DirectCall, EdgeKind::Return, EdgeKind::Taken, EdgeKind::NotTaken, EdgeKind::Signal, EdgeKind::SignalReturn] {
+        assert!(kinds.contains(&k), "no {k:?} edge");
+    }
+    assert!(max_depth >= 3, "calls nest only {max_depth} deep");
+    // The hard case of the merge, a handler returning into an earlier chunk, was exercised.
+    assert!(handlers_across_chunks > 20, "only {handlers_across_chunks} handlers spanned chunks");
+}
+
+/// Signal returns in a chunk that entered no handler of its own before them.
+fn handlers_spanning_chunks(p: &Profile) -> usize {
+    struct Spans {
+        open: usize,
+        found: usize,
+    }
+    impl Sink for Spans {
+        fn begin(&mut self, _: &Begin) -> SinkResult {
+            self.open = 0;
+            Ok(())
+        }
+        fn block(&mut self, _: &BlockEvent) -> SinkResult {
+            Ok(())
+        }
+        fn refs(&mut self, _: &[MemEvent]) -> SinkResult {
+            Ok(())
+        }
+        fn marker(&mut self, _: u32, m: dep_recover::Marker) -> SinkResult {
+            match m {
+                dep_recover::Marker::Signal(_) => self.open += 1,
+                dep_recover::Marker::SignalReturn if self.open == 0 => self.found += 1,
+                dep_recover::Marker::SignalReturn => self.open -= 1,
+                _ => {}
+            }
+            Ok(())
+        }
+    }
+    let rec = Recovery::new(p, 1);
+    let found = std::sync::atomic::AtomicUsize::new(0);
+    rec.run_ordered(
+        Source::Dep,
+        || Spans { open: 0, found: 0 },
+        |s| {
+            found.fetch_add(s.found, std::sync::atomic::Ordering::Relaxed);
+            Ok(Vec::new())
+        },
+        &mut std::io::sink(),
+        &|_| {},
+    )
+    .unwrap();
+    found.into_inner()
+}
+
+/// A sink that stops after `limit` blocks, and one that fails.
+#[derive(Debug)]
+struct Limited {
+    limit: u64,
+    blocks: u64,
+    finished: bool,
+    fail: bool,
+}
+
+impl Sink for Limited {
+    fn block(&mut self, _: &BlockEvent) -> SinkResult {
+        if self.blocks == self.limit {
+            return Err(if self.fail { SinkError::failed("the exporter's own failure") } else { SinkError::Stop });
+        }
+        self.blocks += 1;
+        Ok(())
+    }
+    fn refs(&mut self, _: &[MemEvent]) -> SinkResult {
+        Ok(())
+    }
+    fn finish(&mut self) -> SinkResult {
+        self.finished = true;
+        Ok(())
+    }
+}
+
+#[test]
+fn a_sink_stops_early_or_fails_with_its_own_error() {
+    let (_dir, p) = profile(5, 2, 2000);
+    let rec = Recovery::new(&p, 2);
+    let mut s = Limited { limit: 100, blocks: 0, finished: false, fail: false };
+    rec.run(Source::Dep, &mut s).unwrap();
+    assert_eq!((s.blocks, s.finished), (100, true));
+    // Per thread: each thread's sink stops on its own.
+    let per = rec.run_threads(Source::Dep, |_| Limited { limit: 50, blocks: 0, finished: false, fail: false }, &|_| {}).unwrap();
+    assert_eq!(per.iter().map(|s| (s.blocks, s.finished)).collect::<Vec<_>>(), [(50, true), (50, true)]);
+    let mut s = Limited { limit: 100, blocks: 0, finished: false, fail: true };
+    let e = rec.run(Source::Dep, &mut s).unwrap_err();
+    assert_eq!(e.to_string(), "the exporter's own failure");
+    let e = rec.run_threads(Source::Dep, |_| Limited { limit: 10, blocks: 0, finished: false, fail: true }, &|_| {}).unwrap_err();
+    assert_eq!(e.to_string(), "the exporter's own failure");
+}
+
+/// Every sink sees the profile's tables and its part at `begin`.
+#[test]
+fn begin_carries_the_profile_tables() {
+    #[derive(Default)]
+    struct Seen {
+        parts: Vec<dep_recover::Part>,
+        threads: usize,
+        blocks: usize,
+        ids_ok: bool,
+    }
+    impl Sink for Seen {
+        fn begin(&mut self, b: &Begin) -> SinkResult {
+            self.parts.push(b.part);
+            self.threads = b.threads.len();
+            self.blocks = b.plans.len();
+            self.ids_ok = true;
+            Ok(())
+        }
+        fn block(&mut self, b: &BlockEvent) -> SinkResult {
+            // The id names the block in the table the sink was given.
+            self.ids_ok &= b.id.is_some() && b.plan.is_some_and(|p| p.addr == b.addr);
+            Ok(())
+        }
+        fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
+            let _ = refs;
+            Ok(())
+        }
+    }
+    let (_dir, p) = profile(9, 3, 500);
+    let rec = Recovery::new(&p, 2);
+    let mut s = Seen::default();
+    rec.run(Source::Dep, &mut s).unwrap();
+    assert_eq!((s.parts.as_slice(), s.threads, s.blocks, s.ids_ok), (&[dep_recover::Part::All][..], 3, p.blocks().len(), true));
+    let per = rec.run_threads(Source::Dep, |_| Seen::default(), &|_| {}).unwrap();
+    let parts: Vec<_> = per.iter().map(|s| s.parts.clone()).collect();
+    assert_eq!(parts, (0..3).map(|t| vec![dep_recover::Part::Thread(t)]).collect::<Vec<_>>());
+    assert!(per.iter().all(|s| s.ids_ok));
+}
+
+/// Each reference's instruction index names, in its block's plan, the instruction at its pc,
+/// for every engine (the compiled code writes the index itself) and for truth replay.
+#[test]
+fn references_name_their_instruction() {
+    /// The pcs of the current block's instructions, and what was checked.
+    #[derive(Default)]
+    struct Check {
+        pcs: Vec<u64>,
+        refs: u64,
+        wrong: u64,
+    }
+    impl Sink for Check {
+        fn block(&mut self, b: &BlockEvent) -> SinkResult {
+            let plan = b.plan.expect("every simulated block is in the table");
+            self.pcs = plan.insns.iter().map(|i| i.pc).collect();
+            Ok(())
+        }
+        fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
+            for m in refs {
+                self.refs += 1;
+                self.wrong += (self.pcs.get(m.insn as usize) != Some(&m.pc)) as u64;
+            }
+            Ok(())
+        }
+    }
+    for seed in [1u64, 2, 3] {
+        let (_dir, p) = profile(seed, 2, 3000);
+        for engine in [dep_recover::Engine::Walk, dep_recover::Engine::Compiled] {
+            let rec = Recovery::with_engine(&p, 1, engine);
+            for source in [Source::Dep, Source::Truth] {
+                let mut c = Check::default();
+                rec.run(source, &mut c).unwrap();
+                assert!(c.refs > 1000, "seed {seed}: {} references", c.refs);
+                assert_eq!(c.wrong, 0, "seed {seed} {engine:?} {source:?}: {} of {} references name another instruction", c.wrong, c.refs);
+            }
+        }
+    }
+}
