@@ -79,6 +79,8 @@ COLUMNS = [
     ("valgrind_none", "vg none", "valgrind_none_s", "native_s"),
     ("recover_null", "rec null", "recover_null_s", "native_s"),
     ("recover_null_1", "rec 1cpu", "recover_null_1_s", "native_s"),
+    ("edges", "edges", "edges_s", "native_s"),
+    ("edges_1", "edges 1cpu", "edges_1_s", "native_s"),
     ("record_small", "record/s", "record_small_s", "native_small_s"),
     ("truth_small", "truth/s", "truth_small_s", "native_small_s"),
     ("recover_binary_small", "recbin/s", "recover_binary_small_s", "native_small_s"),
@@ -91,6 +93,8 @@ LEGEND = {
     "valgrind_none": "valgrind --tool=none",
     "recover_null": "dep recover --format null",
     "recover_null_1": "dep recover --format null --jobs 1 (one core)",
+    "edges": "dep edges P -o /dev/null (edge counts merged chunk-parallel, all cores)",
+    "edges_1": "dep edges P -o /dev/null --jobs 1 (one core)",
     "record_small": "dep record -o P (small size)",
     "truth_small": "dep record --truth -o P2 (small size)",
     "recover_binary_small": "dep recover --format binary -o F (small size)",
@@ -581,6 +585,10 @@ def measure(name, spec, args, workdir, result, save):
         step("recover_null_1", "dep recover P --format null --jobs 1",
              lambda: timed("recover_null_1", [DEP, "recover", profile, "--format", "null",
                                               "--jobs", "1"]))
+        step("edges", "dep edges P -o /dev/null",
+             lambda: timed("edges", [DEP, "edges", profile, "-o", os.devnull]))
+        step("edges_1", "dep edges P -o /dev/null --jobs 1",
+             lambda: timed("edges_1", [DEP, "edges", profile, "-o", os.devnull, "--jobs", "1"]))
     else:
         skipped["recover_null"] = "no profile (dep record failed)"
     remove_profile(profile)

@@ -54,6 +54,20 @@ enum Cmd {
         #[arg(long)]
         no_compress: bool,
     },
+    /// Control-flow edges per thread with their counts and kinds, totals and call depth.
+    Edges {
+        profile: PathBuf,
+        #[arg(long)]
+        json: bool,
+        /// Use the truth stream recorded alongside (it has no signal markers).
+        #[arg(long)]
+        truth: bool,
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Threads (0: one per core).
+        #[arg(short, long, default_value_t = 0)]
+        jobs: usize,
+    },
     /// Write Intel DCFG JSON (and optionally the DCFG-trace).
     Dcfg {
         profile: PathBuf,
@@ -172,6 +186,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Record { output, truth, discard, program } => record(output, truth, discard, program),
         Cmd::Recover { profile, truth, format, output, jobs } => recover(&profile, truth, &format, output.as_deref(), jobs),
         Cmd::Stats { profile, json, no_compress } => stats(&profile, json, !no_compress),
+        Cmd::Edges { profile, json, truth, output, jobs } => edges(&profile, json, truth, output.as_deref(), jobs),
         Cmd::Dcfg { .. } => not_built("dcfg"),
         Cmd::Wet { .. } => not_built("wet"),
         Cmd::Callgrind { .. } => not_built("callgrind"),
@@ -293,6 +308,34 @@ fn stats(profile: &std::path::Path, json: bool, compress: bool) -> Result<ExitCo
         writeln!(out, "{}", s.to_json())?;
     } else {
         write!(out, "{}", dep_recover::stats::render_text(&s))?;
+    }
+    check_truncated(&p)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn edges(profile: &std::path::Path, json: bool, truth: bool, output: Option<&std::path::Path>, jobs: usize) -> Result<ExitCode> {
+    use dep_dcfg_out::{edge_list, symbols::Symbolizer};
+    let p = dep_profile::container::Profile::open(profile)?;
+    let rec = dep_recover::Recovery::new(&p, jobs);
+    let source = if truth { dep_recover::Source::Truth } else { dep_recover::Source::Dep };
+    let mut out = create_output(output)?;
+    let pb = progress_bar(rec.chunks().len() as u64, "counting edges");
+    let threads = edge_list::count(&rec, source, &|n| pb.inc(n))?;
+    pb.finish_and_clear();
+    let sym = Symbolizer::new(&p.modules);
+    let r = if json {
+        serde_json::to_writer_pretty(&mut out, &edge_list::to_json(&threads, &sym))
+            .map_err(std::io::Error::from)
+            .and_then(|_| writeln!(out))
+    } else {
+        edge_list::write_text(&mut out, &threads, &sym)
+    };
+    match r.and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
+        r => r.context("writing output")?,
+    }
+    for w in sym.warnings() {
+        eprintln!("dep: warning: {w}");
     }
     check_truncated(&p)?;
     Ok(ExitCode::SUCCESS)

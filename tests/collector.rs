@@ -93,7 +93,29 @@ fn check_profile(p: &Path) -> (u64, u64) {
     };
     assert!(by_code(compiled) > 0, "{p}: no block was recovered by compiled code: {rec}");
     assert_eq!(by_code(&walked), 0, "{p}: DEP_JIT=0 still ran compiled code: {walked}");
+    check_edges(Path::new(p));
     counts
+}
+
+/// The drivers for stateful analyses agree with the one-threaded run on a recorded profile:
+/// edge counts, per-thread block and instruction totals and call depth, on 1-3 workers.
+fn check_edges(p: &Path) {
+    use dep_recover::{ByThread, EdgeCounts, Recovery, Source};
+    let prof = dep_profile::container::Profile::open(p).unwrap();
+    let summary = |t: &[EdgeCounts]| -> Vec<_> { t.iter().map(|t| (t.sorted(), t.blocks, t.instructions, t.depth)).collect() };
+    let mut by = ByThread::new(|_| EdgeCounts::new());
+    Recovery::new(&prof, 1).run(Source::Dep, &mut by).unwrap();
+    let base = summary(&by.into_threads());
+    let mut counts = dep_recover::Counts::default();
+    Recovery::new(&prof, 1).run(Source::Dep, &mut counts).unwrap();
+    assert_eq!(base.iter().map(|t| t.2).sum::<u64>(), counts.instructions, "{}: instruction totals", p.display());
+    for workers in 1..=3 {
+        let rec = Recovery::new(&prof, workers);
+        let merged = rec.run_merged(Source::Dep, |_| EdgeCounts::new(), &|_| {}).unwrap();
+        assert!(summary(&merged) == base, "{}: run_merged on {workers} workers differs from the one-threaded run", p.display());
+        let threads = rec.run_threads(Source::Dep, |_| EdgeCounts::new(), &|_| {}).unwrap();
+        assert!(summary(&threads) == base, "{}: run_threads on {workers} workers differs from the one-threaded run", p.display());
+    }
 }
 
 /// Runs `prog args` natively and under `dep record --truth`; compares behaviour and traces.

@@ -1,4 +1,5 @@
-//! The exporters' crate: program structure over the recovered event stream, and one
-//! module per output format (to come).
+//! The exporters' crate, on top of the recovery event stream: program structure (edges,
+//! symbols) and one module per output format.
 
+pub mod edge_list;
 pub mod symbols;

@@ -48,10 +48,12 @@ struct File {
     dwarf: Mutex<addr2line::Loader>,
     /// PLT stubs: (start, end, name@plt), file addresses, sorted.
     plt: Vec<(u64, u64, String)>,
-    /// Function symbols (static and dynamic): (address, demangled name), sorted. An address
-    /// is named after the nearest symbol at or before it, sizes aside, as binutils does
-    /// (padding after a function is named after it).
-    functions: Vec<(u64, String)>,
+    /// Function symbols (static and dynamic): (address, size, demangled name), sorted. An
+    /// address is named after the nearest symbol at or before it, as binutils does (padding
+    /// after a function is named after it), unless it lies past that symbol's size and its
+    /// alignment padding: then the symbol tables do not cover it (a stripped module whose
+    /// static functions are gone) and it is named by offset rather than wrongly.
+    functions: Vec<(u64, u64, String)>,
 }
 
 impl Symbolizer {
@@ -78,24 +80,35 @@ impl Symbolizer {
         (addr - m.base < m.size).then_some(m)
     }
 
+    /// The symbol (routine) `addr` is in, from the symbol tables alone: cheaper than
+    /// [`place`](Self::place), which also reads DWARF.
+    pub fn symbol(&self, addr: u64) -> String {
+        self.symbol_in(addr).2
+    }
+
+    /// The module holding `addr`, its file if readable, and the symbol naming `addr`.
+    fn symbol_in(&self, addr: u64) -> (Option<&Module>, Option<&File>, String) {
+        let Some(m) = self.module(addr) else { return (None, None, "[jit]".into()) };
+        let fallback = format!("{}+{:#x}", short(&m.path), addr - m.base);
+        let Some(file) = m.file.get_or_init(|| self.open(m)) else { return (Some(m), None, fallback) };
+        let probe = addr.wrapping_sub(file.bias);
+        if let Some(name) = file.plt_stub(probe) {
+            return (Some(m), Some(file), name.to_string());
+        }
+        let i = file.functions.partition_point(|(a, _, _)| *a <= probe);
+        let covers = |&(a, size, _): &(u64, u64, String)| size == 0 || probe < (a + size).next_multiple_of(FUNCTION_ALIGN);
+        let name = i.checked_sub(1).map(|i| &file.functions[i]).filter(|f| covers(f)).map_or(fallback, |f| f.2.clone());
+        (Some(m), Some(file), name)
+    }
+
     /// Where `addr` is: function and, with DWARF, file and line.
     pub fn place(&self, addr: u64) -> Place {
-        let Some(m) = self.module(addr) else {
-            return Place { module: None, symbol: "[jit]".into(), function: "[jit]".into(), file: None, line: None };
-        };
-        let fallback = format!("{}+{:#x}", short(&m.path), addr - m.base);
-        let mut place =
-            Place { module: Some(m.path.clone()), symbol: fallback.clone(), function: fallback.clone(), file: None, line: None };
-        let Some(file) = m.file.get_or_init(|| self.open(m)) else { return place };
+        let (m, file, symbol) = self.symbol_in(addr);
+        let mut place = Place { module: m.map(|m| m.path.clone()), symbol: symbol.clone(), function: symbol, file: None, line: None };
+        let Some(file) = file else { return place };
         let probe = addr.wrapping_sub(file.bias);
-        if let Some((_, _, name)) = file.plt.iter().find(|(s, e, _)| (*s..*e).contains(&probe)) {
-            place.symbol = name.clone();
-            place.function = name.clone();
+        if file.plt_stub(probe).is_some() {
             return place;
-        }
-        let i = file.functions.partition_point(|(a, _)| *a <= probe);
-        if let Some((_, name)) = i.checked_sub(1).map(|i| &file.functions[i]) {
-            place.symbol = name.clone();
         }
         let Ok(dwarf) = file.dwarf.lock() else { return place };
         place.function = String::new();
@@ -141,6 +154,18 @@ impl Symbolizer {
     }
 }
 
+/// Functions start at most this far apart in padding (compilers align to 16 or 64 bytes).
+const FUNCTION_ALIGN: u64 = 64;
+
+impl File {
+    /// The PLT stub holding file address `probe`.
+    fn plt_stub(&self, probe: u64) -> Option<&str> {
+        let i = self.plt.partition_point(|(s, _, _)| *s <= probe).checked_sub(1)?;
+        let (_, end, name) = &self.plt[i];
+        (probe < *end).then_some(name.as_str())
+    }
+}
+
 fn short(path: &str) -> &str {
     Path::new(path).file_name().and_then(|n| n.to_str()).unwrap_or(path)
 }
@@ -161,14 +186,15 @@ fn read(m: &Module) -> Result<File, String> {
     let first = obj.segments().map(|s| s.address()).min().ok_or("no loadable segment")? & !0xfff;
     let bias = m.base.wrapping_sub(first);
     let plt = plt_stubs(&obj);
-    let mut functions: Vec<(u64, String)> = obj
+    let mut functions: Vec<(u64, u64, String)> = obj
         .symbols()
         .chain(obj.dynamic_symbols())
         .filter(|s| s.kind() == object::SymbolKind::Text && s.is_definition() && s.address() != 0)
-        .filter_map(|s| Some((s.address(), addr2line::demangle_auto(Cow::Borrowed(s.name().ok()?), None).into_owned())))
+        .filter_map(|s| Some((s.address(), s.size(), addr2line::demangle_auto(Cow::Borrowed(s.name().ok()?), None).into_owned())))
         .collect();
-    functions.sort();
-    functions.dedup_by_key(|(a, _)| *a);
+    // At one address, the symbol `nm` lists first among equals (sorted by name), sized.
+    functions.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
+    functions.dedup_by_key(|(a, _, _)| *a);
     let dwarf = addr2line::Loader::new(&m.path).map_err(|e| format!("cannot read its debugging information ({e})"))?;
     Ok(File { bias, dwarf: Mutex::new(dwarf), plt, functions })
 }

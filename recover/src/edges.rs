@@ -36,6 +36,52 @@ pub enum EdgeKind {
     SignalReturn,
     /// The thread's first block.
     ThreadStart,
+    /// After the thread's last block (`to` is None); reported besides that block's own exit.
+    ThreadEnd,
+}
+
+impl EdgeKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [EdgeKind; 16] = [
+        EdgeKind::Fallthrough,
+        EdgeKind::DirectJump,
+        EdgeKind::IndirectJump,
+        EdgeKind::Taken,
+        EdgeKind::NotTaken,
+        EdgeKind::DirectCall,
+        EdgeKind::IndirectCall,
+        EdgeKind::Return,
+        EdgeKind::Syscall,
+        EdgeKind::RepLoop,
+        EdgeKind::Other,
+        EdgeKind::Interrupted,
+        EdgeKind::Signal,
+        EdgeKind::SignalReturn,
+        EdgeKind::ThreadStart,
+        EdgeKind::ThreadEnd,
+    ];
+
+    /// The kind's name in outputs (snake case).
+    pub fn name(self) -> &'static str {
+        match self {
+            EdgeKind::Fallthrough => "fallthrough",
+            EdgeKind::DirectJump => "direct_jump",
+            EdgeKind::IndirectJump => "indirect_jump",
+            EdgeKind::Taken => "taken",
+            EdgeKind::NotTaken => "not_taken",
+            EdgeKind::DirectCall => "direct_call",
+            EdgeKind::IndirectCall => "indirect_call",
+            EdgeKind::Return => "return",
+            EdgeKind::Syscall => "syscall",
+            EdgeKind::RepLoop => "rep_loop",
+            EdgeKind::Other => "other",
+            EdgeKind::Interrupted => "interrupted",
+            EdgeKind::Signal => "signal",
+            EdgeKind::SignalReturn => "signal_return",
+            EdgeKind::ThreadStart => "thread_start",
+            EdgeKind::ThreadEnd => "thread_end",
+        }
+    }
 }
 
 /// How a block leaves, as far as the tracker needs it: its last instruction's flow and
@@ -191,9 +237,17 @@ impl Edges {
         }
     }
 
-    /// The thread ends: every exit still waiting is given up.
+    /// The thread ends: every exit still waiting is given up, and the last block (if one
+    /// is known) has the thread's end after it.
     pub fn end(&mut self, mut edge: impl FnMut(Edge)) {
+        let last = match self.exit {
+            Exit::Flow { from, .. } | Exit::Interrupted { from } => Some(from),
+            _ => None,
+        };
         resolve(std::mem::replace(&mut self.exit, Exit::Nothing), None, &mut edge);
+        if last.is_some() {
+            edge(Edge { from: last, to: None, kind: EdgeKind::ThreadEnd });
+        }
         resolve(std::mem::replace(&mut self.resumed, Exit::Nothing), None, &mut edge);
         while let Some(e) = self.saved.pop() {
             resolve(e, None, &mut edge);
@@ -295,6 +349,7 @@ mod tests {
             (Some(0x1012), None, Return),
             (Some(0x1012), Some(0x1012), SignalReturn),
             (Some(0x1012), None, Return),
+            (Some(0x1012), None, ThreadEnd),
         ];
         let got: Vec<_> = got.iter().map(|x| (x.from, x.to, x.kind)).collect();
         assert_eq!(got, want);

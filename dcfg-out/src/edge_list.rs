@@ -1,0 +1,82 @@
+//! `dep edges`: every thread's control-flow edges with how often each was taken, its kind
+//! and the routines it joins, plus the thread's totals and call depth; as text or JSON.
+//! Counted chunk-parallel ([`Recovery::run_merged`]), so it uses every core.
+
+use crate::symbols::Symbolizer;
+use dep_recover::edges::Edge;
+use dep_recover::{EdgeCounts, RecoverError, Recovery, Source};
+use serde_json::json;
+use std::io::{self, Write};
+
+/// Each thread's edge counts, in thread order.
+pub fn count(rec: &Recovery, source: Source, progress: &(dyn Fn(u64) + Sync)) -> Result<Vec<EdgeCounts>, RecoverError> {
+    rec.run_merged(source, |_| EdgeCounts::new(), progress)
+}
+
+fn addr(a: Option<u64>) -> String {
+    a.map_or_else(|| "-".to_string(), |a| format!("{a:#x}"))
+}
+
+fn name(sym: &Symbolizer, a: Option<u64>) -> String {
+    a.map_or_else(|| "-".to_string(), |a| sym.symbol(a))
+}
+
+/// Edges most taken first (then by source, target and kind).
+fn ordered(t: &EdgeCounts) -> Vec<(Edge, u64)> {
+    let mut v = t.sorted();
+    v.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+    v
+}
+
+/// Text: per thread a `# thread` summary line, then one line per edge:
+/// `<thread> <count> <kind> <from> <to> <from-routine> <to-routine>` (`-` where unknown).
+pub fn write_text(out: &mut dyn Write, threads: &[EdgeCounts], sym: &Symbolizer) -> io::Result<()> {
+    for (i, t) in threads.iter().enumerate() {
+        writeln!(
+            out,
+            "# thread {i}: {} blocks, {} instructions, {} edges, call depth {}..{} (ends at {})",
+            t.blocks,
+            t.instructions,
+            t.edges.len(),
+            t.depth.min,
+            t.depth.max,
+            t.depth.delta
+        )?;
+        for (e, n) in ordered(t) {
+            writeln!(
+                out,
+                "{i} {n} {} {} {} {} {}",
+                e.kind.name(),
+                addr(e.from),
+                addr(e.to),
+                name(sym, e.from).replace(' ', "_"),
+                name(sym, e.to).replace(' ', "_")
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// JSON: `{"threads": [{"thread", "blocks", "instructions", "depth": {"min", "max", "end"},
+/// "edges": [{"from", "to", "kind", "count", "from_routine", "to_routine"}]}]}`, addresses as
+/// `0x` hex strings or null.
+pub fn to_json(threads: &[EdgeCounts], sym: &Symbolizer) -> serde_json::Value {
+    let hex = |a: Option<u64>| a.map(|a| format!("{a:#x}"));
+    let routine = |a: Option<u64>| a.map(|a| sym.symbol(a));
+    json!({
+        "threads": threads.iter().enumerate().map(|(i, t)| json!({
+            "thread": i,
+            "blocks": t.blocks,
+            "instructions": t.instructions,
+            "depth": {"min": t.depth.min, "max": t.depth.max, "end": t.depth.delta},
+            "edges": ordered(t).iter().map(|(e, n)| json!({
+                "from": hex(e.from),
+                "to": hex(e.to),
+                "kind": e.kind.name(),
+                "count": n,
+                "from_routine": routine(e.from),
+                "to_routine": routine(e.to),
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
