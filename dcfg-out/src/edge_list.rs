@@ -9,8 +9,8 @@ use serde_json::json;
 use std::io::{self, Write};
 
 /// Each thread's edge counts, in thread order.
-pub fn count(rec: &Recovery, source: Source, progress: &(dyn Fn(u64) + Sync)) -> Result<Vec<EdgeCounts>, RecoverError> {
-    rec.run_merged(source, |_| EdgeCounts::new(), progress)
+pub fn count<'r>(rec: &'r Recovery, source: Source, progress: &(dyn Fn(u64) + Sync)) -> Result<Vec<EdgeCounts<'r>>, RecoverError> {
+    rec.run_merged(source, |_| EdgeCounts::new(&rec.plans), progress)
 }
 
 fn addr(a: Option<u64>) -> String {
@@ -37,7 +37,7 @@ pub fn write_text(out: &mut dyn Write, threads: &[EdgeCounts], sym: &Symbolizer)
             "# thread {i}: {} blocks, {} instructions, {} edges, call depth {}..{} (ends at {})",
             t.blocks,
             t.instructions,
-            t.edges.len(),
+            t.edges().len(),
             t.depth.min,
             t.depth.max,
             t.depth.delta

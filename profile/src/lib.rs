@@ -3,6 +3,7 @@
 //! shared by the collector and the recoverer. `FORMAT.md` beside this crate documents
 //! every byte.
 
+pub mod archregs;
 pub mod blocks;
 pub mod container;
 pub mod dump;
@@ -14,6 +15,7 @@ pub mod tags;
 pub mod truth;
 pub mod values;
 
+pub use archregs::{ArchReg, ArchSet};
 pub use blocks::{BlockPlan, Step};
 pub use regs::{Reg, RegSet, NUM_REGS};
 pub use semantics::{Machine, Semantics};

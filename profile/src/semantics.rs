@@ -18,6 +18,7 @@
 //!   r, [r+d]`) keeps it current, the recoverer applies the same constant;
 //! - `syscall` (and `int 0x80`) expires rax, rcx, r11 and both segment bases.
 
+use crate::archregs::{ArchReg, ArchSet};
 use crate::regs::{Reg, RegSet};
 use crate::Width;
 use iced_x86::{Code, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register};
@@ -244,6 +245,27 @@ pub struct Insn {
     /// Atomic read-modify-write: a `lock` prefix, or `xchg` with a memory operand (locked
     /// by the hardware without one).
     pub atomic: bool,
+    /// Every register the instruction reads and writes, for dependence analyses.
+    pub regs: Registers,
+}
+
+/// The registers and flags an instruction reads and writes, explicit and implicit operands
+/// alike (address registers are reads), from iced-x86's `InstructionInfo`, with the rules
+/// iced leaves to its user for data dependence:
+/// - a write that keeps part of the old value also reads the register: an 8- or 16-bit
+///   general register (a 32-bit one zero-extends into the whole), an xmm register written
+///   by a legacy SSE encoding (VEX and EVEX zero the upper bits), an AVX-512 merge-masked
+///   destination, and any conditional write (cmov, masked moves);
+/// - `syscall` (and `int 0x80`, `sysenter`) reads the kernel's argument registers (rax, rdi,
+///   rsi, rdx, r10, r8, r9) and writes its result register rax, which iced does not model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Registers {
+    pub reads: ArchSet,
+    pub writes: ArchSet,
+    /// RFLAGS bits read (iced-x86 `RflagsBits`).
+    pub flags_read: u32,
+    /// RFLAGS bits written, set, cleared or left undefined.
+    pub flags_written: u32,
 }
 
 /// Decodes instructions and derives their DEP semantics.
@@ -275,9 +297,11 @@ impl Semantics {
                 flow: Flow::Other,
                 mnemonic: i.mnemonic(),
                 atomic: false,
+                regs: Registers::default(),
             };
         }
         let info = self.factory.info(i);
+        let regs = registers(i, info);
         let mnemonic = i.mnemonic();
         let mut reads = Vec::new();
         let mut writes = Vec::new();
@@ -364,8 +388,43 @@ impl Semantics {
             register_effects(i, &info, width, &mut effects);
         }
         let atomic = !refs.is_empty() && (i.has_lock_prefix() || mnemonic == Mnemonic::Xchg);
-        Insn { pc: i.ip(), len: i.len() as u8, refs, used, effects, special, flow: flow(i), mnemonic, atomic }
+        Insn { pc: i.ip(), len: i.len() as u8, refs, used, effects, special, flow: flow(i), mnemonic, atomic, regs }
     }
+}
+
+/// The registers an instruction reads and writes (see [`Registers`] for the rules).
+fn registers(i: &Instruction, info: &iced_x86::InstructionInfo) -> Registers {
+    let mut r = Registers { flags_read: i.rflags_read(), flags_written: i.rflags_modified(), ..Default::default() };
+    let legacy_sse = i.encoding() == iced_x86::EncodingKind::Legacy;
+    let merge_masked = i.op_mask() != Register::None && !i.zeroing_masking();
+    for u in info.used_registers() {
+        let Some(a) = ArchReg::from_iced(u.register()) else { continue };
+        let (read, write) = match u.access() {
+            OpAccess::Read | OpAccess::CondRead => (true, false),
+            OpAccess::Write => (false, true),
+            OpAccess::CondWrite => (true, true),
+            OpAccess::ReadWrite | OpAccess::ReadCondWrite => (true, true),
+            _ => (false, false),
+        };
+        let reg = u.register();
+        let partial = write
+            && ((reg.is_gpr8() || reg.is_gpr16())
+                || (reg.is_xmm() && legacy_sse)
+                || (reg.is_vector_register() && merge_masked && i.op0_kind() == OpKind::Register && i.op0_register() == reg));
+        if read || partial {
+            r.reads.insert(a);
+        }
+        if write {
+            r.writes.insert(a);
+        }
+    }
+    if matches!(i.mnemonic(), Mnemonic::Syscall | Mnemonic::Sysenter) || (i.mnemonic() == Mnemonic::Int && i.immediate8() == 0x80) {
+        for a in [ArchReg::RAX, ArchReg::RDI, ArchReg::RSI, ArchReg::RDX, ArchReg::R10, ArchReg::R8, ArchReg::R9] {
+            r.reads.insert(a);
+        }
+        r.writes.insert(ArchReg::RAX);
+    }
+    r
 }
 
 fn no_data_access(m: Mnemonic) -> bool {
@@ -666,6 +725,55 @@ mod tests {
         let i = d.decode();
         assert_eq!(i.len(), bytes.len(), "{bytes:02x?} must be exactly one instruction");
         s.insn(&i).describe(width)
+    }
+
+    /// `reads -> writes | flags read / written` of one instruction, registers sorted.
+    fn regs(bytes: &[u8]) -> String {
+        let mut s = Semantics::new(Machine { width: Width::W64, xsave_size: XSAVE });
+        let i = Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE).decode();
+        assert_eq!(i.len(), bytes.len(), "{bytes:02x?} must be exactly one instruction");
+        let r = s.insn(&i).regs;
+        let names = |set: ArchSet| set.iter().map(|a| a.name()).collect::<Vec<_>>().join(",");
+        let flags = |f: u32| {
+            use iced_x86::RflagsBits as F;
+            [(F::OF, "o"), (F::SF, "s"), (F::ZF, "z"), (F::AF, "a"), (F::CF, "c"), (F::PF, "p"), (F::DF, "d")]
+                .iter()
+                .filter(|(b, _)| f & b != 0)
+                .map(|(_, n)| *n)
+                .collect::<String>()
+        };
+        format!("{} -> {} | {}/{}", names(r.reads), names(r.writes), flags(r.flags_read), flags(r.flags_written))
+    }
+
+    /// Register reads and writes of hand-picked forms, as the SDM describes them (not as
+    /// iced-x86 does: the partial-write, masking and system-call rules are checked here).
+    #[test]
+    fn register_reads_and_writes() {
+        let cases: &[(&str, &[u8], &str)] = &[
+            ("mov al, [rbx]: keeps rax's upper bits", &[0x8a, 0x03], "rax,rbx -> rax | /"),
+            ("mov ax, bx", &[0x66, 0x89, 0xd8], "rax,rbx -> rax | /"),
+            ("mov eax, ebx: zero-extends", &[0x89, 0xd8], "rbx -> rax | /"),
+            ("add rax, rbx", &[0x48, 0x01, 0xd8], "rax,rbx -> rax | /oszacp"),
+            ("cmovz rax, rbx", &[0x48, 0x0f, 0x44, 0xc3], "rax,rbx -> rax | z/"),
+            ("push rbx", &[0x53], "rbx,rsp -> rsp | /"),
+            ("div rcx", &[0x48, 0xf7, 0xf1], "rax,rcx,rdx -> rax,rdx | /oszacp"),
+            ("cpuid", &[0x0f, 0xa2], "rax,rcx -> rax,rcx,rdx,rbx | /"),
+            ("rep movsb", &[0xf3, 0xa4], "rcx,rsi,rdi -> rcx,rsi,rdi | d/"),
+            ("lock xadd [rdi], eax", &[0xf0, 0x0f, 0xc1, 0x07], "rax,rdi -> rax | /oszacp"),
+            (
+                "syscall: the kernel's arguments and result; rflags saved to r11, then masked",
+                &[0x0f, 0x05],
+                "rax,rdx,rsi,rdi,r8,r9,r10 -> rax,rcx,r11 | oszacpd/oszacpd",
+            ),
+            ("addps xmm0, xmm1: legacy SSE keeps the upper bits", &[0x0f, 0x58, 0xc1], "zmm0,zmm1 -> zmm0 | /"),
+            ("vaddps xmm0, xmm1, xmm2: VEX zeroes them", &[0xc5, 0xf0, 0x58, 0xc2], "zmm1,zmm2 -> zmm0 | /"),
+            ("vmovdqu32 zmm0{k1}, zmm1: merge-masking", &[0x62, 0xf1, 0x7e, 0x49, 0x6f, 0xc1], "zmm0,zmm1,k1 -> zmm0 | /"),
+            ("vmovdqu32 zmm0{k1}{z}, zmm1: zero-masking", &[0x62, 0xf1, 0x7e, 0xc9, 0x6f, 0xc1], "zmm1,k1 -> zmm0 | /"),
+            ("mov rax, fs:[0x28]", &[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0], "fs -> rax | /"),
+        ];
+        for (what, bytes, want) in cases {
+            assert_eq!(regs(bytes), *want, "{what}");
+        }
     }
 
     /// Hand-written instruction bytes and exactly what DEP must know about each.

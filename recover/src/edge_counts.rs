@@ -2,9 +2,16 @@
 //! blocks and instructions executed, and the call depth's range. The chunk-parallel driver
 //! gives each chunk its own, which records what its first block cannot know (the edge into
 //! it, handlers entered in earlier chunks) and replays that when merged onto the thread's.
+//!
+//! Between plain blocks (no signal in between, not interrupted) the edge depends only on
+//! the two blocks, so those transitions are counted by block-id pair in a small
+//! direct-mapped table and classified once at the end: a few nanoseconds a block, where
+//! the general tracker and a hash map per block cost several times recovery itself.
 
-use crate::edges::{exit_of, BlockExit, Edge, EdgeKind, Edges};
+use crate::edges::{exit_of, flow_kind, BlockExit, Edge, EdgeKind, Edges};
 use crate::events::{Begin, BlockEvent, Marker, MemEvent, Merge, Part, Run, Sink, SinkError, SinkResult};
+use crate::plans::Plans;
+use dep_profile::semantics::Flow;
 use rustc_hash::FxHashMap;
 
 /// Call depth over a stream of edges: calls and signal deliveries go in, returns and signal
@@ -34,10 +41,16 @@ impl Depth {
     pub fn step(&mut self, e: &Edge) {
         let d = Self::of(e);
         if d != 0 {
-            self.delta += d;
-            self.min = self.min.min(self.delta);
-            self.max = self.max.max(self.delta);
+            self.step_by(d);
         }
+    }
+
+    /// After an edge that changes the depth by `d`.
+    #[inline]
+    fn step_by(&mut self, d: i64) {
+        self.delta += d;
+        self.min = self.min.min(self.delta);
+        self.max = self.max.max(self.delta);
     }
 
     /// This range followed by `later`'s.
@@ -71,12 +84,72 @@ enum Mode {
     Log,
 }
 
-/// Edge counts, block and instruction totals and call depth of one thread (a [`Merge`]
-/// sink; with [`Part::All`] wrap it in [`ByThread`](crate::ByThread)).
+/// Transitions between plain blocks, by (source id, target id): a direct-mapped table in
+/// front of a hash map.
 #[derive(Clone, Debug)]
-pub struct EdgeCounts {
-    /// How often each edge was taken.
-    pub edges: FxHashMap<Edge, u64>,
+struct Pairs {
+    /// (key, count); a count of 0 marks an empty slot.
+    slots: Vec<(u64, u64)>,
+    spill: FxHashMap<u64, u64>,
+}
+
+const PAIR_SLOTS: usize = 4096;
+
+impl Pairs {
+    fn new() -> Self {
+        Pairs { slots: vec![(0, 0); PAIR_SLOTS], spill: FxHashMap::default() }
+    }
+
+    #[inline]
+    fn add(&mut self, from: u32, to: u32) {
+        let key = (from as u64) << 32 | to as u64;
+        let h = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - PAIR_SLOTS.trailing_zeros())) as usize;
+        let slot = &mut self.slots[h & (PAIR_SLOTS - 1)];
+        if slot.0 == key && slot.1 != 0 {
+            slot.1 += 1;
+        } else {
+            if slot.1 != 0 {
+                *self.spill.entry(slot.0).or_insert(0) += slot.1;
+            }
+            *slot = (key, 1);
+        }
+    }
+
+    /// Every pair with its count.
+    fn drain(&mut self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        for (k, n) in std::mem::take(&mut self.slots) {
+            if n != 0 {
+                *self.spill.entry(k).or_insert(0) += n;
+            }
+        }
+        self.slots = vec![(0, 0); PAIR_SLOTS];
+        self.spill.drain()
+    }
+}
+
+/// The call depth change of an edge out of a block that leaves by `exit`, into the block
+/// that follows it ([`Depth::of`] for [`flow_kind`]'s edges).
+fn flow_depth(exit: (Flow, bool)) -> i64 {
+    match exit.0 {
+        Flow::Call { .. } | Flow::IndirectCall => 1,
+        Flow::Return => -1,
+        _ => 0,
+    }
+}
+
+/// Edge counts, block and instruction totals and call depth of one thread (a [`Merge`]
+/// sink; with [`Part::All`] wrap it in [`ByThread`](crate::ByThread)), for the profile
+/// whose plans it is given.
+#[derive(Clone)]
+pub struct EdgeCounts<'p> {
+    plans: &'p Plans,
+    /// Edges the tracker reported.
+    edges: FxHashMap<Edge, u64>,
+    /// Transitions between plain blocks, not yet classified.
+    pairs: Pairs,
+    /// Set while plain blocks follow each other: the last one's id. The tracker then still
+    /// stands at the block where this began, [`plain`](Edges::plain).
+    fast: Option<u32>,
     pub blocks: u64,
     pub instructions: u64,
     pub depth: Depth,
@@ -86,10 +159,14 @@ pub struct EdgeCounts {
     rest: Vec<Ev>,
 }
 
-impl Default for EdgeCounts {
-    fn default() -> Self {
+impl<'p> EdgeCounts<'p> {
+    /// A summary of a thread from its start.
+    pub fn new(plans: &'p Plans) -> Self {
         EdgeCounts {
+            plans,
             edges: FxHashMap::default(),
+            pairs: Pairs::new(),
+            fast: None,
             blocks: 0,
             instructions: 0,
             depth: Depth::default(),
@@ -98,13 +175,6 @@ impl Default for EdgeCounts {
             head: Vec::new(),
             rest: Vec::new(),
         }
-    }
-}
-
-impl EdgeCounts {
-    /// A summary of a thread from its start.
-    pub fn new() -> Self {
-        Self::default()
     }
 
     fn count(edges: &mut FxHashMap<Edge, u64>, depth: &mut Depth, e: Edge) {
@@ -121,6 +191,39 @@ impl EdgeCounts {
             Ev::Signal => self.tracker.signal(&mut emit),
             Ev::SignalReturn => self.tracker.signal_return(&mut emit),
             Ev::End => self.tracker.end(&mut emit),
+        }
+    }
+
+    /// Brings the tracker up to the last plain block.
+    fn materialize(&mut self) {
+        if let Some(last) = self.fast.take() {
+            let exit = self.plans.exit(last).expect("plain blocks have exits");
+            self.tracker.entered(self.plans.plan(last).addr, exit);
+        }
+    }
+
+    /// A block of the table, not interrupted, enters.
+    #[inline]
+    fn enter(&mut self, id: u32, addr: u64) {
+        if let Some(last) = self.fast {
+            self.pairs.add(last, id);
+            let d = flow_depth(self.plans.exit(last).expect("plain blocks have exits"));
+            if d != 0 {
+                self.depth.step_by(d);
+            }
+            if self.plans.exit(id).is_some() {
+                self.fast = Some(id);
+            } else {
+                // A block without an exit (undecodable) goes on through the tracker.
+                self.fast = None;
+                self.tracker.entered(addr, (Flow::Other, false));
+            }
+            return;
+        }
+        let exit = self.plans.exit(id);
+        self.event(Ev::Block { addr, exit, interrupted: false });
+        if exit.is_some() && matches!(self.mode, Mode::Closed | Mode::Local) && self.tracker.plain() {
+            self.fast = Some(id);
         }
     }
 
@@ -149,15 +252,28 @@ impl EdgeCounts {
         }
     }
 
+    /// Every edge with its count.
+    pub fn edges(&self) -> FxHashMap<Edge, u64> {
+        let mut all = self.edges.clone();
+        let mut pairs = self.pairs.clone();
+        for (key, n) in pairs.drain() {
+            let (from, to) = ((key >> 32) as u32, key as u32);
+            let (a, b) = (self.plans.plan(from).addr, self.plans.plan(to).addr);
+            let (flow, rep) = self.plans.exit(from).expect("plain blocks have exits");
+            *all.entry(Edge { from: Some(a), to: Some(b), kind: flow_kind(a, flow, rep, Some(b)) }).or_insert(0) += n;
+        }
+        all
+    }
+
     /// Every edge with its count, sorted (by source, target, kind).
     pub fn sorted(&self) -> Vec<(Edge, u64)> {
-        let mut v: Vec<(Edge, u64)> = self.edges.iter().map(|(e, n)| (*e, *n)).collect();
+        let mut v: Vec<(Edge, u64)> = self.edges().into_iter().collect();
         v.sort_by_key(|(e, _)| (e.from, e.to, e.kind as u8));
         v
     }
 }
 
-impl Sink for EdgeCounts {
+impl Sink for EdgeCounts<'_> {
     fn begin(&mut self, b: &Begin) -> SinkResult {
         if let Part::Chunk { .. } = b.part {
             self.mode = Mode::Head;
@@ -169,7 +285,13 @@ impl Sink for EdgeCounts {
     fn block(&mut self, b: &BlockEvent) -> SinkResult {
         self.blocks += 1;
         self.instructions += b.executed as u64;
-        self.event(Ev::Block { addr: b.addr, exit: exit_of(b.plan), interrupted: b.interrupted });
+        match b.id {
+            Some(id) if !b.interrupted => self.enter(id, b.addr),
+            _ => {
+                self.materialize();
+                self.event(Ev::Block { addr: b.addr, exit: exit_of(b.plan), interrupted: b.interrupted });
+            }
+        }
         Ok(())
     }
 
@@ -178,6 +300,9 @@ impl Sink for EdgeCounts {
     }
 
     fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
+        if matches!(m, Marker::Signal(_) | Marker::SignalReturn | Marker::ThreadEnd) {
+            self.materialize();
+        }
         match m {
             Marker::Signal(_) => self.event(Ev::Signal),
             Marker::SignalReturn => self.event(Ev::SignalReturn),
@@ -188,17 +313,24 @@ impl Sink for EdgeCounts {
     }
 
     fn run(&mut self, run: &Run) -> SinkResult {
-        for (b, _) in run.iter() {
-            self.block(&b)?;
+        for b in run.blocks() {
+            self.blocks += 1;
+            self.instructions += b.executed as u64;
+            self.enter(b.id, b.addr);
         }
         Ok(())
     }
 }
 
-impl Merge for EdgeCounts {
-    fn merge(&mut self, later: Self) -> SinkResult {
+impl Merge for EdgeCounts<'_> {
+    fn merge(&mut self, mut later: Self) -> SinkResult {
         if self.mode != Mode::Closed || later.mode == Mode::Closed {
             return Err(SinkError::failed("edge counts merge a chunk's summary onto its thread's, in order"));
+        }
+        self.materialize();
+        later.materialize();
+        for (key, n) in later.pairs.drain() {
+            *self.pairs.spill.entry(key).or_insert(0) += n;
         }
         for ev in later.head {
             self.apply(ev);
@@ -207,7 +339,7 @@ impl Merge for EdgeCounts {
             let (edges, depth) = (&mut self.edges, &mut self.depth);
             self.tracker.then(later.tracker, |e| Self::count(edges, depth, e));
             self.depth.then(later.depth);
-            for (e, n) in later.edges {
+            for (e, n) in later.edges.drain() {
                 *self.edges.entry(e).or_insert(0) += n;
             }
         }

@@ -180,6 +180,19 @@ impl Edges {
         Edges { exit: Exit::Nothing, saved: Vec::new(), resumed: Exit::Nothing }
     }
 
+    /// Whether the tracker waits only for the next block after an ordinary exit (no signal
+    /// delivery or handler return pending), so that the edge to it is [`flow_kind`]'s.
+    pub fn plain(&self) -> bool {
+        matches!(self.exit, Exit::Flow { .. }) && self.resumed == Exit::Nothing
+    }
+
+    /// Moves a [`plain`](Self::plain) tracker on to a block whose incoming edge the caller
+    /// has accounted for itself; the block left as `exit` says.
+    pub fn entered(&mut self, addr: u64, exit: (Flow, bool)) {
+        debug_assert!(self.plain());
+        self.exit = Exit::Flow { from: addr, flow: exit.0, rep: exit.1 };
+    }
+
     /// Signal handlers entered and not yet returned from.
     pub fn nested(&self) -> usize {
         self.saved.len()
@@ -260,24 +273,27 @@ fn resolve(exit: Exit, to: Option<u64>, edge: &mut impl FnMut(Edge)) {
     let (from, kind) = match exit {
         Exit::Start if to.is_some() => (None, EdgeKind::ThreadStart),
         Exit::Start | Exit::Nothing | Exit::Interrupted { .. } | Exit::Handler { .. } | Exit::Resume { .. } => return,
-        Exit::Flow { from, flow, rep } => (
-            Some(from),
-            match flow {
-                Flow::Next if rep && to == Some(from) => EdgeKind::RepLoop,
-                Flow::Next => EdgeKind::Fallthrough,
-                Flow::Jump { conditional: false, .. } => EdgeKind::DirectJump,
-                Flow::Jump { conditional: true, target } if to == Some(target) => EdgeKind::Taken,
-                Flow::Jump { conditional: true, .. } => EdgeKind::NotTaken,
-                Flow::IndirectJump => EdgeKind::IndirectJump,
-                Flow::Call { .. } => EdgeKind::DirectCall,
-                Flow::IndirectCall => EdgeKind::IndirectCall,
-                Flow::Return => EdgeKind::Return,
-                Flow::Syscall => EdgeKind::Syscall,
-                Flow::Other => EdgeKind::Other,
-            },
-        ),
+        Exit::Flow { from, flow, rep } => (Some(from), flow_kind(from, flow, rep, to)),
     };
     edge(Edge { from, to, kind });
+}
+
+/// The kind of the edge from a block at `from` whose last instruction has `flow` (a rep
+/// string if `rep`) to `to`, when no signal came between them.
+pub fn flow_kind(from: u64, flow: Flow, rep: bool, to: Option<u64>) -> EdgeKind {
+    match flow {
+        Flow::Next if rep && to == Some(from) => EdgeKind::RepLoop,
+        Flow::Next => EdgeKind::Fallthrough,
+        Flow::Jump { conditional: false, .. } => EdgeKind::DirectJump,
+        Flow::Jump { conditional: true, target } if to == Some(target) => EdgeKind::Taken,
+        Flow::Jump { conditional: true, .. } => EdgeKind::NotTaken,
+        Flow::IndirectJump => EdgeKind::IndirectJump,
+        Flow::Call { .. } => EdgeKind::DirectCall,
+        Flow::IndirectCall => EdgeKind::IndirectCall,
+        Flow::Return => EdgeKind::Return,
+        Flow::Syscall => EdgeKind::Syscall,
+        Flow::Other => EdgeKind::Other,
+    }
 }
 
 #[cfg(test)]

@@ -34,6 +34,8 @@ pub struct Plans {
     index: FxHashMap<(u64, u32), u32>,
     /// The same plans laid out for the recovery loop, indexed alike.
     pub flat: FlatPlans,
+    /// How each block leaves, indexed alike: what control-flow analyses look up per block.
+    exits: Vec<crate::edges::BlockExit>,
     /// The plain blocks compiled to machine code (64-bit profiles on x86-64 hosts).
     #[cfg(target_arch = "x86_64")]
     pub jit: Option<crate::jit::Jit>,
@@ -88,10 +90,12 @@ impl Plans {
                 crate::jit::Jit::build(&flat, &addr, workers, popcnt)
             })
             .flatten();
+        let exits = plans.iter().map(|p| crate::edges::exit_of(p.as_ref().ok())).collect();
         Plans {
             plans,
             index,
             flat,
+            exits,
             #[cfg(target_arch = "x86_64")]
             jit,
             compiled_blocks: Default::default(),
@@ -135,6 +139,12 @@ impl Plans {
     #[inline]
     pub fn plan(&self, i: u32) -> &BlockPlan {
         self.get_plan(i).expect("find returns decodable blocks only")
+    }
+
+    /// How the block at an index leaves (None where it does not decode, or out of range).
+    #[inline]
+    pub fn exit(&self, i: u32) -> crate::edges::BlockExit {
+        self.exits.get(i as usize).copied().flatten()
     }
 
     pub fn len(&self) -> usize {

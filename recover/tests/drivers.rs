@@ -17,7 +17,7 @@ fn summary(threads: &[EdgeCounts]) -> Summary {
 }
 
 fn one_threaded(rec: &Recovery, source: Source) -> Summary {
-    let mut by = ByThread::new(|_| EdgeCounts::new());
+    let mut by = ByThread::new(|_| EdgeCounts::new(&rec.plans));
     rec.run(source, &mut by).unwrap();
     summary(&by.into_threads())
 }
@@ -53,9 +53,9 @@ fn parallel_drivers_agree_with_the_one_threaded_run() {
         assert_eq!(base.iter().map(|t| t.1).sum::<u64>(), counts.blocks, "seed {seed}: block total");
         for workers in 1..=3 {
             let rec = Recovery::new(&p, workers);
-            let merged = rec.run_merged(Source::Dep, |_| EdgeCounts::new(), &|_| {}).unwrap();
+            let merged = rec.run_merged(Source::Dep, |_| EdgeCounts::new(&rec.plans), &|_| {}).unwrap();
             assert_eq!(summary(&merged), base, "seed {seed}: run_merged on {workers} workers");
-            let by_thread = rec.run_threads(Source::Dep, |_| EdgeCounts::new(), &|_| {}).unwrap();
+            let by_thread = rec.run_threads(Source::Dep, |_| EdgeCounts::new(&rec.plans), &|_| {}).unwrap();
             assert_eq!(summary(&by_thread), base, "seed {seed}: run_threads on {workers} workers");
         }
         handlers_across_chunks += handlers_spanning_chunks(&p);
