@@ -94,7 +94,93 @@ fn check_profile(p: &Path) -> (u64, u64) {
     assert!(by_code(compiled) > 0, "{p}: no block was recovered by compiled code: {rec}");
     assert_eq!(by_code(&walked), 0, "{p}: DEP_JIT=0 still ran compiled code: {walked}");
     check_edges(Path::new(p));
+    check_register_semantics(Path::new(p));
     counts
+}
+
+/// Every instruction of the profile's block table: the shared semantics' register sets
+/// against iced-x86's own operand information (read here independently, with the rules the
+/// semantics document), and consistent with DEP's address semantics (address registers are
+/// read, expired and adjusted registers are written).
+fn check_register_semantics(p: &Path) {
+    use dep_profile::semantics::RegEffect;
+    use iced_x86::{Decoder, DecoderOptions, EncodingKind, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register};
+    let prof = dep_profile::container::Profile::open(p).unwrap();
+    let mut sem = dep_profile::Semantics::new(prof.machine());
+    let mut factory = InstructionInfoFactory::new();
+    let name = |r: Register| -> Option<String> {
+        if r == Register::None || r.is_ip() {
+            return None;
+        }
+        let full = if r.is_gpr() || r.is_vector_register() { r.full_register() } else { r };
+        let full =
+            if (Register::MM0..=Register::MM7).contains(&full) { Register::ST0 + (full as u32 - Register::MM0 as u32) } else { full };
+        Some(format!("{full:?}").to_lowercase())
+    };
+    let mut forms = std::collections::HashSet::new();
+    let mut bad = Vec::new();
+    for b in prof.blocks() {
+        let code = prof.code(b);
+        for i in Decoder::with_ip(prof.width.bits() as u32, code, b.addr, DecoderOptions::NONE).into_iter().take(b.insn_count as usize) {
+            if i.is_invalid() {
+                continue;
+            }
+            let insn = sem.insn(&i);
+            let info = factory.info(&i);
+            let (mut reads, mut writes) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
+            let merge = i.op_mask() != Register::None && !i.zeroing_masking();
+            for u in info.used_registers() {
+                let Some(n) = name(u.register()) else { continue };
+                let (r, w) = match u.access() {
+                    OpAccess::Read | OpAccess::CondRead => (true, false),
+                    OpAccess::Write => (false, true),
+                    OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite => (true, true),
+                    _ => (false, false),
+                };
+                let reg = u.register();
+                let keeps = w
+                    && (reg.is_gpr8()
+                        || reg.is_gpr16()
+                        || reg.is_xmm() && i.encoding() == EncodingKind::Legacy
+                        // Merge-masking keeps a vector destination's masked elements; a compare
+                        // into an opmask register zeroes them (SDM vol. 1, 15.6.1).
+                        || merge && reg.is_vector_register() && i.op0_kind() == OpKind::Register && i.op0_register() == reg);
+                if r || keeps {
+                    reads.insert(n.clone());
+                }
+                if w {
+                    writes.insert(n);
+                }
+            }
+            if matches!(i.mnemonic(), Mnemonic::Syscall | Mnemonic::Sysenter) || i.mnemonic() == Mnemonic::Int && i.immediate8() == 0x80 {
+                reads.extend(["rax", "rdi", "rsi", "rdx", "r10", "r8", "r9"].map(String::from));
+                writes.insert("rax".into());
+            }
+            let ours = |s: dep_profile::ArchSet| s.iter().map(|a| a.name()).collect::<std::collections::BTreeSet<_>>();
+            let (our_reads, our_writes) = (ours(insn.regs.reads), ours(insn.regs.writes));
+            if (&our_reads, &our_writes) != (&reads, &writes)
+                || insn.regs.flags_read != i.rflags_read()
+                || insn.regs.flags_written != i.rflags_modified()
+            {
+                bad.push(format!("{:#x} {i}: ours {our_reads:?} -> {our_writes:?}, iced {reads:?} -> {writes:?}", i.ip()));
+            }
+            let gpr = |r: dep_profile::Reg| (r.index() < 16).then(|| dep_profile::ArchReg(r.0).name());
+            for r in insn.used.iter().filter_map(gpr) {
+                if !our_reads.contains(&r) {
+                    bad.push(format!("{:#x} {i}: address register {r} is not read", i.ip()));
+                }
+            }
+            for e in &insn.effects {
+                let (RegEffect::Expire(r) | RegEffect::Add(r, _)) = *e;
+                if let Some(r) = gpr(r).filter(|r| !our_writes.contains(r)) {
+                    bad.push(format!("{:#x} {i}: {r} changes but is not written", i.ip()));
+                }
+            }
+            forms.insert(i.code());
+        }
+    }
+    assert!(bad.is_empty(), "{}: {} instructions disagree:\n{}", p.display(), bad.len(), bad[..bad.len().min(20)].join("\n"));
+    assert!(forms.len() > 20, "{}: only {} instruction forms", p.display(), forms.len());
 }
 
 /// The drivers for stateful analyses agree with the one-threaded run on a recorded profile:
