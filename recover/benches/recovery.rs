@@ -2,7 +2,8 @@
 //! recovery loop alone (the null `Counts` sink), with text rendering to `io::sink()`, the
 //! statistics sink, and chunk-parallel `run_ordered` with 1 and 2 workers; and on profiles
 //! recorded from real programs (gzip compressing 4 MB of text, a Python loop) when the
-//! workspace's release `dep` and its collector are built (`cargo build --release`).
+//! workspace's release `dep` and its collector are built (`cargo build --release
+//! --workspace`): the null sink, and edge counts merged chunk-parallel on 1 and 2 workers.
 //!
 //! Run with `cargo bench -p dep-recover --bench recovery` (add `-- --quick` for a fast pass).
 
@@ -11,7 +12,7 @@ use dep_profile::container::Profile;
 use dep_profile::simulate::{random_code, write_profile, PathStep, Rng};
 use dep_profile::Machine;
 use dep_recover::stats::StatsSink;
-use dep_recover::{Counts, Format, Recovery, Renderer, Source};
+use dep_recover::{Counts, EdgeCounts, Format, Recovery, Renderer, Source};
 use std::path::Path;
 use std::time::Duration;
 
@@ -171,6 +172,13 @@ fn recorded(c: &mut Criterion) {
             let id = format!("{name}_null_sink{}", if compiled { "" } else { "_interpreted" });
             g.bench_with_input(BenchmarkId::new(id, workers), &rec, |b, rec| {
                 b.iter(|| rec.run_ordered(Source::Dep, Counts::default, |_| Ok(Vec::new()), &mut std::io::sink(), &|_| {}).unwrap())
+            });
+        }
+        // A stateful analysis: edge counts merged chunk-parallel, on one and two cores.
+        for workers in [1, 2] {
+            let rec = Recovery::new(&p, workers);
+            g.bench_with_input(BenchmarkId::new(format!("{name}_edge_counts"), workers), &rec, |b, rec| {
+                b.iter(|| black_box(rec.run_merged(Source::Dep, |_| EdgeCounts::new(&rec.plans), &|_| {}).unwrap().len()))
             });
         }
     }
