@@ -1,0 +1,309 @@
+//! The DCFG-trace edge-id sequence strings (spec section 3.7.1): bit strings in modified
+//! Base64 (`A`-`Z`, `a`-`z`, `0`-`9`, `+`, `-`; six bits a character, most significant
+//! first), with consecutive repeats `(N*...)` and dictionary references `<key>`, both of
+//! which nest. Decoding expands them lazily, so a string that repeats a dictionary entry a
+//! billion times decodes in memory proportional to its text, not its expansion.
+
+use std::collections::HashMap;
+
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+-";
+
+/// Why a sequence string cannot be decoded.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SeqError {
+    #[error("character {0:?} at {1} is not part of an edge-id sequence")]
+    BadChar(char, usize),
+    #[error("unbalanced '(' or missing '*' in a repeat at {0}")]
+    BadRepeat(usize),
+    #[error("dictionary reference <{0}> is not in the STRING_DICTIONARY")]
+    UnknownKey(String),
+    #[error("unterminated dictionary reference at {0}")]
+    Unterminated(usize),
+    #[error("dictionary references nest more than {0} deep (a circular reference?)")]
+    TooDeep(usize),
+    #[error("the sequence ends after {0} bits, before the edges it must hold")]
+    Short(u64),
+}
+
+/// The value of a modified Base64 character.
+pub fn sextet(c: u8) -> Option<u8> {
+    match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'-' => Some(63),
+        _ => None,
+    }
+}
+
+/// Dictionary references deeper than this are taken for a cycle.
+const MAX_DEPTH: usize = 64;
+
+/// Appends bits and renders them as modified Base64.
+#[derive(Default, Debug)]
+pub struct BitWriter {
+    out: String,
+    acc: u8,
+    n: u8,
+    bits: u64,
+}
+
+impl BitWriter {
+    /// Appends the low `len` bits of `code`, most significant first.
+    #[inline]
+    pub fn push(&mut self, code: u32, len: u8) {
+        for k in (0..len).rev() {
+            self.acc = self.acc << 1 | ((code >> k) & 1) as u8;
+            self.n += 1;
+            if self.n == 6 {
+                self.out.push(ALPHABET[self.acc as usize] as char);
+                self.acc = 0;
+                self.n = 0;
+            }
+        }
+        self.bits += len as u64;
+    }
+
+    /// Bits written so far.
+    pub fn bits(&self) -> u64 {
+        self.bits
+    }
+
+    /// The characters, the last padded with zero bits.
+    pub fn finish(mut self) -> String {
+        if self.n > 0 {
+            self.out.push(ALPHABET[(self.acc << (6 - self.n)) as usize] as char);
+        }
+        self.out
+    }
+}
+
+/// Shortens a Base64 string with `(N*...)` wherever a run of a repeated substring (of up
+/// to `MAX_UNIT` characters) is longer than the repeat's notation.
+pub fn compress_repeats(s: &str) -> String {
+    const MAX_UNIT: usize = 16;
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len() / 2);
+    let mut i = 0;
+    while i < b.len() {
+        // The unit whose run saves most characters here.
+        let mut best: Option<(usize, usize, usize)> = None; // (saving, unit, count)
+        for unit in 1..=MAX_UNIT.min((b.len() - i) / 2) {
+            let mut count = 1;
+            while i + (count + 1) * unit <= b.len() && b[i + count * unit..i + (count + 1) * unit] == b[i..i + unit] {
+                count += 1;
+            }
+            if count < 2 {
+                continue;
+            }
+            let plain = count * unit;
+            let coded = unit + 3 + count.ilog10() as usize + 1; // "(" digits "*" unit ")"
+            if plain > coded && best.is_none_or(|(s, _, _)| plain - coded > s) {
+                best = Some((plain - coded, unit, count));
+            }
+        }
+        match best {
+            Some((_, unit, count)) => {
+                out.push('(');
+                out.push_str(&count.to_string());
+                out.push('*');
+                out.push_str(&s[i..i + unit]);
+                out.push(')');
+                i += unit * count;
+            }
+            None => {
+                out.push(b[i] as char);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// What the reader is expanding: a piece of text and how often it is still to be read.
+struct Frame<'a> {
+    text: &'a [u8],
+    pos: usize,
+    /// Passes over `text` still to make after this one.
+    again: u64,
+    start: usize,
+    depth: usize,
+}
+
+/// Reads the bits of a sequence string, expanding repeats and dictionary references as it
+/// goes (spec 3.7.1).
+pub struct BitReader<'a> {
+    dict: &'a HashMap<String, String>,
+    stack: Vec<Frame<'a>>,
+    acc: u8,
+    left: u8,
+    bits: u64,
+}
+
+impl<'a> BitReader<'a> {
+    pub fn new(s: &'a str, dict: &'a HashMap<String, String>) -> Self {
+        BitReader { dict, stack: vec![Frame { text: s.as_bytes(), pos: 0, again: 0, start: 0, depth: 0 }], acc: 0, left: 0, bits: 0 }
+    }
+
+    /// The next Base64 character's value, or None at the end.
+    fn next_sextet(&mut self) -> Result<Option<u8>, SeqError> {
+        loop {
+            let Some(f) = self.stack.last_mut() else { return Ok(None) };
+            if f.pos >= f.text.len() {
+                if f.again > 0 {
+                    f.again -= 1;
+                    f.pos = f.start;
+                } else {
+                    self.stack.pop();
+                }
+                continue;
+            }
+            let c = f.text[f.pos];
+            let at = f.pos;
+            match c {
+                b'(' => {
+                    let digits = f.text[at + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+                    if digits == 0 || f.text.get(at + 1 + digits) != Some(&b'*') {
+                        return Err(SeqError::BadRepeat(at));
+                    }
+                    let n: u64 = std::str::from_utf8(&f.text[at + 1..at + 1 + digits])
+                        .ok()
+                        .and_then(|d| d.parse().ok())
+                        .ok_or(SeqError::BadRepeat(at))?;
+                    let body = at + 2 + digits;
+                    let mut level = 1;
+                    let mut end = body;
+                    while end < f.text.len() {
+                        match f.text[end] {
+                            b'(' => level += 1,
+                            b')' => {
+                                level -= 1;
+                                if level == 0 {
+                                    break;
+                                }
+                            }
+                            _ => {}
+                        }
+                        end += 1;
+                    }
+                    if level != 0 {
+                        return Err(SeqError::BadRepeat(at));
+                    }
+                    let (text, depth) = (f.text, f.depth);
+                    f.pos = end + 1;
+                    if n > 0 {
+                        self.stack.push(Frame { text: &text[..end], pos: body, again: n - 1, start: body, depth });
+                    }
+                }
+                b'<' => {
+                    let len = f.text[at + 1..].iter().position(|&c| c == b'>').ok_or(SeqError::Unterminated(at))?;
+                    let key = String::from_utf8_lossy(&f.text[at + 1..at + 1 + len]).into_owned();
+                    f.pos = at + 2 + len;
+                    let depth = f.depth + 1;
+                    if depth > MAX_DEPTH {
+                        return Err(SeqError::TooDeep(MAX_DEPTH));
+                    }
+                    let dict: &'a HashMap<String, String> = self.dict;
+                    let value = dict.get(&key).ok_or(SeqError::UnknownKey(key))?;
+                    self.stack.push(Frame { text: value.as_bytes(), pos: 0, again: 0, start: 0, depth });
+                }
+                _ => {
+                    f.pos += 1;
+                    return sextet(c).map(Some).ok_or(SeqError::BadChar(c as char, at));
+                }
+            }
+        }
+    }
+
+    /// The next bit.
+    #[inline]
+    pub fn bit(&mut self) -> Result<bool, SeqError> {
+        if self.left == 0 {
+            self.acc = self.next_sextet()?.ok_or(SeqError::Short(self.bits))?;
+            self.left = 6;
+        }
+        self.left -= 1;
+        self.bits += 1;
+        Ok((self.acc >> self.left) & 1 == 1)
+    }
+
+    /// The expanded characters of the whole string (for tests and small strings).
+    pub fn expand(mut self) -> Result<String, SeqError> {
+        let mut s = String::new();
+        while let Some(v) = self.next_sextet()? {
+            s.push(ALPHABET[v as usize] as char);
+        }
+        Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dict() -> HashMap<String, String> {
+        [("a", "bks2hD7kB+KDk87(6*AB)Aw3ABD9"), ("b", "KkDk123(42*(25*a))45690D<a>7Fjdkpm")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn expand(s: &str) -> String {
+        BitReader::new(s, &dict()).expand().unwrap()
+    }
+
+    /// The spec's examples, section 3.7.1.
+    #[test]
+    fn spec_examples() {
+        // "C+" encodes the twelve bits 0b000010111110.
+        let empty = HashMap::new();
+        let mut r = BitReader::new("C+", &empty);
+        let bits: String = (0..12).map(|_| if r.bit().unwrap() { '1' } else { '0' }).collect();
+        assert_eq!(bits, "000010111110");
+        assert_eq!(r.bit(), Err(SeqError::Short(12)));
+        assert_eq!(expand("A(4*BC)D"), "ABCBCBCBCD");
+        assert_eq!(expand("123(2*(6*a)b)456"), "123aaaaaabaaaaaab456");
+        assert_eq!(expand("A<a>B"), "Abks2hD7kB+KDk87ABABABABABABAw3ABD9B");
+        let a = "bks2hD7kB+KDk87ABABABABABABAw3ABD9";
+        assert_eq!(expand("(2*A<a>B)"), format!("A{a}BA{a}B"));
+        let b = format!("KkDk123{}45690D{a}7Fjdkpm", "a".repeat(42 * 25));
+        assert_eq!(expand("A<b>B"), format!("A{b}B"));
+    }
+
+    #[test]
+    fn errors_are_named() {
+        let d = dict();
+        assert_eq!(BitReader::new("A<zz>", &d).expand(), Err(SeqError::UnknownKey("zz".into())));
+        assert_eq!(BitReader::new("A(3BC)", &d).expand(), Err(SeqError::BadRepeat(1)));
+        assert_eq!(BitReader::new("A(3*BC", &d).expand(), Err(SeqError::BadRepeat(1)));
+        assert_eq!(BitReader::new("A/", &d).expand(), Err(SeqError::BadChar('/', 1)));
+        let cyclic: HashMap<String, String> = [("x".to_string(), "A<x>".to_string())].into_iter().collect();
+        assert_eq!(BitReader::new("<x>", &cyclic).expand(), Err(SeqError::TooDeep(MAX_DEPTH)));
+    }
+
+    /// Written bits read back, through repeat compression, for random and repetitive input.
+    #[test]
+    fn round_trip() {
+        let mut seed = 7u64;
+        for round in 0..200 {
+            let mut w = BitWriter::default();
+            let mut want = Vec::new();
+            let n = (round * 37) % 500 + 1;
+            for k in 0..n {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let (code, len) = if round % 2 == 0 { ((seed >> 33) as u32, (seed >> 59) as u8 % 9) } else { ((k % 3) as u32, 2) };
+                w.push(code, len);
+                want.extend((0..len).rev().map(|b| (code >> b) & 1 == 1));
+            }
+            let s = compress_repeats(&w.finish());
+            let d = HashMap::new();
+            let mut r = BitReader::new(&s, &d);
+            let got: Vec<bool> = (0..want.len()).map(|_| r.bit().unwrap()).collect();
+            assert_eq!(got, want, "round {round}: {s}");
+        }
+        assert_eq!(compress_repeats("AAAAAAAAAAB"), "(10*A)B");
+        assert_eq!(compress_repeats("ABABABABABAB"), "(6*AB)");
+        assert_eq!(compress_repeats("AAB"), "AAB");
+    }
+}
