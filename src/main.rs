@@ -68,13 +68,22 @@ enum Cmd {
         #[arg(short, long, default_value_t = 0)]
         jobs: usize,
     },
-    /// Write Intel DCFG JSON (and optionally the DCFG-trace).
+    /// Write Intel DCFG JSON (and optionally the DCFG-trace); or check a pair of them.
     Dcfg {
-        profile: PathBuf,
-        #[arg(short, long)]
-        output: PathBuf,
+        /// The profile (its forked children and exec'd images, PROFILE.1, PROFILE.2, ...,
+        /// are further processes of the same file).
+        #[arg(required_unless_present = "check")]
+        profile: Option<PathBuf>,
+        #[arg(short, long, required_unless_present = "check")]
+        output: Option<PathBuf>,
         #[arg(long)]
         trace: Option<PathBuf>,
+        /// Decode and check a DCFG and its DCFG-trace (from any producer) instead.
+        #[arg(long, num_args = 2, value_names = ["DCFG", "TRACE"], conflicts_with_all = ["profile", "output", "trace"])]
+        check: Option<Vec<PathBuf>>,
+        /// With --check: print the decoded blocks, `<pid> <thread> <start-pc> <instruction-count>`.
+        #[arg(long, requires = "check")]
+        blocks: bool,
     },
     /// Write a WET dependence trace.
     Wet {
@@ -187,7 +196,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Recover { profile, truth, format, output, jobs } => recover(&profile, truth, &format, output.as_deref(), jobs),
         Cmd::Stats { profile, json, no_compress } => stats(&profile, json, !no_compress),
         Cmd::Edges { profile, json, truth, output, jobs } => edges(&profile, json, truth, output.as_deref(), jobs),
-        Cmd::Dcfg { .. } => not_built("dcfg"),
+        Cmd::Dcfg { check: Some(pair), blocks, .. } => dcfg_check(&pair[0], &pair[1], blocks),
+        Cmd::Dcfg { profile: Some(profile), output: Some(output), trace, .. } => dcfg(&profile, &output, trace.as_deref()),
+        Cmd::Dcfg { .. } => bail!("dep dcfg needs PROFILE -o FILE, or --check DCFG TRACE"),
         Cmd::Wet { .. } => not_built("wet"),
         Cmd::Callgrind { .. } => not_built("callgrind"),
         Cmd::Races { .. } => not_built("races"),
@@ -338,5 +349,82 @@ fn edges(profile: &std::path::Path, json: bool, truth: bool, output: Option<&std
         eprintln!("dep: warning: {w}");
     }
     check_truncated(&p)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The profile and the profiles of its forked children and exec'd images (PROFILE.1, ...).
+fn process_profiles(profile: &std::path::Path) -> Vec<PathBuf> {
+    let mut all = vec![profile.to_path_buf()];
+    for n in 1.. {
+        let p = PathBuf::from(format!("{}.{n}", profile.display()));
+        if !p.exists() {
+            break;
+        }
+        all.push(p);
+    }
+    all
+}
+
+fn dcfg(profile: &std::path::Path, output: &std::path::Path, trace: Option<&std::path::Path>) -> Result<ExitCode> {
+    use dep_dcfg_out::dcfg::{write_dcfg, write_trace, Ids, Process};
+    use dep_dcfg_out::symbols::Symbolizer;
+    let profiles: Vec<dep_profile::container::Profile> =
+        process_profiles(profile).iter().map(dep_profile::container::Profile::open).collect::<Result<_, _>>()?;
+    let recs: Vec<dep_recover::Recovery> = profiles.iter().map(|p| dep_recover::Recovery::new(p, 0)).collect();
+    let chunks: u64 = recs.iter().map(|r| r.chunks().len() as u64).sum();
+    let pb = progress_bar(chunks * if trace.is_some() { 2 } else { 1 }, "dcfg");
+    let mut ids = Ids::default();
+    let mut procs = Vec::new();
+    for r in &recs {
+        procs.push(Process::build(r, &mut ids, &|n| pb.inc(n))?);
+    }
+    let syms: Vec<Symbolizer> = profiles.iter().map(|p| Symbolizer::new(&p.modules)).collect();
+    let mut out = create_output(Some(output))?;
+    write_dcfg(&mut out, &procs, &syms)?;
+    out.flush().with_context(|| format!("writing {}", output.display()))?;
+    if let Some(t) = trace {
+        let mut out = create_output(Some(t))?;
+        write_trace(&mut out, &procs, &|n| pb.inc(n))?;
+        out.flush().with_context(|| format!("writing {}", t.display()))?;
+    }
+    pb.finish_and_clear();
+    for w in syms.iter().flat_map(|s| s.warnings()) {
+        eprintln!("dep: warning: {w}");
+    }
+    for p in &profiles {
+        check_truncated(p)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn dcfg_check(dcfg: &std::path::Path, trace: &std::path::Path, blocks: bool) -> Result<ExitCode> {
+    use dep_dcfg_out::dcfg_check::{read_dcfg, read_trace, Report};
+    let read = |p: &std::path::Path| -> Result<serde_json::Value> {
+        let f = std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
+        serde_json::from_reader(std::io::BufReader::new(f)).with_context(|| format!("{}: not JSON", p.display()))
+    };
+    let mut report = Report::default();
+    let procs = read_dcfg(&read(dcfg)?, &mut report).with_context(|| format!("{}", dcfg.display()))?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut werr: Option<std::io::Error> = None;
+    read_trace(&read(trace)?, &procs, &mut report, |pid, t, addr, n| {
+        if blocks && werr.is_none() {
+            if let Err(e) = writeln!(out, "{pid} {t} {addr:#x} {n}") {
+                werr = Some(e);
+            }
+        }
+    })
+    .with_context(|| format!("{}", trace.display()))?;
+    match werr {
+        Some(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
+        Some(e) => return Err(e).context("writing output"),
+        None => {}
+    }
+    out.flush().context("writing output")?;
+    eprintln!(
+        "dep: dcfg check passed: {} processes, {} nodes, {} edges, {} routines, {} loops, {} edges decoded",
+        report.processes, report.nodes, report.edges, report.routines, report.loops, report.decoded_edges
+    );
     Ok(ExitCode::SUCCESS)
 }

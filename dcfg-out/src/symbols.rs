@@ -80,6 +80,18 @@ impl Symbolizer {
         (addr - m.base < m.size).then_some(m)
     }
 
+    /// The function symbols of the module loaded at `base`, as (name, offset from the base,
+    /// size), sorted by offset; empty where the module cannot be read.
+    pub fn module_symbols(&self, base: u64) -> Vec<(String, u64, u64)> {
+        let Some(m) = self.modules.iter().find(|m| m.base == base) else { return Vec::new() };
+        let Some(file) = m.file.get_or_init(|| self.open(m)) else { return Vec::new() };
+        file.functions
+            .iter()
+            .map(|(a, size, name)| (name.clone(), a.wrapping_add(file.bias).wrapping_sub(m.base), *size))
+            .filter(|(_, off, _)| *off < m.size)
+            .collect()
+    }
+
     /// The symbol (routine) `addr` is in, from the symbol tables alone: cheaper than
     /// [`place`](Self::place), which also reads DWARF.
     pub fn symbol(&self, addr: u64) -> String {

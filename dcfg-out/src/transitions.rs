@@ -90,19 +90,20 @@ pub struct EdgeGraph {
     pub out: HashMap<u64, Vec<(u32, u64)>>,
 }
 
-/// The encoder's view: per node, the codes of its out-edges and the run each one starts.
+/// The encoder's view. An edge's code names it among its source node's out-edges, so it is
+/// the same whichever edge came before: codes are kept per edge, with the run of edges
+/// (through nodes of one out-edge) that its row names.
 pub struct Encoder {
-    /// (node, next edge) -> (code, length, the run of edges that row names).
-    codes: HashMap<(u64, u32), (u32, u8, Vec<u32>)>,
-    target: HashMap<u32, u64>,
+    /// Edge -> (code, length, the run of edges its row names, starting with it).
+    codes: rustc_hash::FxHashMap<u32, (u32, u8, Vec<u32>)>,
 }
 
 impl Encoder {
     /// Codes for every node's out-edges from their counts, runs through nodes with one
     /// out-edge folded in.
     pub fn new(g: &EdgeGraph) -> Encoder {
-        let mut codes = HashMap::new();
-        for (&node, outs) in &g.out {
+        let mut codes = rustc_hash::FxHashMap::default();
+        for outs in g.out.values() {
             let lens = code_lengths(&outs.iter().map(|o| o.1).collect::<Vec<_>>());
             for ((edge, _), (code, len)) in outs.iter().zip(canonical(&lens)) {
                 let mut run = vec![*edge];
@@ -114,10 +115,10 @@ impl Encoder {
                         _ => break,
                     }
                 }
-                codes.insert((node, *edge), (code, len, run));
+                codes.insert(*edge, (code, len, run));
             }
         }
-        Encoder { codes, target: g.target.iter().map(|(&e, &(t, _))| (e, t)).collect() }
+        Encoder { codes }
     }
 
     /// Every row of the table: for each edge, the codes of what may follow it.
@@ -125,7 +126,7 @@ impl Encoder {
         let mut rows = Vec::new();
         for (&current, &(t, _)) in &g.target {
             for (edge, _) in g.out.get(&t).map(Vec::as_slice).unwrap_or(&[]) {
-                let (code, len, run) = &self.codes[&(t, *edge)];
+                let (code, len, run) = &self.codes[edge];
                 rows.push(Row { current, code: *code, len: *len, next: run.clone() });
             }
         }
@@ -133,18 +134,15 @@ impl Encoder {
         rows
     }
 
-    /// Encodes `edges` (a chunk's, after its first) following `first` into `out`.
-    /// Panics if an edge cannot follow its predecessor: the graph must hold every edge.
-    pub fn encode(&self, first: u32, edges: &[u32], out: &mut crate::seqcode::BitWriter) {
-        let (mut current, mut i) = (first, 0);
+    /// Encodes `edges` (a chunk's edges after its first) into `out`. Every edge must be one
+    /// of the graph's, following its predecessor.
+    pub fn encode(&self, edges: &[u32], out: &mut crate::seqcode::BitWriter) {
+        let mut i = 0;
         while i < edges.len() {
-            let node = self.target[&current];
-            let (code, len, run) = &self.codes[&(node, edges[i])];
+            let (code, len, run) = &self.codes[&edges[i]];
             out.push(*code, *len);
             debug_assert!(run.iter().zip(&edges[i..]).all(|(a, b)| a == b), "a run the graph says always follows did not");
-            let step = run.len().min(edges.len() - i);
-            i += step;
-            current = edges[i - 1];
+            i += run.len();
         }
     }
 }
@@ -310,7 +308,7 @@ mod tests {
             let g = EdgeGraph { target, out };
             let enc = Encoder::new(&g);
             let mut w = BitWriter::default();
-            enc.encode(walk[0], &walk[1..], &mut w);
+            enc.encode(&walk[1..], &mut w);
             let text = crate::seqcode::compress_repeats(&w.finish());
             let mut table = Table::default();
             for r in enc.rows(&g) {

@@ -328,24 +328,53 @@ impl<'p> Recovery<'p> {
         M: Fn() -> S + Sync,
         F: Fn(S) -> std::io::Result<Vec<u8>> + Sync,
     {
-        self.check_source(source)?;
-        let chunks = self.chunks();
-        self.map_ordered(
-            &chunks,
-            |c, buf| {
-                let mut sink = make();
-                if fed(sink.begin(&self.begin(source, Part::Chunk { thread: c.thread, seq: c.seq })))? == Fed::All {
-                    self.feed(c, source, buf, &mut sink)?;
-                }
-                fed(sink.finish())?;
-                finish(sink).map_err(RecoverError::Output)
-            },
+        self.run_chunks(
+            source,
+            |_| make(),
+            |s| finish(s).map_err(RecoverError::Output),
             |bytes| bytes.len(),
             |_, bytes| {
                 out.write_all(&bytes).map_err(RecoverError::Output)?;
                 progress(1);
                 Ok(())
             },
+        )
+    }
+
+    /// The general chunk-parallel run: each chunk into a sink made by `make(chunk)` (which
+    /// sees `begin` with [`Part::Chunk`], the chunk and `finish`), turned by `finish` into a
+    /// result of `weight` bytes, which `consume` receives in chunk order (thread by thread,
+    /// each in sequence) on the calling thread.
+    pub fn run_chunks<S, T, M, F, C>(
+        &self,
+        source: Source,
+        make: M,
+        finish: F,
+        weight: fn(&T) -> usize,
+        consume: C,
+    ) -> Result<(), RecoverError>
+    where
+        S: Sink,
+        T: Send,
+        M: Fn(&ChunkRef) -> S + Sync,
+        F: Fn(S) -> Result<T, RecoverError> + Sync,
+        C: FnMut(&ChunkRef, T) -> Result<(), RecoverError>,
+    {
+        self.check_source(source)?;
+        let chunks = self.chunks();
+        let mut consume = consume;
+        self.map_ordered(
+            &chunks,
+            |c, buf| {
+                let mut sink = make(c);
+                if fed(sink.begin(&self.begin(source, Part::Chunk { thread: c.thread, seq: c.seq })))? == Fed::All {
+                    self.feed(c, source, buf, &mut sink)?;
+                }
+                fed(sink.finish())?;
+                finish(sink)
+            },
+            weight,
+            |k, t| consume(&chunks[k], t),
         )
     }
 

@@ -1,0 +1,766 @@
+//! `dep dcfg`: the Intel DCFG of a profile's processes, and its DCFG-trace
+//! (../shared/specs/dcfg-and-dcfg-trace-format-1.00.txt).
+//!
+//! One pass counts each thread's node transitions chunk-parallel ([`NodeFlow`]); the graph,
+//! its routines, dominators and loops are built from those counts; a second pass, also
+//! chunk-parallel, turns each chunk's node sequence into edge ids, encoded with a transition
+//! table from the first pass's counts, and writes trace rows as they come, in order.
+//!
+//! How DEP's events become DCFG edges:
+//! - between two blocks of a thread, by the first block's last instruction: jcc taken
+//!   DIRECT_CONDITIONAL_BRANCH, not taken (and any block ending without a branch)
+//!   FALL_THROUGH, jmp DIRECT/INDIRECT_UNCONDITIONAL_BRANCH, call DIRECT/INDIRECT_CALL, ret
+//!   RETURN, a rep string run again REP, `syscall`/`int` SYSTEM_CALL_BYPASS (the kernel is
+//!   not in the graph, so the bypass carries the count), anything else (ud2, hlt, an
+//!   undecodable instruction) UNKNOWN;
+//! - a signal delivered between two blocks, or a fault inside the first, CONTEXT_CHANGE
+//!   (from the node of the part that ran); the handler's return CONTEXT_CHANGE_RETURN;
+//! - START to each thread's first node ENTRY, its last node to END EXIT;
+//! - a CALL_BYPASS from each calling node to the node at its return address, count 0;
+//! - a block a fault cut short is a node of its own (same address, fewer instructions), so
+//!   every node's COUNT is the sum of its incoming and of its outgoing edge counts, and
+//!   NUM_INSTRS times COUNT sums to INSTR_COUNT.
+
+use crate::dominators::{dominators, loops, Graph};
+use crate::flow::{node, parts, ChunkStart, How, Node, NodeFlow};
+use crate::seqcode::{compress_repeats, BitWriter};
+use crate::symbols::Symbolizer;
+use crate::transitions::{code_text, EdgeGraph, Encoder};
+use dep_profile::semantics::Flow;
+use dep_recover::plans::Plans;
+use dep_recover::{BlockEvent, Marker, MemEvent, RecoverError, Recovery, Run, Sink, SinkResult, Source};
+use rustc_hash::FxHashMap;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+
+/// Errors of `dep dcfg`.
+#[derive(Debug, thiserror::Error)]
+pub enum DcfgError {
+    #[error(transparent)]
+    Recover(#[from] RecoverError),
+    #[error("writing output: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// The pre-defined edge types, in the order of their ids (1, 2, ...).
+pub const EDGE_TYPES: [&str; 26] = [
+    "ENTRY",
+    "EXIT",
+    "BRANCH",
+    "CONDITIONAL_BRANCH",
+    "UNCONDITIONAL_BRANCH",
+    "DIRECT_BRANCH",
+    "INDIRECT_BRANCH",
+    "DIRECT_CONDITIONAL_BRANCH",
+    "INDIRECT_CONDITIONAL_BRANCH",
+    "DIRECT_UNCONDITIONAL_BRANCH",
+    "INDIRECT_UNCONDITIONAL_BRANCH",
+    "REP",
+    "FALL_THROUGH",
+    "CALL",
+    "DIRECT_CALL",
+    "INDIRECT_CALL",
+    "RETURN",
+    "CALL_BYPASS",
+    "SYSTEM_CALL",
+    "SYSTEM_RETURN",
+    "SYSTEM_CALL_BYPASS",
+    "CONTEXT_CHANGE",
+    "CONTEXT_CHANGE_RETURN",
+    "CONTEXT_CHANGE_BYPASS",
+    "EXCLUDED_CODE_BYPASS",
+    "UNKNOWN",
+];
+
+/// An edge type's id in [`EDGE_TYPES`].
+fn ty(name: &str) -> u32 {
+    EDGE_TYPES.iter().position(|t| *t == name).expect("a pre-defined type") as u32 + 1
+}
+
+/// Special node ids.
+pub const START: u32 = 1;
+pub const END: u32 = 2;
+
+/// An edge's end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum End {
+    Start,
+    End,
+    Node(u32),
+}
+
+/// A node of the graph.
+struct NodeInfo {
+    key: Node,
+    addr: u64,
+    size: u64,
+    instrs: u32,
+    last_offset: u64,
+    count: u64,
+    image: usize,
+}
+
+struct EdgeInfo {
+    src: End,
+    dst: End,
+    ty: u32,
+    per_thread: Vec<u64>,
+}
+
+struct Image {
+    base: u64,
+    size: u64,
+    path: Option<String>,
+    nodes: Vec<u32>,
+}
+
+/// One process: its graph and what the trace needs.
+pub struct Process<'r> {
+    rec: &'r Recovery<'r>,
+    pid: u32,
+    node_base: u32,
+    edge_base: u32,
+    nodes: Vec<NodeInfo>,
+    edges: Vec<EdgeInfo>,
+    /// (from, to, how) -> edge index.
+    by_transition: FxHashMap<(Node, Node, How), u32>,
+    entry_edge: FxHashMap<Node, u32>,
+    exit_edge: FxHashMap<Node, u32>,
+    images: Vec<Image>,
+    instr_per_thread: Vec<u64>,
+    flows: Vec<NodeFlow>,
+}
+
+/// Node and edge ids used so far in a file (ids are unique across its processes).
+#[derive(Clone, Copy, Debug)]
+pub struct Ids {
+    pub next_node: u32,
+    pub next_edge: u32,
+}
+
+impl Default for Ids {
+    fn default() -> Self {
+        Ids { next_node: END + 1, next_edge: 1 }
+    }
+}
+
+/// The DCFG edge type of a transition between two nodes.
+fn classify(plans: &Plans, from: Node, to: Node, how: How) -> u32 {
+    match how {
+        How::Signal => return ty("CONTEXT_CHANGE"),
+        How::SignalReturn => return ty("CONTEXT_CHANGE_RETURN"),
+        How::Flow => {}
+    }
+    let (fid, fexec) = parts(from);
+    let (tid, _) = parts(to);
+    let Some(plan) = plans.get_plan(fid) else { return ty("UNKNOWN") };
+    if fexec as usize != plan.insns.len() {
+        return ty("UNKNOWN");
+    }
+    let to_addr = plans.get_plan(tid).map_or(0, |p| p.addr);
+    let Some((flow, rep)) = plans.exit(fid) else { return ty("UNKNOWN") };
+    ty(match flow {
+        Flow::Next if rep && to_addr == plan.addr => "REP",
+        Flow::Next => "FALL_THROUGH",
+        Flow::Jump { conditional: false, .. } => "DIRECT_UNCONDITIONAL_BRANCH",
+        Flow::Jump { conditional: true, target } if target == to_addr => "DIRECT_CONDITIONAL_BRANCH",
+        Flow::Jump { conditional: true, .. } => "FALL_THROUGH",
+        Flow::IndirectJump => "INDIRECT_UNCONDITIONAL_BRANCH",
+        Flow::Call { .. } => "DIRECT_CALL",
+        Flow::IndirectCall => "INDIRECT_CALL",
+        Flow::Return => "RETURN",
+        Flow::Syscall => "SYSTEM_CALL_BYPASS",
+        Flow::Other => "UNKNOWN",
+    })
+}
+
+/// Edge types that stay within a routine (bypasses included, calls and returns not).
+fn intra(t: u32) -> bool {
+    ![
+        "ENTRY",
+        "EXIT",
+        "CALL",
+        "DIRECT_CALL",
+        "INDIRECT_CALL",
+        "RETURN",
+        "SYSTEM_CALL",
+        "SYSTEM_RETURN",
+        "CONTEXT_CHANGE",
+        "CONTEXT_CHANGE_RETURN",
+    ]
+    .iter()
+    .any(|n| ty(n) == t)
+}
+
+impl<'r> Process<'r> {
+    /// Counts the profile's node transitions (chunk-parallel) and builds its graph.
+    pub fn build(rec: &'r Recovery<'r>, ids: &mut Ids, progress: &(dyn Fn(u64) + Sync)) -> Result<Process<'r>, DcfgError> {
+        let flows = rec.run_merged(Source::Dep, |_| NodeFlow::default(), progress)?;
+        let plans = &rec.plans;
+        let threads = flows.len();
+        let mut nodes: Vec<NodeInfo> = Vec::new();
+        let mut index: FxHashMap<Node, u32> = FxHashMap::default();
+        let mut add_node = |n: Node, nodes: &mut Vec<NodeInfo>| -> u32 {
+            *index.entry(n).or_insert_with(|| {
+                let (id, executed) = parts(n);
+                let plan = plans.plan(id);
+                let insns = &plan.insns[..(executed as usize).min(plan.insns.len())];
+                let last = insns.last().map_or(plan.addr, |i| i.pc);
+                let size = insns.last().map_or(0, |i| i.pc + i.len as u64 - plan.addr);
+                nodes.push(NodeInfo { key: n, addr: plan.addr, size, instrs: executed, last_offset: last - plan.addr, count: 0, image: 0 });
+                nodes.len() as u32 - 1
+            })
+        };
+        let mut edges: Vec<EdgeInfo> = Vec::new();
+        let mut by_transition: FxHashMap<(Node, Node, How), u32> = FxHashMap::default();
+        let mut entry_edge: FxHashMap<Node, u32> = FxHashMap::default();
+        let mut exit_edge: FxHashMap<Node, u32> = FxHashMap::default();
+        for (t, f) in flows.iter().enumerate() {
+            for ((a, b, how), n) in f.transitions() {
+                let (ia, ib) = (add_node(a, &mut nodes), add_node(b, &mut nodes));
+                let e = *by_transition.entry((a, b, how)).or_insert_with(|| {
+                    edges.push(EdgeInfo {
+                        src: End::Node(ia),
+                        dst: End::Node(ib),
+                        ty: classify(plans, a, b, how),
+                        per_thread: vec![0; threads],
+                    });
+                    edges.len() as u32 - 1
+                });
+                edges[e as usize].per_thread[t] += n;
+            }
+            if let (Some(first), Some(last)) = (f.first, f.last) {
+                let (ia, ib) = (add_node(first, &mut nodes), add_node(last, &mut nodes));
+                let e = *entry_edge.entry(first).or_insert_with(|| {
+                    edges.push(EdgeInfo { src: End::Start, dst: End::Node(ia), ty: ty("ENTRY"), per_thread: vec![0; threads] });
+                    edges.len() as u32 - 1
+                });
+                edges[e as usize].per_thread[t] += 1;
+                let e = *exit_edge.entry(last).or_insert_with(|| {
+                    edges.push(EdgeInfo { src: End::Node(ib), dst: End::End, ty: ty("EXIT"), per_thread: vec![0; threads] });
+                    edges.len() as u32 - 1
+                });
+                edges[e as usize].per_thread[t] += 1;
+            }
+        }
+        // Node counts: each execution of a node has exactly one incoming edge.
+        for e in &edges {
+            if let End::Node(d) = e.dst {
+                nodes[d as usize].count += e.per_thread.iter().sum::<u64>();
+            }
+        }
+        // CALL_BYPASS: caller to the node at its return address, where one ran.
+        let mut at_addr: FxHashMap<u64, u32> = FxHashMap::default();
+        for (i, n) in nodes.iter().enumerate() {
+            let (id, executed) = parts(n.key);
+            if plans.get_plan(id).is_some_and(|p| p.insns.len() == executed as usize) {
+                let best = at_addr.entry(n.addr).or_insert(i as u32);
+                if nodes[*best as usize].count < n.count {
+                    *best = i as u32;
+                }
+            }
+        }
+        let calls: Vec<u32> = edges
+            .iter()
+            .filter(|e| e.ty == ty("DIRECT_CALL") || e.ty == ty("INDIRECT_CALL"))
+            .filter_map(|e| if let End::Node(s) = e.src { Some(s) } else { None })
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        for s in calls {
+            let (id, _) = parts(nodes[s as usize].key);
+            let Some(last) = plans.plan(id).insns.last() else { continue };
+            if let Some(&r) = at_addr.get(&(last.pc + last.len as u64)) {
+                edges.push(EdgeInfo { src: End::Node(s), dst: End::Node(r), ty: ty("CALL_BYPASS"), per_thread: vec![0; threads] });
+            }
+        }
+        // Images: the recorded modules; code outside them in one image of its own.
+        let mut images: Vec<Image> = Vec::new();
+        for m in rec.profile.modules.iter().filter(|m| m.event == "load" && m.size > 0) {
+            images.retain(|i| i.base != m.base);
+            images.push(Image { base: m.base, size: m.size, path: Some(m.path.clone()).filter(|p| !p.is_empty()), nodes: Vec::new() });
+        }
+        images.sort_by_key(|i| i.base);
+        let mut outside: Vec<u32> = Vec::new();
+        for (k, n) in nodes.iter_mut().enumerate() {
+            let i = images.partition_point(|im| im.base <= n.addr);
+            match i.checked_sub(1).filter(|&i| n.addr - images[i].base < images[i].size) {
+                Some(i) => {
+                    n.image = i;
+                    images[i].nodes.push(k as u32);
+                }
+                None => outside.push(k as u32),
+            }
+        }
+        if !outside.is_empty() {
+            let lo = outside.iter().map(|&k| nodes[k as usize].addr).min().expect("not empty");
+            let hi = outside.iter().map(|&k| nodes[k as usize].addr + nodes[k as usize].size.max(1)).max().expect("not empty");
+            for &k in &outside {
+                nodes[k as usize].image = images.len();
+            }
+            images.push(Image { base: lo, size: hi - lo, path: None, nodes: outside });
+        }
+        images.retain(|i| !i.nodes.is_empty());
+        for (k, im) in images.iter().enumerate() {
+            for &n in &im.nodes {
+                nodes[n as usize].image = k;
+            }
+        }
+        let node_base = ids.next_node;
+        let edge_base = ids.next_edge;
+        ids.next_node += nodes.len() as u32;
+        ids.next_edge += edges.len() as u32;
+        let instr_per_thread = flows.iter().map(|f| f.instructions).collect();
+        Ok(Process {
+            rec,
+            pid: rec.profile.meta.pid,
+            node_base,
+            edge_base,
+            nodes,
+            edges,
+            by_transition,
+            entry_edge,
+            exit_edge,
+            images,
+            instr_per_thread,
+            flows,
+        })
+    }
+
+    fn node_id(&self, k: u32) -> u32 {
+        self.node_base + k
+    }
+
+    fn end_id(&self, e: End) -> u32 {
+        match e {
+            End::Start => START,
+            End::End => END,
+            End::Node(k) => self.node_id(k),
+        }
+    }
+
+    /// The routines of an image: entries at call and handler targets, thread starts and
+    /// symbol starts; each node claimed by the first routine whose entry reaches it
+    /// through intra-routine edges; nodes left over start routines of their own.
+    fn routines(&self, image: usize, symbol_starts: &std::collections::HashSet<u64>) -> Vec<Value> {
+        let im = &self.images[image];
+        let local: FxHashMap<u32, usize> = im.nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        let n = im.nodes.len();
+        let mut succ: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut is_entry = vec![false; n];
+        let mut out_edges: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (k, e) in self.edges.iter().enumerate() {
+            let from = match e.src {
+                End::Node(s) => local.get(&s).copied(),
+                _ => None,
+            };
+            if let Some(ls) = from {
+                out_edges[ls].push(k);
+            }
+            if let End::Node(d) = e.dst {
+                if let Some(&ld) = local.get(&d) {
+                    match (intra(e.ty), from) {
+                        (true, Some(ls)) => succ[ls].push(ld),
+                        // A jump in from another image (a PLT stub's) enters a routine.
+                        (true, None) => is_entry[ld] = true,
+                        (false, _) => is_entry[ld] |= e.ty != ty("RETURN") && e.ty != ty("CONTEXT_CHANGE_RETURN") && e.ty != ty("EXIT"),
+                    }
+                }
+            }
+        }
+        for (i, &k) in im.nodes.iter().enumerate() {
+            is_entry[i] |= symbol_starts.contains(&(self.nodes[k as usize].addr - im.base));
+        }
+        for s in &mut succ {
+            s.sort_unstable();
+            s.dedup();
+        }
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(|&i| (!is_entry[i], self.nodes[im.nodes[i] as usize].addr, i));
+        let mut owner = vec![usize::MAX; n];
+        let mut routines: Vec<Vec<usize>> = Vec::new();
+        for &start in &order {
+            if owner[start] != usize::MAX {
+                continue;
+            }
+            let r = routines.len();
+            owner[start] = r;
+            let mut members = vec![start];
+            let mut k = 0;
+            while k < members.len() {
+                let v = members[k];
+                k += 1;
+                for &w in &succ[v] {
+                    if owner[w] == usize::MAX && !is_entry[w] {
+                        owner[w] = r;
+                        members.push(w);
+                    }
+                }
+            }
+            routines.push(members);
+        }
+        routines
+            .iter()
+            .map(|members| {
+                let pos: FxHashMap<usize, usize> = members.iter().enumerate().map(|(i, &v)| (v, i)).collect();
+                let rs: Vec<Vec<usize>> = members.iter().map(|v| succ[*v].iter().filter_map(|w| pos.get(w).copied()).collect()).collect();
+                let g = Graph { succ: &rs };
+                let idom = dominators(&g);
+                let id = |i: usize| self.node_id(im.nodes[members[i]]);
+                let nodes_table: Vec<Value> = std::iter::once(json!(["NODE_ID", "IDOM_NODE_ID"]))
+                    .chain((0..members.len()).map(|i| json!([id(i), id(idom[i].unwrap_or(0))])))
+                    .collect();
+                // Exits: nodes with an edge leaving the routine (calls and handler entries,
+                // which come back, aside).
+                let mut exits: Vec<u32> = Vec::new();
+                for (_, e) in members.iter().flat_map(|m| out_edges[*m].iter().map(move |&k| (m, &self.edges[k]))) {
+                    let End::Node(s) = e.src else { continue };
+                    let leaves = match e.dst {
+                        End::Node(d) => local.get(&d).is_none_or(|&ld| owner[ld] != owner[members[0]]),
+                        _ => true,
+                    };
+                    let returns_here = [ty("DIRECT_CALL"), ty("INDIRECT_CALL"), ty("CONTEXT_CHANGE"), ty("CALL_BYPASS")].contains(&e.ty);
+                    if leaves && !returns_here {
+                        exits.push(self.node_id(s));
+                    }
+                }
+                exits.sort_unstable();
+                exits.dedup();
+                let mut row = vec![json!(id(0)), json!(exits), Value::Array(nodes_table)];
+                let ls = loops(&g, &idom);
+                if !ls.is_empty() {
+                    let mut table =
+                        vec![json!(["LOOP_HEAD_NODE_ID", "LOOP_BACK_EDGE_SOURCE_NODE_IDS", "LOOP_NODE_IDS", "PARENT_LOOP_HEAD_NODE_ID"])];
+                    for l in &ls {
+                        let back: Vec<u32> = l.back_edges.iter().map(|&b| id(b)).collect();
+                        let all: Vec<u32> = l.nodes.iter().map(|&b| id(b)).collect();
+                        let mut r = vec![json!(id(l.head)), json!(back), json!(all)];
+                        if let Some(p) = l.parent {
+                            r.push(json!(id(ls[p].head)));
+                        }
+                        table.push(Value::Array(r));
+                    }
+                    row.push(Value::Array(table));
+                }
+                Value::Array(row)
+            })
+            .collect()
+    }
+
+    /// The process's row of the DCFG's PROCESSES table; file names are added to `files`.
+    pub fn dcfg_row(&self, sym: &Symbolizer, files: &mut FileNames) -> Value {
+        let plans = &self.rec.plans;
+        let mut images_table = vec![json!(["IMAGE_ID", "LOAD_ADDR", "SIZE", "IMAGE_DATA"])];
+        for (k, im) in self.images.iter().enumerate() {
+            let mut data = serde_json::Map::new();
+            if let Some(p) = &im.path {
+                data.insert("FILE_NAME_ID".into(), json!(files.id(p)));
+            }
+            let symbols = if im.path.is_some() { sym.module_symbols(im.base) } else { Vec::new() };
+            if !symbols.is_empty() {
+                let mut t = vec![json!(["NAME", "ADDR_OFFSET", "SIZE"])];
+                t.extend(symbols.iter().map(|(n, off, size)| json!([n, format!("{off:#x}"), size])));
+                data.insert("SYMBOLS".into(), Value::Array(t));
+            }
+            let starts: std::collections::HashSet<u64> = symbols.iter().map(|s| s.1).collect();
+            // Source lines of every instruction the image's blocks hold, merged into runs.
+            let mut pcs: BTreeMap<u64, u8> = BTreeMap::new();
+            for &n in &im.nodes {
+                let (id, executed) = parts(self.nodes[n as usize].key);
+                for i in plans.plan(id).insns.iter().take(executed as usize) {
+                    pcs.insert(i.pc, i.len);
+                }
+            }
+            let mut source: Vec<Value> = Vec::new();
+            let mut run: Option<(String, u32, u64, u64, u32)> = None; // file, line, start, end, instrs
+            if im.path.is_some() {
+                for (&pc, &len) in &pcs {
+                    let place = sym.place(pc);
+                    let here = place.file.zip(place.line);
+                    match (&mut run, &here) {
+                        (Some(r), Some((f, l))) if r.0 == *f && r.1 == *l && r.3 == pc => {
+                            r.3 = pc + len as u64;
+                            r.4 += 1;
+                        }
+                        _ => {
+                            if let Some(r) = run.take() {
+                                source.push(json!([files.id(&r.0), r.1, format!("{:#x}", r.2 - im.base), r.3 - r.2, r.4]));
+                            }
+                            if let Some((f, l)) = here {
+                                run = Some((f, l, pc, pc + len as u64, 1));
+                            }
+                        }
+                    }
+                }
+                if let Some(r) = run.take() {
+                    source.push(json!([files.id(&r.0), r.1, format!("{:#x}", r.2 - im.base), r.3 - r.2, r.4]));
+                }
+            }
+            if !source.is_empty() {
+                let mut t = vec![json!(["FILE_NAME_ID", "LINE_NUM", "ADDR_OFFSET", "SIZE", "NUM_INSTRS"])];
+                t.extend(source);
+                data.insert("SOURCE_DATA".into(), Value::Array(t));
+            }
+            let mut blocks = vec![json!(["NODE_ID", "ADDR_OFFSET", "SIZE", "NUM_INSTRS", "LAST_INSTR_OFFSET", "COUNT"])];
+            let mut sorted = im.nodes.clone();
+            sorted.sort_by_key(|&n| (self.nodes[n as usize].addr, self.nodes[n as usize].key));
+            for &n in &sorted {
+                let x = &self.nodes[n as usize];
+                blocks.push(json!([self.node_id(n), format!("{:#x}", x.addr - im.base), x.size, x.instrs, x.last_offset, x.count]));
+            }
+            data.insert("BASIC_BLOCKS".into(), Value::Array(blocks));
+            let mut routines = vec![json!(["ENTRY_NODE_ID", "EXIT_NODE_IDS", "NODES", "LOOPS"])];
+            routines.extend(self.routines(k, &starts));
+            data.insert("ROUTINES".into(), Value::Array(routines));
+            images_table.push(json!([k + 1, format!("{:#x}", im.base), im.size, Value::Object(data)]));
+        }
+        let mut edges = vec![json!(["EDGE_ID", "SOURCE_NODE_ID", "TARGET_NODE_ID", "EDGE_TYPE_ID", "COUNT_PER_THREAD"])];
+        for (k, e) in self.edges.iter().enumerate() {
+            edges.push(json!([self.edge_base + k as u32, self.end_id(e.src), self.end_id(e.dst), e.ty, e.per_thread]));
+        }
+        json!([self.pid, {
+            "INSTR_COUNT": self.instr_per_thread.iter().sum::<u64>(),
+            "INSTR_COUNT_PER_THREAD": self.instr_per_thread,
+            "IMAGES": images_table,
+            "EDGES": edges,
+        }])
+    }
+
+    /// The trace's edge graph: targets and counts of edges, and each node's out-edges.
+    fn edge_graph(&self) -> EdgeGraph {
+        let key = |e: End| match e {
+            End::Start => u64::MAX - 1,
+            End::End => u64::MAX,
+            End::Node(k) => k as u64,
+        };
+        let mut g = EdgeGraph { target: Default::default(), out: Default::default() };
+        for (k, e) in self.edges.iter().enumerate() {
+            let count: u64 = e.per_thread.iter().sum();
+            if count == 0 {
+                continue; // fabricated bypasses never appear in the trace
+            }
+            let id = self.edge_base + k as u32;
+            g.target.insert(id, (key(e.dst), count));
+            g.out.entry(key(e.src)).or_default().push((id, count));
+        }
+        for v in g.out.values_mut() {
+            v.sort_unstable();
+        }
+        g
+    }
+
+    /// Writes the process's row of the DCFG-trace's PROCESSES table, streaming the thread
+    /// data chunk by chunk as recovery delivers it.
+    pub fn write_trace_row(&self, out: &mut dyn Write, progress: &(dyn Fn(u64) + Sync)) -> Result<(), DcfgError> {
+        let g = self.edge_graph();
+        let enc = Encoder::new(&g);
+        write!(out, "[{}, {{}}, [[\"CURRENT_EDGE_ID\", \"TRANSITION_CODE\", \"NEXT_EDGE_IDS\"]", self.pid)?;
+        for r in enc.rows(&g) {
+            write!(out, ",\n  [{}, \"{}\", {}]", r.current, code_text(r.code, r.len), json!(r.next))?;
+        }
+        write!(out, "],\n [[\"THREAD_ID\", \"TRACE_DATA\"]")?;
+        let mut current: Option<u32> = None;
+        let mut preceding = 0u64;
+        let header = "[\"PRECEDING_INSTR_COUNT\", \"INSTR_COUNT\", \"EDGE_COUNT\", \"FIRST_EDGE_ID\", \"EDGE_ID_SEQUENCE\"]";
+        let starts: Vec<&[ChunkStart]> = self.flows.iter().map(|f| f.chunk_starts.as_slice()).collect();
+        let mut io_error: Option<io::Error> = None;
+        let r = self.rec.run_chunks(
+            Source::Dep,
+            |c| {
+                let th = &self.rec.profile.threads[c.thread as usize];
+                let k = th.chunks.iter().position(|x| x.seq == c.seq).unwrap_or(0);
+                let start = starts[c.thread as usize].get(k).copied().unwrap_or(ChunkStart { prev: None, how: How::Flow });
+                TraceChunk::new(self, start, k + 1 == th.chunks.len())
+            },
+            |t| Ok(t.finish_chunk(&enc)),
+            |c: &ChunkText| c.text.len(),
+            |c, chunk| {
+                let w = (|| -> io::Result<()> {
+                    if current != Some(c.thread) {
+                        if current.is_some() {
+                            write!(out, "]]")?;
+                        }
+                        write!(out, ",\n  [{}, [{header}", c.thread)?;
+                        current = Some(c.thread);
+                        preceding = 0;
+                    }
+                    if chunk.edges > 0 {
+                        write!(out, ",\n    [{preceding}, {}, {}, {}, \"{}\"]", chunk.instrs, chunk.edges, chunk.first, chunk.text)?;
+                    }
+                    preceding += chunk.instrs;
+                    Ok(())
+                })();
+                progress(1);
+                w.map_err(RecoverError::Output)
+            },
+        );
+        if let Err(RecoverError::Output(e)) = r {
+            io_error = Some(e);
+        } else {
+            r?;
+        }
+        if let Some(e) = io_error {
+            return Err(e.into());
+        }
+        if current.is_some() {
+            write!(out, "]]")?;
+        }
+        write!(out, "]]")?;
+        Ok(())
+    }
+}
+
+/// The file-name table, filled as names are used.
+#[derive(Default)]
+pub struct FileNames {
+    ids: BTreeMap<String, u32>,
+}
+
+impl FileNames {
+    pub fn id(&mut self, name: &str) -> u32 {
+        let n = self.ids.len() as u32 + 1;
+        *self.ids.entry(name.to_string()).or_insert(n)
+    }
+
+    fn table(&self) -> Value {
+        let mut rows: Vec<(u32, &String)> = self.ids.iter().map(|(k, v)| (*v, k)).collect();
+        rows.sort();
+        let mut t = vec![json!(["FILE_NAME_ID", "FILE_NAME"])];
+        t.extend(rows.into_iter().map(|(id, n)| json!([id, n])));
+        Value::Array(t)
+    }
+}
+
+/// Writes the DCFG of `processes`.
+pub fn write_dcfg(out: &mut dyn Write, processes: &[Process], sym: &[Symbolizer]) -> Result<(), DcfgError> {
+    let mut files = FileNames::default();
+    let mut rows = vec![json!(["PROCESS_ID", "PROCESS_DATA"])];
+    for (p, s) in processes.iter().zip(sym) {
+        rows.push(p.dcfg_row(s, &mut files));
+    }
+    let mut types = vec![json!(["EDGE_TYPE_ID", "EDGE_TYPE"])];
+    types.extend(EDGE_TYPES.iter().enumerate().map(|(i, t)| json!([i + 1, t])));
+    let doc = json!({
+        "MAJOR_VERSION": 1,
+        "MINOR_VERSION": 0,
+        "FILE_NAMES": files.table(),
+        "EDGE_TYPES": types,
+        "SPECIAL_NODES": [["NODE_ID", "NODE_NAME"], [START, "START"], [END, "END"]],
+        "PROCESSES": rows,
+    });
+    serde_json::to_writer(&mut *out, &doc).map_err(io::Error::from)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+/// Writes the DCFG-trace of `processes`.
+pub fn write_trace(out: &mut dyn Write, processes: &[Process], progress: &(dyn Fn(u64) + Sync)) -> Result<(), DcfgError> {
+    write!(out, "{{\"MAJOR_VERSION\": 1, \"MINOR_VERSION\": 0, \"PROCESSES\": [[\"PROCESS_ID\", \"STRING_DICTIONARY\", \"TRANSITION_TABLE\", \"THREAD_DATA\"]")?;
+    for p in processes {
+        write!(out, ",\n ")?;
+        p.write_trace_row(out, progress)?;
+    }
+    writeln!(out, "]}}")?;
+    Ok(())
+}
+
+/// One chunk's trace row, before its preceding count is known.
+pub struct ChunkText {
+    instrs: u64,
+    edges: u64,
+    first: u32,
+    text: String,
+}
+
+/// Front cache of transition -> edge id, in front of the process's map.
+const CACHE: usize = 4096;
+
+/// Turns one chunk's blocks into edge ids.
+struct TraceChunk<'a, 'r> {
+    p: &'a Process<'r>,
+    prev: Option<Node>,
+    how: How,
+    last_chunk: bool,
+    edges: Vec<u32>,
+    instrs: u64,
+    cache: Vec<(u128, u32)>,
+}
+
+impl<'a, 'r> TraceChunk<'a, 'r> {
+    fn new(p: &'a Process<'r>, start: ChunkStart, last_chunk: bool) -> Self {
+        TraceChunk { p, prev: start.prev, how: start.how, last_chunk, edges: Vec::new(), instrs: 0, cache: vec![(u128::MAX, 0); CACHE] }
+    }
+
+    #[inline]
+    fn enter(&mut self, n: Node) {
+        let p = self.p;
+        let e = match self.prev {
+            None => p.entry_edge[&n],
+            Some(prev) => {
+                let k = (prev as u128) << 64 | (n as u128) << 2 | self.how as u128;
+                let h = ((prev ^ n.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize & (CACHE - 1);
+                if self.cache[h].0 == k {
+                    self.cache[h].1
+                } else {
+                    let e = p.by_transition[&(prev, n, self.how)];
+                    self.cache[h] = (k, e);
+                    e
+                }
+            }
+        };
+        if let Some(prev) = self.prev {
+            self.instrs += parts(prev).1 as u64;
+        }
+        self.edges.push(p.edge_base + e);
+        self.prev = Some(n);
+        self.how = How::Flow;
+    }
+
+    fn finish_chunk(mut self, enc: &Encoder) -> ChunkText {
+        if self.last_chunk {
+            if let Some(last) = self.prev {
+                self.instrs += parts(last).1 as u64;
+                self.edges.push(self.p.edge_base + self.p.exit_edge[&last]);
+            }
+        }
+        let mut w = BitWriter::default();
+        if self.edges.len() > 1 {
+            enc.encode(&self.edges[1..], &mut w);
+        }
+        ChunkText {
+            instrs: self.instrs,
+            edges: self.edges.len() as u64,
+            first: self.edges.first().copied().unwrap_or(0),
+            text: compress_repeats(&w.finish()),
+        }
+    }
+}
+
+impl Sink for TraceChunk<'_, '_> {
+    #[inline]
+    fn block(&mut self, b: &BlockEvent) -> SinkResult {
+        self.enter(node(b.id.expect("recovery gives block ids"), b.executed));
+        Ok(())
+    }
+
+    fn refs(&mut self, _: &[MemEvent]) -> SinkResult {
+        Ok(())
+    }
+
+    fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
+        match m {
+            Marker::Signal(_) => self.how = How::Signal,
+            Marker::SignalReturn => self.how = How::SignalReturn,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, run: &Run) -> SinkResult {
+        for b in run.blocks() {
+            self.enter(node(b.id, b.executed as u32));
+        }
+        Ok(())
+    }
+}

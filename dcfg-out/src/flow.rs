@@ -1,0 +1,212 @@
+//! The DCFG's view of a thread: the sequence of executed block nodes, and how often each
+//! pair of consecutive nodes occurs (with whether a signal was delivered or returned from
+//! between them). A node is a block of the table as far as it executed: a block a signal cut
+//! short at its k-th instruction is a node of its own, so that a node's instructions times
+//! its count is what ran. Mergeable across chunks, so it counts chunk-parallel.
+
+use dep_recover::{Begin, BlockEvent, Marker, MemEvent, Merge, Part, Run, Sink, SinkError, SinkResult};
+use rustc_hash::FxHashMap;
+
+/// A block-table index and how many of its instructions ran: `id << 16 | executed`.
+pub type Node = u64;
+
+/// A node's key.
+#[inline]
+pub fn node(id: u32, executed: u32) -> Node {
+    (id as u64) << 16 | (executed as u64 & 0xffff)
+}
+
+/// The node's block-table index and instructions executed.
+pub fn parts(n: Node) -> (u32, u32) {
+    ((n >> 16) as u32, (n & 0xffff) as u32)
+}
+
+/// How control went from one node to the next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum How {
+    /// By the first node's own exit.
+    Flow = 0,
+    /// A signal was delivered: the second node starts its handler.
+    Signal = 1,
+    /// A handler returned: the second node resumes the interrupted code.
+    SignalReturn = 2,
+}
+
+impl How {
+    fn from_u8(v: u8) -> How {
+        match v {
+            1 => How::Signal,
+            2 => How::SignalReturn,
+            _ => How::Flow,
+        }
+    }
+
+    /// Two markers between the same pair of nodes: the later one decides.
+    fn then(self, later: How) -> How {
+        if later == How::Flow {
+            self
+        } else {
+            later
+        }
+    }
+}
+
+/// A transition key: (from, to, how) in 128 bits.
+fn key(from: Node, to: Node, how: How) -> u128 {
+    (from as u128) << 64 | (to as u128) << 2 | how as u128
+}
+
+/// The transition a key holds.
+pub fn unkey(k: u128) -> (Node, Node, How) {
+    ((k >> 64) as u64, ((k as u64) >> 2), How::from_u8((k & 3) as u8))
+}
+
+const SLOTS: usize = 4096;
+
+/// Where a chunk starts in its thread: the node before it and the markers since.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkStart {
+    pub prev: Option<Node>,
+    pub how: How,
+}
+
+/// One thread's node sequence, summarised.
+#[derive(Clone)]
+pub struct NodeFlow {
+    /// Front cache of transition counts: (key, count), count 0 empty.
+    slots: Vec<(u128, u64)>,
+    spill: FxHashMap<u128, u64>,
+    /// The thread's (or chunk's) first node and the markers before it.
+    pub first: Option<Node>,
+    start_how: How,
+    /// The last node, and the markers since.
+    pub last: Option<Node>,
+    how: How,
+    /// Whether this holds the thread from its start.
+    closed: bool,
+    pub blocks: u64,
+    pub instructions: u64,
+    /// For a thread merged from chunks: where each chunk started, in order.
+    pub chunk_starts: Vec<ChunkStart>,
+}
+
+impl Default for NodeFlow {
+    fn default() -> Self {
+        NodeFlow {
+            slots: vec![(0, 0); SLOTS],
+            spill: FxHashMap::default(),
+            first: None,
+            start_how: How::Flow,
+            last: None,
+            how: How::Flow,
+            closed: true,
+            blocks: 0,
+            instructions: 0,
+            chunk_starts: Vec::new(),
+        }
+    }
+}
+
+impl NodeFlow {
+    #[inline]
+    fn add(&mut self, k: u128, n: u64) {
+        let h = ((k as u64 ^ (k >> 64) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize & (SLOTS - 1);
+        let slot = &mut self.slots[h];
+        if slot.0 == k && slot.1 != 0 {
+            slot.1 += n;
+        } else {
+            if slot.1 != 0 {
+                *self.spill.entry(slot.0).or_insert(0) += slot.1;
+            }
+            *slot = (k, n);
+        }
+    }
+
+    #[inline]
+    fn enter(&mut self, n: Node, executed: u32) {
+        self.blocks += 1;
+        self.instructions += executed as u64;
+        match self.last {
+            Some(prev) => self.add(key(prev, n, self.how), 1),
+            None => {
+                self.first = Some(n);
+                self.start_how = self.how;
+            }
+        }
+        self.last = Some(n);
+        self.how = How::Flow;
+    }
+
+    /// Every transition with its count (the thread's first node and its end aside).
+    pub fn transitions(&self) -> FxHashMap<(Node, Node, How), u64> {
+        let mut all: FxHashMap<(Node, Node, How), u64> = FxHashMap::default();
+        for (&k, &n) in self.spill.iter().chain(self.slots.iter().filter(|s| s.1 != 0).map(|(k, n)| (k, n))) {
+            *all.entry(unkey(k)).or_insert(0) += n;
+        }
+        all
+    }
+}
+
+impl Sink for NodeFlow {
+    fn begin(&mut self, b: &Begin) -> SinkResult {
+        self.closed = !matches!(b.part, Part::Chunk { .. });
+        Ok(())
+    }
+
+    #[inline]
+    fn block(&mut self, b: &BlockEvent) -> SinkResult {
+        let id = b.id.ok_or_else(|| SinkError::failed(format!("block {:#x} is not in the block table", b.addr)))?;
+        self.enter(node(id, b.executed), b.executed);
+        Ok(())
+    }
+
+    fn refs(&mut self, _: &[MemEvent]) -> SinkResult {
+        Ok(())
+    }
+
+    fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
+        match m {
+            Marker::Signal(_) => self.how = How::Signal,
+            Marker::SignalReturn => self.how = How::SignalReturn,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, run: &Run) -> SinkResult {
+        for b in run.blocks() {
+            self.enter(node(b.id, b.executed as u32), b.executed as u32);
+        }
+        Ok(())
+    }
+}
+
+impl Merge for NodeFlow {
+    fn merge(&mut self, later: Self) -> SinkResult {
+        if !self.closed || later.closed {
+            return Err(SinkError::failed("node flows merge a chunk's onto its thread's, in order"));
+        }
+        self.chunk_starts.push(ChunkStart { prev: self.last, how: self.how });
+        match (self.last, later.first) {
+            (Some(prev), Some(first)) => self.add(key(prev, first, self.how.then(later.start_how)), 1),
+            (None, Some(first)) => {
+                self.first = Some(first);
+                self.start_how = self.how.then(later.start_how);
+            }
+            _ => {}
+        }
+        if later.last.is_some() {
+            self.last = later.last;
+            self.how = later.how;
+        } else {
+            self.how = self.how.then(later.how);
+        }
+        for (k, n) in later.spill.into_iter().chain(later.slots.into_iter().filter(|s| s.1 != 0)) {
+            self.add(k, n);
+        }
+        self.blocks += later.blocks;
+        self.instructions += later.instructions;
+        Ok(())
+    }
+}
