@@ -218,7 +218,40 @@ fn check(name: &str, prog: &Path, args: &[&str]) -> Vec<(u64, u64)> {
     let mut profiles: Vec<PathBuf> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
     profiles.sort();
     assert!(!profiles.is_empty());
+    check_dcfg(&profile, &profiles);
     profiles.iter().map(|p| check_profile(p)).collect()
+}
+
+/// `dep dcfg` writes a DCFG and trace of every process (the profile, its children and
+/// exec'd images), `dep dcfg --check` accepts them (every count, dominator tree and loop),
+/// and the decoded trace is exactly the block sequence `dep recover --format blocks` gives.
+fn check_dcfg(main: &Path, profiles: &[PathBuf]) {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, t) = (dir.path().join("p.dcfg.json"), dir.path().join("p.trace.json"));
+    let o = run(Command::new(dep()).arg("dcfg").arg(main).arg("-o").arg(&d).arg("--trace").arg(&t));
+    assert!(o.status.success(), "{}: dep dcfg failed: {}", main.display(), String::from_utf8_lossy(&o.stderr));
+    // Processes in the file's order: the profile, then PROFILE.1, PROFILE.2, ...
+    let mut order = vec![main.to_path_buf()];
+    order.extend((1..).map(|n| PathBuf::from(format!("{}.{n}", main.display()))).take_while(|p| p.exists()));
+    assert_eq!(order.len(), profiles.len(), "{}: processes {order:?}, profiles {profiles:?}", main.display());
+    let mut want = Vec::new();
+    for p in &order {
+        let o = run(Command::new(dep()).arg("recover").arg(p).args(["--format", "blocks"]));
+        assert!(o.status.success());
+        want.extend(o.stdout);
+    }
+    let o = run(Command::new(dep()).arg("dcfg").arg("--check").arg(&d).arg(&t).arg("--blocks"));
+    assert!(o.status.success(), "{}: dep dcfg --check failed: {}", main.display(), String::from_utf8_lossy(&o.stderr));
+    // `<pid> <thread> <pc> <count>` less the pid is the blocks format.
+    let got: Vec<u8> =
+        String::from_utf8_lossy(&o.stdout).lines().flat_map(|l| format!("{}\n", l.split_once(' ').unwrap().1).into_bytes()).collect();
+    assert!(
+        got == want,
+        "{}: the decoded DCFG-trace differs from the recovered blocks ({} and {} bytes)",
+        main.display(),
+        got.len(),
+        want.len()
+    );
 }
 
 fn corpus_check(name: &str, args: &[&str]) -> Vec<(u64, u64)> {

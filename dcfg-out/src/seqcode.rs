@@ -43,25 +43,25 @@ const MAX_DEPTH: usize = 64;
 /// Appends bits and renders them as modified Base64.
 #[derive(Default, Debug)]
 pub struct BitWriter {
-    out: String,
-    acc: u8,
-    n: u8,
+    out: Vec<u8>,
+    /// Pending bits, the oldest highest; `n` of them (fewer than 6 between calls).
+    acc: u64,
+    n: u32,
     bits: u64,
 }
 
 impl BitWriter {
-    /// Appends the low `len` bits of `code`, most significant first.
+    /// Appends the low `len` (at most 32) bits of `code`, most significant first.
     #[inline]
     pub fn push(&mut self, code: u32, len: u8) {
-        for k in (0..len).rev() {
-            self.acc = self.acc << 1 | ((code >> k) & 1) as u8;
-            self.n += 1;
-            if self.n == 6 {
-                self.out.push(ALPHABET[self.acc as usize] as char);
-                self.acc = 0;
-                self.n = 0;
-            }
+        let len = len as u32;
+        self.acc = self.acc << len | (code as u64 & ((1u64 << len) - 1));
+        self.n += len;
+        while self.n >= 6 {
+            self.n -= 6;
+            self.out.push(ALPHABET[((self.acc >> self.n) & 63) as usize]);
         }
+        self.acc &= (1u64 << self.n) - 1;
         self.bits += len as u64;
     }
 
@@ -73,9 +73,9 @@ impl BitWriter {
     /// The characters, the last padded with zero bits.
     pub fn finish(mut self) -> String {
         if self.n > 0 {
-            self.out.push(ALPHABET[(self.acc << (6 - self.n)) as usize] as char);
+            self.out.push(ALPHABET[((self.acc << (6 - self.n)) & 63) as usize]);
         }
-        self.out
+        String::from_utf8(self.out).expect("the alphabet is ASCII")
     }
 }
 
@@ -90,8 +90,12 @@ pub fn compress_repeats(s: &str) -> String {
         // The unit whose run saves most characters here.
         let mut best: Option<(usize, usize, usize)> = None; // (saving, unit, count)
         for unit in 1..=MAX_UNIT.min((b.len() - i) / 2) {
+            // Most places repeat nothing: one byte rules a unit out.
+            if b[i + unit] != b[i] {
+                continue;
+            }
             let mut count = 1;
-            while i + (count + 1) * unit <= b.len() && b[i + count * unit..i + (count + 1) * unit] == b[i..i + unit] {
+            while i + (count + 1) * unit <= b.len() && (0..unit).all(|k| b[i + count * unit + k] == b[i + k]) {
                 count += 1;
             }
             if count < 2 {

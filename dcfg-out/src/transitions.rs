@@ -96,6 +96,9 @@ pub struct EdgeGraph {
 pub struct Encoder {
     /// Edge -> (code, length, the run of edges its row names, starting with it).
     codes: rustc_hash::FxHashMap<u32, (u32, u8, Vec<u32>)>,
+    /// The same by edge id from `base`: (code, length, run length); what `encode` reads.
+    dense: Vec<(u32, u8, u8)>,
+    base: u32,
 }
 
 impl Encoder {
@@ -118,7 +121,13 @@ impl Encoder {
                 codes.insert(*edge, (code, len, run));
             }
         }
-        Encoder { codes }
+        let base = codes.keys().copied().min().unwrap_or(0);
+        let top = codes.keys().copied().max().map_or(0, |m| m - base + 1);
+        let mut dense = vec![(0, 0, 0); top as usize];
+        for (e, (code, len, run)) in &codes {
+            dense[(e - base) as usize] = (*code, *len, run.len() as u8);
+        }
+        Encoder { codes, dense, base }
     }
 
     /// Every row of the table: for each edge, the codes of what may follow it.
@@ -139,10 +148,13 @@ impl Encoder {
     pub fn encode(&self, edges: &[u32], out: &mut crate::seqcode::BitWriter) {
         let mut i = 0;
         while i < edges.len() {
-            let (code, len, run) = &self.codes[&edges[i]];
-            out.push(*code, *len);
-            debug_assert!(run.iter().zip(&edges[i..]).all(|(a, b)| a == b), "a run the graph says always follows did not");
-            i += run.len();
+            let (code, len, run) = self.dense[(edges[i] - self.base) as usize];
+            debug_assert!(
+                self.codes[&edges[i]].2.iter().zip(&edges[i..]).all(|(a, b)| a == b),
+                "a run the graph says always follows did not"
+            );
+            out.push(code, len);
+            i += run as usize;
         }
     }
 }
