@@ -81,6 +81,7 @@ COLUMNS = [
     ("recover_null_1", "rec 1cpu", "recover_null_1_s", "native_s"),
     ("edges", "edges", "edges_s", "native_s"),
     ("edges_1", "edges 1cpu", "edges_1_s", "native_s"),
+    ("dcfg", "dcfg+tr", "dcfg_s", "native_s"),
     ("record_small", "record/s", "record_small_s", "native_small_s"),
     ("truth_small", "truth/s", "truth_small_s", "native_small_s"),
     ("recover_binary_small", "recbin/s", "recover_binary_small_s", "native_small_s"),
@@ -95,6 +96,7 @@ LEGEND = {
     "recover_null_1": "dep recover --format null --jobs 1 (one core)",
     "edges": "dep edges P -o /dev/null (edge counts merged chunk-parallel, all cores)",
     "edges_1": "dep edges P -o /dev/null --jobs 1 (one core)",
+    "dcfg": "dep dcfg P -o D --trace T (DCFG and DCFG-trace, all cores)",
     "record_small": "dep record -o P (small size)",
     "truth_small": "dep record --truth -o P2 (small size)",
     "recover_binary_small": "dep recover --format binary -o F (small size)",
@@ -589,6 +591,17 @@ def measure(name, spec, args, workdir, result, save):
              lambda: timed("edges", [DEP, "edges", profile, "-o", os.devnull]))
         step("edges_1", "dep edges P -o /dev/null --jobs 1",
              lambda: timed("edges_1", [DEP, "edges", profile, "-o", os.devnull, "--jobs", "1"]))
+
+        def dcfg():
+            d, t = profile + ".dcfg.json", profile + ".trace.json"
+            try:
+                timed("dcfg", [DEP, "dcfg", profile, "-o", d, "--trace", t])
+                sizes["dcfg_bytes"], sizes["dcfg_trace_bytes"] = os.path.getsize(d), os.path.getsize(t)
+            finally:
+                for f in (d, t):
+                    if os.path.exists(f):
+                        os.remove(f)
+        step("dcfg", "dep dcfg P -o D --trace T", dcfg)
     else:
         skipped["recover_null"] = "no profile (dep record failed)"
     remove_profile(profile)

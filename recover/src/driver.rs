@@ -8,7 +8,7 @@
 
 use crate::events::{Begin, Merge, Part, Sink, SinkError};
 use crate::plans::{Engine, Plans};
-use crate::traverse::{recover_chunk, ChunkFault, Scratch};
+use crate::traverse::{recover_chunk, walk_blocks, ChunkFault, Scratch};
 use crate::truth::replay_chunk;
 use dep_profile::container::{ChunkRef, Profile, ProfileError};
 use std::collections::BTreeMap;
@@ -62,6 +62,10 @@ pub enum Source {
     Dep,
     /// Replay the truth stream recorded alongside.
     Truth,
+    /// The control flow alone, from DEP_c: blocks and markers, no references; DEP_m is
+    /// neither read nor checked. (Not faster than [`Source::Dep`] on 64-bit profiles, whose
+    /// compiled blocks walk the tags faster than this general walk.)
+    Blocks,
 }
 
 /// Chunks the parallel driver recovers at most ahead of the one it consumes next.
@@ -132,6 +136,7 @@ impl<'p> Recovery<'p> {
         let r = match source {
             Source::Dep => recover_chunk(self.profile.width, &self.plans, &view, &mut buf.scratch, sink),
             Source::Truth => replay_chunk(&self.plans, &view, &mut buf.truth, sink),
+            Source::Blocks => walk_blocks(self.profile.width, &self.plans, &view, &mut buf.scratch, sink),
         };
         match r {
             Ok(()) => Ok(Fed::All),

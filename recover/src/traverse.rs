@@ -101,27 +101,7 @@ pub fn recover_chunk<S: Sink>(
         };
         match item {
             TagItem::Block(addr) => {
-                let id = match cache.find(plans, addr, version) {
-                    Ok(p) => p,
-                    Err(PlanMiss::NotInTable) => return Err(ChunkFault::UnknownBlock { word, addr, version }),
-                    Err(PlanMiss::Undecodable(why)) => return Err(ChunkFault::BadBlock { word, addr, why: why.to_string() }),
-                };
-                // An interrupted block is followed by the record saying where it stopped.
-                let mut stop = None;
-                match if tags.at_escape() { tags.next_item() } else { Ok(None) } {
-                    Ok(Some(TagItem::Escape(Escape::Interrupted { insn }))) => {
-                        let n = plans.flat.blocks[id as usize].insns;
-                        if insn as u32 >= n {
-                            return Err(ChunkFault::Malformed {
-                                word,
-                                what: format!("block {addr:#x} has {n} instructions, interrupted at {insn}"),
-                            });
-                        }
-                        stop = Some(insn);
-                    }
-                    Ok(next) => pending = next,
-                    Err(e) => return Err(ChunkFault::Malformed { word: tags.word_offset(), what: e.to_string() }),
-                }
+                let (id, stop) = block_at(plans, &mut cache, &mut tags, addr, version, word, &mut pending)?;
                 w.block(plans, id, version, stop, sink).map_err(|f| match f {
                     StepFault::Exhausted(offset) => ChunkFault::ValuesExhausted { word, offset, addr },
                     StepFault::Sink(e) => ChunkFault::Sink(e),
@@ -129,41 +109,16 @@ pub fn recover_chunk<S: Sink>(
                 })?;
                 version = 0;
             }
-            TagItem::Escape(e) => {
-                let marker = match e {
-                    Escape::CodeVersion { version: v } => {
-                        version = v;
-                        continue;
-                    }
-                    Escape::Interrupted { .. } => {
-                        return Err(ChunkFault::Malformed { word, what: "interruption record without a block before it".into() })
-                    }
-                    Escape::ChunkStart { seq } => {
-                        if seq != chunk.seq() {
-                            return Err(ChunkFault::Malformed {
-                                word,
-                                what: format!("chunk start record says {seq}, header says {}", chunk.seq()),
-                            });
-                        }
-                        Marker::ChunkStart(seq)
-                    }
-                    Escape::ThreadStart => Marker::ThreadStart,
-                    Escape::ThreadEnd => Marker::ThreadEnd,
-                    Escape::Signal { signo } => {
+            TagItem::Escape(e) => match control(e, chunk, word)? {
+                Control::Version(v) => version = v,
+                Control::ExpireAll => w.status = 0,
+                Control::Marker(m) => {
+                    if matches!(m, Marker::Signal(_) | Marker::SignalReturn) {
                         w.status = 0;
-                        Marker::Signal(signo)
                     }
-                    Escape::SignalReturn => {
-                        w.status = 0;
-                        Marker::SignalReturn
-                    }
-                    Escape::ExpireAll => {
-                        w.status = 0;
-                        continue;
-                    }
-                };
-                sink.marker(w.thread, marker)?;
-            }
+                    sink.marker(w.thread, m)?;
+                }
+            },
         }
     }
     scratch.batch = std::mem::take(&mut w.batch);
@@ -171,6 +126,102 @@ pub fn recover_chunk<S: Sink>(
         return Err(ChunkFault::ValuesLeftOver { left: w.values.remaining() });
     }
     Ok(())
+}
+
+/// What a control record means to a walk.
+enum Control {
+    /// The next block is at this code version.
+    Version(u32),
+    /// Every register value is unknown from here.
+    ExpireAll,
+    Marker(Marker),
+}
+
+/// Reads a control record at tag word `word` of `chunk`.
+fn control(e: Escape, chunk: &ChunkView, word: usize) -> Result<Control, ChunkFault> {
+    Ok(match e {
+        Escape::CodeVersion { version } => Control::Version(version),
+        Escape::Interrupted { .. } => {
+            return Err(ChunkFault::Malformed { word, what: "interruption record without a block before it".into() })
+        }
+        Escape::ChunkStart { seq } => {
+            if seq != chunk.seq() {
+                return Err(ChunkFault::Malformed { word, what: format!("chunk start record says {seq}, header says {}", chunk.seq()) });
+            }
+            Control::Marker(Marker::ChunkStart(seq))
+        }
+        Escape::ThreadStart => Control::Marker(Marker::ThreadStart),
+        Escape::ThreadEnd => Control::Marker(Marker::ThreadEnd),
+        Escape::Signal { signo } => Control::Marker(Marker::Signal(signo)),
+        Escape::SignalReturn => Control::Marker(Marker::SignalReturn),
+        Escape::ExpireAll => Control::ExpireAll,
+    })
+}
+
+/// The table index of the block a tag names, and the instruction it was interrupted at if
+/// an interruption record follows it; any other item read after it goes to `pending`.
+fn block_at(
+    plans: &Plans,
+    cache: &mut PlanCache,
+    tags: &mut TagDecoder,
+    addr: u64,
+    version: u32,
+    word: usize,
+    pending: &mut Option<TagItem>,
+) -> Result<(u32, Option<u16>), ChunkFault> {
+    let id = match cache.find(plans, addr, version) {
+        Ok(p) => p,
+        Err(PlanMiss::NotInTable) => return Err(ChunkFault::UnknownBlock { word, addr, version }),
+        Err(PlanMiss::Undecodable(why)) => return Err(ChunkFault::BadBlock { word, addr, why: why.to_string() }),
+    };
+    // An interrupted block is followed by the record saying where it stopped.
+    let mut stop = None;
+    match if tags.at_escape() { tags.next_item() } else { Ok(None) } {
+        Ok(Some(TagItem::Escape(Escape::Interrupted { insn }))) => {
+            let n = plans.flat.blocks[id as usize].insns;
+            if insn as u32 >= n {
+                return Err(ChunkFault::Malformed { word, what: format!("block {addr:#x} has {n} instructions, interrupted at {insn}") });
+            }
+            stop = Some(insn);
+        }
+        Ok(next) => *pending = next,
+        Err(e) => return Err(ChunkFault::Malformed { word: tags.word_offset(), what: e.to_string() }),
+    }
+    Ok((id, stop))
+}
+
+/// Walks one chunk's control flow alone (DEP_c): blocks and markers, no references, and
+/// DEP_m left unread (so a profile whose values are damaged still gives its control flow).
+pub fn walk_blocks<S: Sink>(width: Width, plans: &Plans, chunk: &ChunkView, scratch: &mut Scratch, sink: &mut S) -> Result<(), ChunkFault> {
+    chunk.decompress_into(Section::Tags, &mut scratch.tags, &mut scratch.dec).map_err(ChunkFault::Stream)?;
+    let mut tags = TagDecoder::new(width, &scratch.tags, chunk.hi()).map_err(|e| ChunkFault::Stream(e.to_string()))?;
+    let thread = chunk.thread();
+    let (mut version, mut pending, mut cache) = (0u32, None, PlanCache::new());
+    loop {
+        let word = tags.word_offset();
+        let item = match pending.take() {
+            Some(i) => i,
+            None => match tags.next_item() {
+                Ok(Some(i)) => i,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(ChunkFault::Malformed { word, what: e.to_string() }),
+            },
+        };
+        match item {
+            TagItem::Block(addr) => {
+                let (id, stop) = block_at(plans, &mut cache, &mut tags, addr, version, word, &mut pending)?;
+                let executed = stop.map_or(plans.flat.blocks[id as usize].insns, |s| s as u32 + 1);
+                let plan = plans.get_plan(id);
+                sink.block(&BlockEvent { thread, addr, version, id: Some(id), plan, executed, interrupted: stop.is_some() })?;
+                version = 0;
+            }
+            TagItem::Escape(e) => match control(e, chunk, word)? {
+                Control::Version(v) => version = v,
+                Control::ExpireAll => {}
+                Control::Marker(m) => sink.marker(thread, m)?,
+            },
+        }
+    }
 }
 
 enum StepFault {

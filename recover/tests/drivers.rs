@@ -45,6 +45,8 @@ fn parallel_drivers_agree_with_the_one_threaded_run() {
         let chunks: usize = p.threads.iter().map(|t| t.chunks.len()).sum();
         assert!(chunks >= 40 * threads, "seed {seed}: only {chunks} chunks");
         let base = one_threaded(&Recovery::new(&p, 1), Source::Dep);
+        // The control flow alone (DEP_c, no values) gives the same edges.
+        assert_eq!(one_threaded(&Recovery::new(&p, 1), Source::Blocks), base, "seed {seed}: Source::Blocks");
         kinds.extend(base.iter().flat_map(|t| t.0.iter().map(|(e, _)| e.kind)));
         max_depth = max_depth.max(base.iter().map(|t| t.3.max).max().unwrap_or(0));
         let mut counts = Counts::default();
