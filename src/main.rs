@@ -328,7 +328,7 @@ fn edges(profile: &std::path::Path, json: bool, truth: bool, output: Option<&std
     use dep_dcfg_out::{edge_list, symbols::Symbolizer};
     let p = dep_profile::container::Profile::open(profile)?;
     let rec = dep_recover::Recovery::new(&p, jobs);
-    let source = if truth { dep_recover::Source::Truth } else { dep_recover::Source::Dep };
+    let source = if truth { dep_recover::Source::Truth } else { dep_recover::Source::Blocks };
     let mut out = create_output(output)?;
     let pb = progress_bar(rec.chunks().len() as u64, "counting edges");
     let threads = edge_list::count(&rec, source, &|n| pb.inc(n))?;

@@ -129,7 +129,7 @@ pub struct Process<'r> {
     exit_edge: FxHashMap<Node, u32>,
     images: Vec<Image>,
     instr_per_thread: Vec<u64>,
-    flows: Vec<NodeFlow>,
+    flows: Vec<NodeFlow<'r>>,
 }
 
 /// Node and edge ids used so far in a file (ids are unique across its processes).
@@ -196,7 +196,7 @@ fn intra(t: u32) -> bool {
 impl<'r> Process<'r> {
     /// Counts the profile's node transitions (chunk-parallel) and builds its graph.
     pub fn build(rec: &'r Recovery<'r>, ids: &mut Ids, progress: &(dyn Fn(u64) + Sync)) -> Result<Process<'r>, DcfgError> {
-        let flows = rec.run_merged(Source::Dep, |_| NodeFlow::default(), progress)?;
+        let flows = rec.run_merged(Source::Blocks, |_| NodeFlow::new(&rec.plans), progress)?;
         let plans = &rec.plans;
         let threads = flows.len();
         let mut nodes: Vec<NodeInfo> = Vec::new();
@@ -217,7 +217,10 @@ impl<'r> Process<'r> {
         let mut entry_edge: FxHashMap<Node, u32> = FxHashMap::default();
         let mut exit_edge: FxHashMap<Node, u32> = FxHashMap::default();
         for (t, f) in flows.iter().enumerate() {
-            for ((a, b, how), n) in f.transitions() {
+            // In a fixed order, so that ids do not depend on hashing.
+            let mut tr: Vec<((Node, Node, How), u64)> = f.transitions().into_iter().collect();
+            tr.sort_unstable();
+            for ((a, b, how), n) in tr {
                 let (ia, ib) = (add_node(a, &mut nodes), add_node(b, &mut nodes));
                 let e = *by_transition.entry((a, b, how)).or_insert_with(|| {
                     edges.push(EdgeInfo {
@@ -566,14 +569,14 @@ impl<'r> Process<'r> {
         let starts: Vec<&[ChunkStart]> = self.flows.iter().map(|f| f.chunk_starts.as_slice()).collect();
         let mut io_error: Option<io::Error> = None;
         let r = self.rec.run_chunks(
-            Source::Dep,
+            Source::Blocks,
             |c| {
                 let th = &self.rec.profile.threads[c.thread as usize];
                 let k = th.chunks.iter().position(|x| x.seq == c.seq).unwrap_or(0);
                 let start = starts[c.thread as usize].get(k).copied().unwrap_or(ChunkStart { prev: None, how: How::Flow });
-                TraceChunk::new(self, start, k + 1 == th.chunks.len())
+                TraceChunk::new(self, &enc, start, k + 1 == th.chunks.len())
             },
-            |t| Ok(t.finish_chunk(&enc)),
+            |t| Ok(t.finish_chunk()),
             |c: &ChunkText| c.text.len(),
             |c, chunk| {
                 let w = (|| -> io::Result<()> {
@@ -679,17 +682,51 @@ const CACHE: usize = 4096;
 /// Turns one chunk's blocks into edge ids.
 struct TraceChunk<'a, 'r> {
     p: &'a Process<'r>,
+    enc: &'a Encoder,
     prev: Option<Node>,
     how: How,
     last_chunk: bool,
-    edges: Vec<u32>,
+    /// The chunk's first edge, and how many it has.
+    first: Option<u32>,
+    edges: u64,
+    /// Edges the last row named beyond its first, still to come.
+    skip: u32,
+    bits: BitWriter,
     instrs: u64,
     cache: Vec<(u128, u32)>,
+    /// Plain transitions between whole blocks, by (from id, to id): the edge id and its code.
+    plain: Vec<(u64, u32, (u32, u8, u8))>,
+    prev_whole: bool,
 }
 
 impl<'a, 'r> TraceChunk<'a, 'r> {
-    fn new(p: &'a Process<'r>, start: ChunkStart, last_chunk: bool) -> Self {
-        TraceChunk { p, prev: start.prev, how: start.how, last_chunk, edges: Vec::new(), instrs: 0, cache: vec![(u128::MAX, 0); CACHE] }
+    fn new(p: &'a Process<'r>, enc: &'a Encoder, start: ChunkStart, last_chunk: bool) -> Self {
+        TraceChunk {
+            p,
+            enc,
+            prev: start.prev,
+            how: start.how,
+            last_chunk,
+            first: None,
+            edges: 0,
+            skip: 0,
+            bits: BitWriter::default(),
+            instrs: 0,
+            cache: vec![(u128::MAX, 0); CACHE],
+            plain: vec![(u64::MAX, 0, (0, 0, 0)); CACHE],
+            // (A chunk's first block takes the general path.)
+            prev_whole: false,
+        }
+    }
+
+    #[inline]
+    fn edge(&mut self, e: u32) {
+        if self.first.is_none() {
+            self.first = Some(e);
+        } else {
+            self.enc.push(e, &mut self.skip, &mut self.bits);
+        }
+        self.edges += 1;
     }
 
     #[inline]
@@ -712,28 +749,19 @@ impl<'a, 'r> TraceChunk<'a, 'r> {
         if let Some(prev) = self.prev {
             self.instrs += parts(prev).1 as u64;
         }
-        self.edges.push(p.edge_base + e);
+        self.edge(p.edge_base + e);
         self.prev = Some(n);
         self.how = How::Flow;
     }
 
-    fn finish_chunk(mut self, enc: &Encoder) -> ChunkText {
+    fn finish_chunk(mut self) -> ChunkText {
         if self.last_chunk {
             if let Some(last) = self.prev {
                 self.instrs += parts(last).1 as u64;
-                self.edges.push(self.p.edge_base + self.p.exit_edge[&last]);
+                self.edge(self.p.edge_base + self.p.exit_edge[&last]);
             }
         }
-        let mut w = BitWriter::default();
-        if self.edges.len() > 1 {
-            enc.encode(&self.edges[1..], &mut w);
-        }
-        ChunkText {
-            instrs: self.instrs,
-            edges: self.edges.len() as u64,
-            first: self.edges.first().copied().unwrap_or(0),
-            text: compress_repeats(&w.finish()),
-        }
+        ChunkText { instrs: self.instrs, edges: self.edges, first: self.first.unwrap_or(0), text: compress_repeats(&self.bits.finish()) }
     }
 }
 
@@ -741,6 +769,7 @@ impl Sink for TraceChunk<'_, '_> {
     #[inline]
     fn block(&mut self, b: &BlockEvent) -> SinkResult {
         self.enter(node(b.id.expect("recovery gives block ids"), b.executed));
+        self.prev_whole = b.plan.is_some_and(|p| p.insns.len() == b.executed as usize);
         Ok(())
     }
 
@@ -758,9 +787,39 @@ impl Sink for TraceChunk<'_, '_> {
     }
 
     fn run(&mut self, run: &Run) -> SinkResult {
-        for b in run.blocks() {
-            self.enter(node(b.id, b.executed as u32));
+        // Run blocks are whole, with no marker between them. Until the chunk has its first
+        // edge and a whole block before, the general path; then the loop below, which keeps
+        // its state in locals.
+        let blocks = run.blocks();
+        let mut k = 0;
+        while k < blocks.len() && !(self.first.is_some() && self.prev.is_some() && self.prev_whole && self.how == How::Flow) {
+            self.enter(node(blocks[k].id, blocks[k].executed as u32));
+            self.prev_whole = true;
+            k += 1;
         }
+        let Some(mut prev) = self.prev.filter(|_| k < blocks.len()) else { return Ok(()) };
+        let mut bits = std::mem::take(&mut self.bits);
+        let (mut skip, mut instrs, mut edges) = (self.skip, self.instrs, self.edges);
+        let (p, enc, plain) = (self.p, self.enc, &mut self.plain);
+        for b in &blocks[k..] {
+            let n = node(b.id, b.executed as u32);
+            let key = (prev >> 16) << 32 | b.id as u64;
+            let h = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize & (CACHE - 1);
+            let slot = plain[h];
+            let code = if slot.0 == key {
+                slot.2
+            } else {
+                let e = p.edge_base + p.by_transition[&(prev, n, How::Flow)];
+                let code = enc.code(e);
+                plain[h] = (key, e, code);
+                code
+            };
+            instrs += parts(prev).1 as u64;
+            Encoder::push_code(code, &mut skip, &mut bits);
+            edges += 1;
+            prev = n;
+        }
+        (self.skip, self.instrs, self.edges, self.bits, self.prev) = (skip, instrs, edges, bits, Some(prev));
         Ok(())
     }
 }

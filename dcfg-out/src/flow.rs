@@ -4,6 +4,7 @@
 //! short at its k-th instruction is a node of its own, so that a node's instructions times
 //! its count is what ran. Mergeable across chunks, so it counts chunk-parallel.
 
+use dep_recover::plans::Plans;
 use dep_recover::{Begin, BlockEvent, Marker, MemEvent, Merge, Part, Run, Sink, SinkError, SinkResult};
 use rustc_hash::FxHashMap;
 
@@ -73,8 +74,14 @@ pub struct ChunkStart {
 
 /// One thread's node sequence, summarised.
 #[derive(Clone)]
-pub struct NodeFlow {
-    /// Front cache of transition counts: (key, count), count 0 empty.
+pub struct NodeFlow<'p> {
+    plans: &'p Plans,
+    /// Transitions by the block's own exit between two whole blocks, by (from id, to id):
+    /// the common case, counted in a direct-mapped table of (key, count), count 0 empty.
+    plain: Vec<(u64, u64)>,
+    /// Whether the last node is a whole block (so that `plain` may count from it).
+    last_whole: bool,
+    /// Front cache of the other transition counts: (key, count), count 0 empty.
     slots: Vec<(u128, u64)>,
     spill: FxHashMap<u128, u64>,
     /// The thread's (or chunk's) first node and the markers before it.
@@ -91,9 +98,13 @@ pub struct NodeFlow {
     pub chunk_starts: Vec<ChunkStart>,
 }
 
-impl Default for NodeFlow {
-    fn default() -> Self {
+impl<'p> NodeFlow<'p> {
+    /// A thread's flow from its start, for a profile with these plans.
+    pub fn new(plans: &'p Plans) -> Self {
         NodeFlow {
+            plans,
+            plain: vec![(0, 0); SLOTS],
+            last_whole: false,
             slots: vec![(0, 0); SLOTS],
             spill: FxHashMap::default(),
             first: None,
@@ -106,9 +117,12 @@ impl Default for NodeFlow {
             chunk_starts: Vec::new(),
         }
     }
-}
 
-impl NodeFlow {
+    /// The node of block `id` run whole.
+    fn node_whole(&self, id: u32) -> Node {
+        node(id, self.plans.flat.blocks[id as usize].insns)
+    }
+
     #[inline]
     fn add(&mut self, k: u128, n: u64) {
         let h = ((k as u64 ^ (k >> 64) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize & (SLOTS - 1);
@@ -123,11 +137,29 @@ impl NodeFlow {
         }
     }
 
+    /// Counts a plain transition between whole blocks (ids).
     #[inline]
-    fn enter(&mut self, n: Node, executed: u32) {
+    fn add_plain(&mut self, k: u64, n: u64) {
+        let h = (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize & (SLOTS - 1);
+        let (old, count) = self.plain[h];
+        if old == k && count != 0 {
+            self.plain[h].1 += n;
+        } else {
+            if count != 0 {
+                let full = key(self.node_whole((old >> 32) as u32), self.node_whole(old as u32), How::Flow);
+                *self.spill.entry(full).or_insert(0) += count;
+            }
+            self.plain[h] = (k, n);
+        }
+    }
+
+    /// A block enters; `whole` if all its instructions ran (`executed` of them).
+    #[inline]
+    fn enter(&mut self, n: Node, executed: u32, whole: bool) {
         self.blocks += 1;
         self.instructions += executed as u64;
         match self.last {
+            Some(prev) if whole && self.last_whole && self.how == How::Flow => self.add_plain((prev >> 16) << 32 | n >> 16, 1),
             Some(prev) => self.add(key(prev, n, self.how), 1),
             None => {
                 self.first = Some(n);
@@ -135,6 +167,7 @@ impl NodeFlow {
             }
         }
         self.last = Some(n);
+        self.last_whole = whole;
         self.how = How::Flow;
     }
 
@@ -144,11 +177,14 @@ impl NodeFlow {
         for (&k, &n) in self.spill.iter().chain(self.slots.iter().filter(|s| s.1 != 0).map(|(k, n)| (k, n))) {
             *all.entry(unkey(k)).or_insert(0) += n;
         }
+        for &(k, n) in self.plain.iter().filter(|s| s.1 != 0) {
+            *all.entry((self.node_whole((k >> 32) as u32), self.node_whole(k as u32), How::Flow)).or_insert(0) += n;
+        }
         all
     }
 }
 
-impl Sink for NodeFlow {
+impl Sink for NodeFlow<'_> {
     fn begin(&mut self, b: &Begin) -> SinkResult {
         self.closed = !matches!(b.part, Part::Chunk { .. });
         Ok(())
@@ -157,7 +193,8 @@ impl Sink for NodeFlow {
     #[inline]
     fn block(&mut self, b: &BlockEvent) -> SinkResult {
         let id = b.id.ok_or_else(|| SinkError::failed(format!("block {:#x} is not in the block table", b.addr)))?;
-        self.enter(node(id, b.executed), b.executed);
+        let whole = b.plan.is_some_and(|p| p.insns.len() == b.executed as usize);
+        self.enter(node(id, b.executed), b.executed, whole);
         Ok(())
     }
 
@@ -175,14 +212,28 @@ impl Sink for NodeFlow {
     }
 
     fn run(&mut self, run: &Run) -> SinkResult {
-        for b in run.blocks() {
-            self.enter(node(b.id, b.executed as u32), b.executed as u32);
+        // Run blocks are whole, with no marker between them: after the first, each is a
+        // plain transition, counted in a loop that keeps its state in locals.
+        let blocks = run.blocks();
+        let Some((first, rest)) = blocks.split_first() else { return Ok(()) };
+        self.enter(node(first.id, first.executed as u32), first.executed as u32, true);
+        let mut prev = first.id;
+        let mut instructions = 0u64;
+        for b in rest {
+            self.add_plain((prev as u64) << 32 | b.id as u64, 1);
+            instructions += b.executed as u64;
+            prev = b.id;
+        }
+        if let Some(last) = rest.last() {
+            self.blocks += rest.len() as u64;
+            self.instructions += instructions;
+            self.last = Some(node(last.id, last.executed as u32));
         }
         Ok(())
     }
 }
 
-impl Merge for NodeFlow {
+impl Merge for NodeFlow<'_> {
     fn merge(&mut self, later: Self) -> SinkResult {
         if !self.closed || later.closed {
             return Err(SinkError::failed("node flows merge a chunk's onto its thread's, in order"));
@@ -198,12 +249,16 @@ impl Merge for NodeFlow {
         }
         if later.last.is_some() {
             self.last = later.last;
+            self.last_whole = later.last_whole;
             self.how = later.how;
         } else {
             self.how = self.how.then(later.how);
         }
         for (k, n) in later.spill.into_iter().chain(later.slots.into_iter().filter(|s| s.1 != 0)) {
             self.add(k, n);
+        }
+        for (k, n) in later.plain.into_iter().filter(|s| s.1 != 0) {
+            self.add_plain(k, n);
         }
         self.blocks += later.blocks;
         self.instructions += later.instructions;

@@ -82,17 +82,38 @@ impl BitWriter {
 /// Shortens a Base64 string with `(N*...)` wherever a run of a repeated substring (of up
 /// to `MAX_UNIT` characters) is longer than the repeat's notation.
 pub fn compress_repeats(s: &str) -> String {
-    const MAX_UNIT: usize = 16;
+    const MAX_UNIT: usize = 12;
     let b = s.as_bytes();
-    let mut out = String::with_capacity(s.len() / 2);
+    let mut out: Vec<u8> = Vec::with_capacity(s.len() / 2);
     let mut i = 0;
     while i < b.len() {
+        // Most places repeat nothing: the units whose first character recurs here, found
+        // sixteen at a time (a byte of `x` is zero where b[i + 1 + k] == b[i]).
+        if i + 17 <= b.len() {
+            let mut w = [0u8; 16];
+            w.copy_from_slice(&b[i + 1..i + 17]);
+            let x = u128::from_le_bytes(w) ^ (b[i] as u128 * 0x0101_0101_0101_0101_0101_0101_0101_0101);
+            let zero = x.wrapping_sub(0x0101_0101_0101_0101_0101_0101_0101_0101) & !x & 0x8080_8080_8080_8080_8080_8080_8080_8080;
+            if zero == 0 {
+                out.push(b[i]);
+                i += 1;
+                continue;
+            }
+        }
         // The unit whose run saves most characters here.
         let mut best: Option<(usize, usize, usize)> = None; // (saving, unit, count)
         for unit in 1..=MAX_UNIT.min((b.len() - i) / 2) {
-            // Most places repeat nothing: one byte rules a unit out.
+            // Most places repeat nothing: one byte rules a unit out. A run pays only if it
+            // repeats at least five characters (a unit plus four of notation), so five bytes
+            // equal a unit apart are needed too.
             if b[i + unit] != b[i] {
                 continue;
+            }
+            if i + unit + 8 <= b.len() {
+                let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("eight bytes"));
+                if (word(i) ^ word(i + unit)) & 0xff_ffff_ffff != 0 {
+                    continue;
+                }
             }
             let mut count = 1;
             while i + (count + 1) * unit <= b.len() && (0..unit).all(|k| b[i + count * unit + k] == b[i + k]) {
@@ -106,23 +127,27 @@ pub fn compress_repeats(s: &str) -> String {
             if plain > coded && best.is_none_or(|(s, _, _)| plain - coded > s) {
                 best = Some((plain - coded, unit, count));
             }
+            // A long run of one character: longer units would only recount it.
+            if unit == 1 && count > 2 * MAX_UNIT {
+                break;
+            }
         }
         match best {
             Some((_, unit, count)) => {
-                out.push('(');
-                out.push_str(&count.to_string());
-                out.push('*');
-                out.push_str(&s[i..i + unit]);
-                out.push(')');
+                out.push(b'(');
+                out.extend_from_slice(count.to_string().as_bytes());
+                out.push(b'*');
+                out.extend_from_slice(&b[i..i + unit]);
+                out.push(b')');
                 i += unit * count;
             }
             None => {
-                out.push(b[i] as char);
+                out.push(b[i]);
                 i += 1;
             }
         }
     }
-    out
+    String::from_utf8(out).expect("made of the input's ASCII and ASCII notation")
 }
 
 /// What the reader is expanding: a piece of text and how often it is still to be read.

@@ -146,16 +146,35 @@ impl Encoder {
     /// Encodes `edges` (a chunk's edges after its first) into `out`. Every edge must be one
     /// of the graph's, following its predecessor.
     pub fn encode(&self, edges: &[u32], out: &mut crate::seqcode::BitWriter) {
-        let mut i = 0;
-        while i < edges.len() {
-            let (code, len, run) = self.dense[(edges[i] - self.base) as usize];
-            debug_assert!(
-                self.codes[&edges[i]].2.iter().zip(&edges[i..]).all(|(a, b)| a == b),
-                "a run the graph says always follows did not"
-            );
-            out.push(code, len);
-            i += run as usize;
+        let mut skip = 0;
+        for (i, &e) in edges.iter().enumerate() {
+            debug_assert!(skip > 0 || self.codes[&e].2.iter().zip(&edges[i..]).all(|(a, b)| a == b), "a run did not follow");
+            self.push(e, &mut skip, out);
         }
+    }
+
+    /// Encodes the next edge of a chunk (after its first): its code, unless the row of an
+    /// edge before it named it already (`skip` counts those still implied).
+    #[inline]
+    pub fn push(&self, e: u32, skip: &mut u32, out: &mut crate::seqcode::BitWriter) {
+        Self::push_code(self.code(e), skip, out)
+    }
+
+    /// An edge's (code, length, run length), for callers that cache it.
+    #[inline]
+    pub fn code(&self, e: u32) -> (u32, u8, u8) {
+        self.dense[(e - self.base) as usize]
+    }
+
+    /// [`push`](Self::push) with the edge's [`code`](Self::code) at hand.
+    #[inline]
+    pub fn push_code((code, len, run): (u32, u8, u8), skip: &mut u32, out: &mut crate::seqcode::BitWriter) {
+        if *skip > 0 {
+            *skip -= 1;
+            return;
+        }
+        out.push(code, len);
+        *skip = run as u32 - 1;
     }
 }
 

@@ -1,7 +1,7 @@
 //! The recovery loop: DEP_c drives a walk over pre-decoded blocks, DEP_m supplies register
 //! values exactly when a block plan says so (paper section 6.2).
 
-use crate::events::{BlockEvent, Marker, MemEvent, Run, Sink, SinkError};
+use crate::events::{BlockEvent, Marker, MemEvent, Run, RunBlock, Sink, SinkError};
 use crate::flat::SLOTS;
 use crate::plans::{PlanCache, PlanMiss, Plans};
 use dep_profile::container::{ChunkView, Decompression, Section};
@@ -128,6 +128,73 @@ pub fn recover_chunk<S: Sink>(
     Ok(())
 }
 
+/// The address of the next plain L-tag in a 64-bit chunk's tag bytes at `*p`, after any
+/// short H-tag changes (a jump to another 64 KiB region, taken into `*hi` and consumed).
+/// None, with `*p` at it, at anything the general walk must take: another control record,
+/// a block an interruption record may follow, the chunk's last block. The tag itself is
+/// not consumed.
+#[inline(always)]
+fn plain_tag(bytes: &[u8], p: &mut usize, hi: &mut u64) -> Option<u64> {
+    while *p + 4 <= bytes.len() {
+        // SAFETY: `*p + 4 <= bytes.len()`.
+        let two = u32::from_le(unsafe { (bytes.as_ptr().add(*p) as *const u32).read_unaligned() });
+        let w = two as u16;
+        if w == ESC {
+            let c = (two >> 16) as u16;
+            if !(1..=MAX_SHORT_H).contains(&c) {
+                return None;
+            }
+            *hi = (*hi & !0xffff_0000) | (c as u64) << 16;
+            *p += 4;
+            continue;
+        }
+        // An escape after this block may say where the block was interrupted.
+        if two >> 16 == ESC as u32 && bytes.get(*p + 4..*p + 6).is_none_or(|c| u16::from_le_bytes([c[0], c[1]]) == CTL_INTERRUPTED) {
+            return None;
+        }
+        return Some(*hi | w as u64);
+    }
+    None
+}
+
+/// Blocks the control-flow walk hands a sink at once.
+const RUN_BLOCKS: usize = 1024;
+
+/// The control-flow walk's fast path: consecutive plain L-tags of a 64-bit chunk already in
+/// `cache`, handed to the sink as runs without references.
+fn run_blocks<S: Sink>(
+    plans: &Plans,
+    cache: &PlanCache,
+    tags: &mut TagDecoder,
+    thread: u32,
+    buf: &mut Vec<RunBlock>,
+    sink: &mut S,
+) -> Result<(), ChunkFault> {
+    let (bytes, mut p) = tags.raw();
+    let mut hi = tags.hi() << 16;
+    buf.clear();
+    let r = (|| {
+        while let Some(addr) = plain_tag(bytes, &mut p, &mut hi) {
+            let Some(id) = cache.peek_plain(addr) else { break };
+            // (A block too long for a run record takes the general walk.)
+            let Ok(executed) = u16::try_from(plans.flat.blocks[id as usize].insns) else { break };
+            p += 2;
+            buf.push(RunBlock { addr, id, executed, refs: 0 });
+            if buf.len() == RUN_BLOCKS {
+                sink.run(&Run::new(thread, buf, &[], plans))?;
+                buf.clear();
+            }
+        }
+        if !buf.is_empty() {
+            sink.run(&Run::new(thread, buf, &[], plans))?;
+        }
+        Ok(())
+    })();
+    tags.seek(p);
+    tags.set_hi(hi >> 16);
+    r
+}
+
 /// What a control record means to a walk.
 enum Control {
     /// The next block is at this code version.
@@ -197,7 +264,12 @@ pub fn walk_blocks<S: Sink>(width: Width, plans: &Plans, chunk: &ChunkView, scra
     let mut tags = TagDecoder::new(width, &scratch.tags, chunk.hi()).map_err(|e| ChunkFault::Stream(e.to_string()))?;
     let thread = chunk.thread();
     let (mut version, mut pending, mut cache) = (0u32, None, PlanCache::new());
+    let fast = width == Width::W64;
+    let mut run = Vec::with_capacity(RUN_BLOCKS);
     loop {
+        if fast && pending.is_none() && version == 0 {
+            run_blocks(plans, &cache, &mut tags, thread, &mut run, sink)?;
+        }
         let word = tags.word_offset();
         let item = match pending.take() {
             Some(i) => i,
@@ -280,26 +352,7 @@ impl Walker<'_> {
         let r = (|| {
             // Two words at a time: the block's L-tag and the word after it. The chunk's last
             // block (no word after it) is left to the general walk.
-            while p + 4 <= bytes.len() {
-                // SAFETY: `p + 4 <= bytes.len()`.
-                let two = u32::from_le(unsafe { (bytes.as_ptr().add(p) as *const u32).read_unaligned() });
-                let w = two as u16;
-                if w == ESC {
-                    // A short H-tag change (a jump to another 64 KiB region) is taken here;
-                    // any other control record by the general walk.
-                    let c = (two >> 16) as u16;
-                    if !(1..=MAX_SHORT_H).contains(&c) {
-                        break;
-                    }
-                    hi = (hi & !0xffff_0000) | (c as u64) << 16;
-                    p += 4;
-                    continue;
-                }
-                // An escape after this block may say where the block was interrupted.
-                if two >> 16 == ESC as u32 && bytes.get(p + 4..p + 6).is_none_or(|c| u16::from_le_bytes([c[0], c[1]]) == CTL_INTERRUPTED) {
-                    break;
-                }
-                let addr = hi | w as u64;
+            while let Some(addr) = plain_tag(bytes, &mut p, &mut hi) {
                 let Some(id) = cache.peek_plain(addr) else { break };
                 // SAFETY (all unchecked indexing below): `FlatPlans::push` builds every range
                 // inside its arrays, and the cache holds only indices `Plans::find` returned.
