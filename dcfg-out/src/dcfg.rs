@@ -23,7 +23,7 @@
 
 use crate::dominators::{dominators, loops, Graph};
 use crate::flow::{node, parts, ChunkStart, How, Node, NodeFlow};
-use crate::seqcode::{compress_repeats, BitWriter};
+use crate::seqcode::{compress_repeats, BitWriter, Dictionary};
 use crate::symbols::Symbolizer;
 use crate::transitions::{code_text, EdgeGraph, Encoder};
 use dep_profile::semantics::Flow;
@@ -558,16 +558,30 @@ impl<'r> Process<'r> {
     pub fn write_trace_row(&self, out: &mut dyn Write, progress: &(dyn Fn(u64) + Sync)) -> Result<(), DcfgError> {
         let g = self.edge_graph();
         let enc = Encoder::new(&g);
-        write!(out, "[{}, {{}}, [[\"CURRENT_EDGE_ID\", \"TRANSITION_CODE\", \"NEXT_EDGE_IDS\"]", self.pid)?;
-        for r in enc.rows(&g) {
-            write!(out, ",\n  [{}, \"{}\", {}]", r.current, code_text(r.code, r.len), json!(r.next))?;
-        }
-        write!(out, "],\n [[\"THREAD_ID\", \"TRACE_DATA\"]")?;
-        let mut current: Option<u32> = None;
-        let mut preceding = 0u64;
-        let header = "[\"PRECEDING_INSTR_COUNT\", \"INSTR_COUNT\", \"EDGE_COUNT\", \"FIRST_EDGE_ID\", \"EDGE_ID_SEQUENCE\"]";
         let starts: Vec<&[ChunkStart]> = self.flows.iter().map(|f| f.chunk_starts.as_slice()).collect();
-        let mut io_error: Option<io::Error> = None;
+        // The first chunks' rows wait until the dictionary, chosen from them, is written.
+        let mut sample: Vec<(u32, ChunkText)> = Vec::new();
+        let mut sampled = 0usize;
+        let mut w = RowWriter { out, current: None, preceding: 0 };
+        let mut started = false;
+        // Once chosen, the workers substitute as they finish chunks.
+        let chosen: std::sync::OnceLock<Dictionary> = std::sync::OnceLock::new();
+        let start = |w: &mut RowWriter, sample: &mut Vec<(u32, ChunkText)>| -> io::Result<()> {
+            let d = chosen.get_or_init(|| Dictionary::choose(sample.iter().map(|(_, c)| c.text.as_str()), DICTIONARY_ENTRIES));
+            let mut entries: Vec<(&str, &str)> = d.entries().collect();
+            entries.sort_unstable();
+            let dict: serde_json::Map<String, Value> = entries.into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+            write!(w.out, "[{}, {}, [[\"CURRENT_EDGE_ID\", \"TRANSITION_CODE\", \"NEXT_EDGE_IDS\"]", self.pid, Value::Object(dict))?;
+            for r in enc.rows(&g) {
+                write!(w.out, ",\n  [{}, \"{}\", {}]", r.current, code_text(r.code, r.len), json!(r.next))?;
+            }
+            write!(w.out, "],\n [[\"THREAD_ID\", \"TRACE_DATA\"]")?;
+            for (t, mut c) in sample.drain(..) {
+                c.text = d.substitute(&c.text);
+                w.row(t, &c)?;
+            }
+            Ok(())
+        };
         let r = self.rec.run_chunks(
             Source::Blocks,
             |c| {
@@ -576,40 +590,77 @@ impl<'r> Process<'r> {
                 let start = starts[c.thread as usize].get(k).copied().unwrap_or(ChunkStart { prev: None, how: How::Flow });
                 TraceChunk::new(self, &enc, start, k + 1 == th.chunks.len())
             },
-            |t| Ok(t.finish_chunk()),
+            |t| {
+                let mut c = t.finish_chunk();
+                if let Some(d) = chosen.get() {
+                    c.text = d.substitute(&c.text);
+                    c.substituted = true;
+                }
+                Ok(c)
+            },
             |c: &ChunkText| c.text.len(),
-            |c, chunk| {
-                let w = (|| -> io::Result<()> {
-                    if current != Some(c.thread) {
-                        if current.is_some() {
-                            write!(out, "]]")?;
-                        }
-                        write!(out, ",\n  [{}, [{header}", c.thread)?;
-                        current = Some(c.thread);
-                        preceding = 0;
+            |c, mut chunk| {
+                let r = if started {
+                    if !chunk.substituted {
+                        chunk.text = chosen.get().expect("chosen when started").substitute(&chunk.text);
                     }
-                    if chunk.edges > 0 {
-                        write!(out, ",\n    [{preceding}, {}, {}, {}, \"{}\"]", chunk.instrs, chunk.edges, chunk.first, chunk.text)?;
+                    w.row(c.thread, &chunk)
+                } else {
+                    sampled += chunk.text.len();
+                    sample.push((c.thread, chunk));
+                    if sampled >= DICTIONARY_SAMPLE {
+                        started = true;
+                        start(&mut w, &mut sample)
+                    } else {
+                        Ok(())
                     }
-                    preceding += chunk.instrs;
-                    Ok(())
-                })();
+                };
                 progress(1);
-                w.map_err(RecoverError::Output)
+                r.map_err(RecoverError::Output)
             },
         );
-        if let Err(RecoverError::Output(e)) = r {
-            io_error = Some(e);
-        } else {
-            r?;
+        match r {
+            Err(RecoverError::Output(e)) => return Err(e.into()),
+            r => r?,
         }
-        if let Some(e) = io_error {
-            return Err(e.into());
+        if !started {
+            start(&mut w, &mut sample)?;
         }
-        if current.is_some() {
-            write!(out, "]]")?;
+        if w.current.is_some() {
+            write!(w.out, "]]")?;
         }
-        write!(out, "]]")?;
+        write!(w.out, "]]")?;
+        Ok(())
+    }
+}
+
+/// Text of the first chunks from which a process's STRING_DICTIONARY is chosen.
+const DICTIONARY_SAMPLE: usize = 4 << 20;
+/// Entries at most (two-character keys).
+const DICTIONARY_ENTRIES: usize = 64 * 64;
+
+/// Writes THREAD_DATA rows in order, with the preceding instruction counts.
+struct RowWriter<'o> {
+    out: &'o mut dyn Write,
+    current: Option<u32>,
+    preceding: u64,
+}
+
+impl RowWriter<'_> {
+    fn row(&mut self, thread: u32, c: &ChunkText) -> io::Result<()> {
+        if self.current != Some(thread) {
+            if self.current.is_some() {
+                write!(self.out, "]]")?;
+            }
+            let header = "[\"PRECEDING_INSTR_COUNT\", \"INSTR_COUNT\", \"EDGE_COUNT\", \"FIRST_EDGE_ID\", \"EDGE_ID_SEQUENCE\"]";
+            write!(self.out, ",\n  [{thread}, [{header}")?;
+            self.current = Some(thread);
+            self.preceding = 0;
+        }
+        if c.edges > 0 {
+            write!(self.out, ",\n    [{}, {}, {}, {}, \"{}\"]", self.preceding, c.instrs, c.edges, c.first, c.text)?;
+        }
+        self.preceding += c.instrs;
         Ok(())
     }
 }
@@ -670,6 +721,8 @@ pub fn write_trace(out: &mut dyn Write, processes: &[Process], progress: &(dyn F
 
 /// One chunk's trace row, before its preceding count is known.
 pub struct ChunkText {
+    /// Whether `text` has the dictionary's references already.
+    substituted: bool,
     instrs: u64,
     edges: u64,
     first: u32,
@@ -761,7 +814,13 @@ impl<'a, 'r> TraceChunk<'a, 'r> {
                 self.edge(self.p.edge_base + self.p.exit_edge[&last]);
             }
         }
-        ChunkText { instrs: self.instrs, edges: self.edges, first: self.first.unwrap_or(0), text: compress_repeats(&self.bits.finish()) }
+        ChunkText {
+            substituted: false,
+            instrs: self.instrs,
+            edges: self.edges,
+            first: self.first.unwrap_or(0),
+            text: compress_repeats(&self.bits.finish()),
+        }
     }
 }
 

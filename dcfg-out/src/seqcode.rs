@@ -82,7 +82,7 @@ impl BitWriter {
 /// Shortens a Base64 string with `(N*...)` wherever a run of a repeated substring (of up
 /// to `MAX_UNIT` characters) is longer than the repeat's notation.
 pub fn compress_repeats(s: &str) -> String {
-    const MAX_UNIT: usize = 12;
+    const MAX_UNIT: usize = 8;
     let b = s.as_bytes();
     let mut out: Vec<u8> = Vec::with_capacity(s.len() / 2);
     let mut i = 0;
@@ -334,5 +334,135 @@ mod tests {
         assert_eq!(compress_repeats("AAAAAAAAAAB"), "(10*A)B");
         assert_eq!(compress_repeats("ABABABABABAB"), "(6*AB)");
         assert_eq!(compress_repeats("AAB"), "AAB");
+    }
+}
+
+/// A STRING_DICTIONARY chosen from sample sequence strings: the repeat groups `(N*...)`
+/// that recur often enough that `<key>` in their place, plus their entry, is shorter.
+#[derive(Debug, Default)]
+pub struct Dictionary {
+    /// Group text -> key.
+    keys: HashMap<String, String>,
+}
+
+/// The `i`-th dictionary key: `A`, ..., `-`, then `AA`, `AB`, ... (the key alphabet).
+fn key_name(mut i: usize) -> String {
+    let mut k = Vec::new();
+    loop {
+        k.push(ALPHABET[i % 64]);
+        i /= 64;
+        if i == 0 {
+            break;
+        }
+        i -= 1;
+    }
+    k.reverse();
+    String::from_utf8(k).expect("the alphabet is ASCII")
+}
+
+/// The top-level repeat groups of a sequence string, as (start, end) byte ranges.
+fn groups(s: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        while i < s.len() {
+            if s[i] == b'(' {
+                let start = i;
+                let mut level = 0;
+                while i < s.len() {
+                    match s[i] {
+                        b'(' => level += 1,
+                        b')' => {
+                            level -= 1;
+                            if level == 0 {
+                                i += 1;
+                                return Some((start, i));
+                            }
+                        }
+                        _ => {}
+                    }
+                    i += 1;
+                }
+                return None;
+            }
+            i += 1;
+        }
+        None
+    })
+}
+
+impl Dictionary {
+    /// Entries for the groups of `samples` that pay: each use saves the group's length less
+    /// the reference's, and the entry costs the group and its key once. At most `max`.
+    pub fn choose<'a>(samples: impl Iterator<Item = &'a str>, max: usize) -> Dictionary {
+        let mut counts: HashMap<&str, u64> = HashMap::new();
+        for s in samples {
+            for (a, b) in groups(s.as_bytes()) {
+                *counts.entry(&s[a..b]).or_insert(0) += 1;
+            }
+        }
+        let mut scored: Vec<(i64, &str)> = counts
+            .into_iter()
+            .map(|(g, n)| {
+                let key = 2; // a two-character key, "<xx>": 4 characters for each use
+                let saving = n as i64 * (g.len() as i64 - key - 2) - (g.len() as i64 + key + 6);
+                (saving, g)
+            })
+            .filter(|(saving, _)| *saving > 0)
+            .collect();
+        scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+        let keys = scored.into_iter().take(max).enumerate().map(|(i, (_, g))| (g.to_string(), key_name(i))).collect();
+        Dictionary { keys }
+    }
+
+    /// The dictionary's entries, key to text.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.keys.iter().map(|(g, k)| (k.as_str(), g.as_str()))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// `s` with each top-level group that has an entry replaced by its reference.
+    pub fn substitute(&self, s: &str) -> String {
+        if self.keys.is_empty() {
+            return s.to_string();
+        }
+        let mut out = String::with_capacity(s.len());
+        let mut at = 0;
+        for (a, b) in groups(s.as_bytes()) {
+            if let Some(k) = self.keys.get(&s[a..b]) {
+                out.push_str(&s[at..a]);
+                out.push('<');
+                out.push_str(k);
+                out.push('>');
+                at = b;
+            }
+        }
+        out.push_str(&s[at..]);
+        out
+    }
+}
+
+#[cfg(test)]
+mod dictionary_tests {
+    use super::*;
+
+    /// Chosen entries pay, and substituted strings decode to the same bits.
+    #[test]
+    fn substitution_pays_and_decodes_alike() {
+        let texts: Vec<String> = (0..50).map(|i| format!("AB(40*-)Q(2*(6*a)b)x{}(40*-)(7*Hk)", key_name(i))).collect();
+        let d = Dictionary::choose(texts.iter().map(String::as_str), 100);
+        assert!(!d.is_empty());
+        let dict: HashMap<String, String> = d.entries().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        for t in &texts {
+            let s = d.substitute(t);
+            assert!(s.len() < t.len(), "{s} is not shorter than {t}");
+            assert_eq!(BitReader::new(&s, &dict).expand().unwrap(), BitReader::new(t, &HashMap::new()).expand().unwrap());
+        }
+        // Keys are distinct and from the key alphabet.
+        let keys: std::collections::HashSet<String> = (0..5000).map(key_name).collect();
+        assert_eq!(keys.len(), 5000);
+        assert!(keys.iter().all(|k| k.bytes().all(|c| sextet(c).is_some())));
     }
 }
