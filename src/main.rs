@@ -368,8 +368,16 @@ fn process_profiles(profile: &std::path::Path) -> Vec<PathBuf> {
 fn dcfg(profile: &std::path::Path, output: &std::path::Path, trace: Option<&std::path::Path>) -> Result<ExitCode> {
     use dep_dcfg_out::dcfg::{write_dcfg, write_trace, Ids, Process};
     use dep_dcfg_out::symbols::Symbolizer;
-    let profiles: Vec<dep_profile::container::Profile> =
-        process_profiles(profile).iter().map(dep_profile::container::Profile::open).collect::<Result<_, _>>()?;
+    let mut profiles: Vec<dep_profile::container::Profile> = Vec::new();
+    for p in process_profiles(profile) {
+        let child = dep_profile::container::Profile::open(&p)?;
+        // A child's parent is one of the processes before it; anything else is a stale file.
+        if !profiles.is_empty() && !child.meta.parent.as_ref().is_some_and(|l| profiles.iter().any(|q| q.meta.pid == l.parent_pid)) {
+            eprintln!("dep: warning: {}: not a child of {}; left out", p.display(), profile.display());
+            continue;
+        }
+        profiles.push(child);
+    }
     let recs: Vec<dep_recover::Recovery> = profiles.iter().map(|p| dep_recover::Recovery::new(p, 0)).collect();
     let chunks: u64 = recs.iter().map(|r| r.chunks().len() as u64).sum();
     let pb = progress_bar(chunks * if trace.is_some() { 2 } else { 1 }, "dcfg");
