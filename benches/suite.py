@@ -80,7 +80,7 @@ COLUMNS = [
     ("recover_null", "rec null", "recover_null_s", "native_s"),
     ("recover_null_1", "rec 1cpu", "recover_null_1_s", "native_s"),
     ("edges", "edges", "edges_s", "native_s"),
-    ("edges_1", "edges 1cpu", "edges_1_s", "native_s"),
+    ("edges_1", "edg 1cpu", "edges_1_s", "native_s"),
     ("dcfg", "dcfg+tr", "dcfg_s", "native_s"),
     ("record_small", "record/s", "record_small_s", "native_small_s"),
     ("truth_small", "truth/s", "truth_small_s", "native_small_s"),

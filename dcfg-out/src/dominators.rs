@@ -122,36 +122,51 @@ pub fn loops(g: &Graph, idom: &[Option<usize>]) -> Vec<Loop> {
             }
         }
     }
-    let mut out: Vec<Loop> = by_head
-        .into_iter()
-        .map(|(head, mut back)| {
-            back.sort_unstable();
-            back.dedup();
-            let mut inside = vec![false; n];
-            inside[head] = true;
-            let mut work: Vec<usize> = back.iter().copied().filter(|&b| !inside[b]).collect();
-            for &b in &work {
-                inside[b] = true;
+    // Each loop's nodes by a backward walk from its back edges to the head, marked with the
+    // loop's number so that no per-loop array is cleared.
+    let mut mark = vec![usize::MAX; n];
+    let mut out: Vec<Loop> = Vec::with_capacity(by_head.len());
+    for (k, (head, mut back)) in by_head.into_iter().enumerate() {
+        back.sort_unstable();
+        back.dedup();
+        mark[head] = k;
+        let mut nodes = vec![head];
+        let mut work: Vec<usize> = Vec::new();
+        for &b in &back {
+            if mark[b] != k {
+                mark[b] = k;
+                nodes.push(b);
+                work.push(b);
             }
-            while let Some(v) = work.pop() {
-                for &p in &pred[v] {
-                    if !inside[p] && idom[p].is_some() {
-                        inside[p] = true;
-                        work.push(p);
-                    }
+        }
+        while let Some(v) = work.pop() {
+            for &p in &pred[v] {
+                if mark[p] != k && idom[p].is_some() {
+                    mark[p] = k;
+                    nodes.push(p);
+                    work.push(p);
                 }
             }
-            let nodes = (0..n).filter(|&v| inside[v]).collect();
-            Loop { head, back_edges: back, nodes, parent: None }
-        })
-        .collect();
-    // A loop's parent: the smallest other loop that contains its head (natural loops with
-    // distinct heads are nested or disjoint).
-    for i in 0..out.len() {
-        let head = out[i].head;
-        out[i].parent = (0..out.len())
-            .filter(|&j| j != i && out[j].nodes.binary_search(&head).is_ok() && out[j].nodes.len() > out[i].nodes.len())
-            .min_by_key(|&j| out[j].nodes.len());
+        }
+        nodes.sort_unstable();
+        out.push(Loop { head, back_edges: back, nodes, parent: None });
+    }
+    // A loop's parent is the smallest other loop holding its head (natural loops with
+    // distinct heads are nested or disjoint): in order of size, the first loop to hold a
+    // smaller loop's head is its parent.
+    let mut head_of = vec![usize::MAX; n];
+    for (i, l) in out.iter().enumerate() {
+        head_of[l.head] = i;
+    }
+    let mut order: Vec<usize> = (0..out.len()).collect();
+    order.sort_by_key(|&i| (out[i].nodes.len(), i));
+    for &outer in &order {
+        for k in 0..out[outer].nodes.len() {
+            let inner = head_of[out[outer].nodes[k]];
+            if inner != usize::MAX && inner != outer && out[inner].parent.is_none() && out[inner].nodes.len() < out[outer].nodes.len() {
+                out[inner].parent = Some(outer);
+            }
+        }
     }
     out
 }
