@@ -22,7 +22,7 @@
 //!   NUM_INSTRS times COUNT sums to INSTR_COUNT.
 
 use crate::dominators::{dominators, loops, Graph};
-use crate::flow::{node, parts, ChunkStart, How, Node, NodeFlow};
+use crate::flow::{node, node_of, parts, ChunkStart, How, Node, NodeFlow};
 use crate::seqcode::{compress_repeats, BitWriter, Dictionary};
 use crate::symbols::Symbolizer;
 use crate::transitions::{code_text, EdgeGraph, Encoder};
@@ -827,8 +827,9 @@ impl<'a, 'r> TraceChunk<'a, 'r> {
 impl Sink for TraceChunk<'_, '_> {
     #[inline]
     fn block(&mut self, b: &BlockEvent) -> SinkResult {
-        self.enter(node(b.id.expect("recovery gives block ids"), b.executed));
-        self.prev_whole = b.plan.is_some_and(|p| p.insns.len() == b.executed as usize);
+        let (n, whole) = node_of(b)?;
+        self.enter(n);
+        self.prev_whole = whole;
         Ok(())
     }
 
@@ -837,11 +838,7 @@ impl Sink for TraceChunk<'_, '_> {
     }
 
     fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
-        match m {
-            Marker::Signal(_) => self.how = How::Signal,
-            Marker::SignalReturn => self.how = How::SignalReturn,
-            _ => {}
-        }
+        self.how = self.how.after(m);
         Ok(())
     }
 

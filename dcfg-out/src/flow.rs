@@ -17,6 +17,13 @@ pub fn node(id: u32, executed: u32) -> Node {
     (id as u64) << 16 | (executed as u64 & 0xffff)
 }
 
+/// A block event's node, and whether the whole block ran; an error for a block the table
+/// lacks (a truth replay's).
+pub fn node_of(b: &BlockEvent) -> Result<(Node, bool), SinkError> {
+    let id = b.id.ok_or_else(|| SinkError::failed(format!("block {:#x} is not in the block table", b.addr)))?;
+    Ok((node(id, b.executed), b.plan.is_some_and(|p| p.insns.len() == b.executed as usize)))
+}
+
 /// The node's block-table index and instructions executed.
 pub fn parts(n: Node) -> (u32, u32) {
     ((n >> 16) as u32, (n & 0xffff) as u32)
@@ -40,6 +47,15 @@ impl How {
             1 => How::Signal,
             2 => How::SignalReturn,
             _ => How::Flow,
+        }
+    }
+
+    /// How the next transition goes after marker `m`.
+    pub fn after(self, m: Marker) -> How {
+        match m {
+            Marker::Signal(_) => How::Signal,
+            Marker::SignalReturn => How::SignalReturn,
+            _ => self,
         }
     }
 
@@ -192,9 +208,8 @@ impl Sink for NodeFlow<'_> {
 
     #[inline]
     fn block(&mut self, b: &BlockEvent) -> SinkResult {
-        let id = b.id.ok_or_else(|| SinkError::failed(format!("block {:#x} is not in the block table", b.addr)))?;
-        let whole = b.plan.is_some_and(|p| p.insns.len() == b.executed as usize);
-        self.enter(node(id, b.executed), b.executed, whole);
+        let (n, whole) = node_of(b)?;
+        self.enter(n, b.executed, whole);
         Ok(())
     }
 
@@ -203,11 +218,7 @@ impl Sink for NodeFlow<'_> {
     }
 
     fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
-        match m {
-            Marker::Signal(_) => self.how = How::Signal,
-            Marker::SignalReturn => self.how = How::SignalReturn,
-            _ => {}
-        }
+        self.how = self.how.after(m);
         Ok(())
     }
 
