@@ -47,7 +47,17 @@ pub fn replay_chunk<S: Sink>(plans: &Plans, chunk: &ChunkView, buf: &mut Vec<u8>
             }
             TruthKind::Interrupted => {}
             TruthKind::Rep | TruthKind::RepRead | TruthKind::RepWrite | TruthKind::RepEnd => {
-                rep.record(r, index(plan, r.pc), &mut batch).map_err(|what| ChunkFault::Stream(format!("truth record {i}: {what}")))?
+                let ended = rep.record(r, index(plan, r.pc)).map_err(|what| ChunkFault::Stream(format!("truth record {i}: {what}")))?;
+                if let Some((count, operands)) = ended {
+                    // Expanded in batches: a rep string can make billions of references.
+                    for k in 0..count {
+                        batch.extend(operands.iter().map(|o| o.at(k)));
+                        if batch.len() >= BATCH {
+                            sink.refs(&batch)?;
+                            batch.clear();
+                        }
+                    }
+                }
             }
         }
     }
@@ -68,14 +78,33 @@ fn index(plan: Option<&BlockPlan>, pc: u64) -> u16 {
 #[derive(Default)]
 struct RepReplay {
     open: Option<(u64, u32, u16)>,
-    operands: Vec<(Access, u64, i64)>,
+    operands: Vec<RepOperand>,
 }
+
+/// One operand of a rep string: its reference at the first iteration and its stride.
+#[derive(Clone, Copy)]
+struct RepOperand {
+    first: MemEvent,
+    stride: i64,
+}
+
+impl RepOperand {
+    /// The operand's reference at iteration `k`.
+    #[inline]
+    fn at(&self, k: u64) -> MemEvent {
+        MemEvent { addr: self.first.addr.wrapping_add((k as i64).wrapping_mul(self.stride) as u64), ..self.first }
+    }
+}
+
+/// References a replayed rep string hands the sink at a time.
+const BATCH: usize = 4096;
 
 /// More iterations than any real rep string makes (2^40 bytes at one byte each).
 const MAX_REP_ITERATIONS: u64 = 1 << 40;
 
 impl RepReplay {
-    fn record(&mut self, r: &TruthRecord, insn: u16, out: &mut Vec<MemEvent>) -> Result<(), String> {
+    /// Takes a rep record; at the string's end, its iteration count and operands.
+    fn record(&mut self, r: &TruthRecord, insn: u16) -> Result<Option<(u64, Vec<RepOperand>)>, String> {
         match r.kind {
             TruthKind::Rep => {
                 if self.open.is_some() {
@@ -89,22 +118,19 @@ impl RepReplay {
                     return Err("a rep string operand outside a rep string".into());
                 }
                 let access = if r.kind == TruthKind::RepRead { Access::Read } else { Access::Write };
-                self.operands.push((access, r.pc, r.addr as i64));
+                let (pc, size, insn) = self.open.expect("checked above");
+                let first = MemEvent { pc, addr: r.pc, size, access, conditional: false, insn };
+                self.operands.push(RepOperand { first, stride: r.addr as i64 });
             }
             TruthKind::RepEnd => {
-                let (pc, size, insn) = self.open.take().ok_or("a rep string end without its start")?;
+                let (pc, _, _) = self.open.take().ok_or("a rep string end without its start")?;
                 if r.addr > MAX_REP_ITERATIONS {
                     return Err(format!("rep string at {pc:#x} made {} iterations", r.addr));
                 }
-                for i in 0..r.addr {
-                    for &(access, first, stride) in &self.operands {
-                        let addr = first.wrapping_add((i as i64).wrapping_mul(stride) as u64);
-                        out.push(MemEvent { pc, addr, size, access, conditional: false, insn });
-                    }
-                }
+                return Ok(Some((r.addr, std::mem::take(&mut self.operands))));
             }
             _ => unreachable!("only rep records come here"),
         }
-        Ok(())
+        Ok(None)
     }
 }
