@@ -73,9 +73,25 @@ pub const EDGE_TYPES: [&str; 26] = [
     "UNKNOWN",
 ];
 
-/// An edge type's id in [`EDGE_TYPES`].
-fn ty(name: &str) -> u32 {
-    EDGE_TYPES.iter().position(|t| *t == name).expect("a pre-defined type") as u32 + 1
+/// An edge type's id in [`EDGE_TYPES`], found at compile time (`const { ty("...") }`; a
+/// name not in the list does not compile).
+const fn ty(name: &str) -> u32 {
+    let name = name.as_bytes();
+    let mut i = 0;
+    while i < EDGE_TYPES.len() {
+        let t = EDGE_TYPES[i].as_bytes();
+        if t.len() == name.len() {
+            let mut k = 0;
+            while k < t.len() && t[k] == name[k] {
+                k += 1;
+            }
+            if k == t.len() {
+                return i as u32 + 1;
+            }
+        }
+        i += 1;
+    }
+    panic!("not a pre-defined edge type")
 }
 
 /// Special node ids.
@@ -148,18 +164,18 @@ impl Default for Ids {
 /// The DCFG edge type of a transition between two nodes.
 fn classify(plans: &Plans, from: Node, to: Node, how: How) -> u32 {
     match how {
-        How::Signal => return ty("CONTEXT_CHANGE"),
-        How::SignalReturn => return ty("CONTEXT_CHANGE_RETURN"),
+        How::Signal => return const { ty("CONTEXT_CHANGE") },
+        How::SignalReturn => return const { ty("CONTEXT_CHANGE_RETURN") },
         How::Flow => {}
     }
     let (fid, fexec) = parts(from);
     let (tid, _) = parts(to);
-    let Some(plan) = plans.get_plan(fid) else { return ty("UNKNOWN") };
+    let Some(plan) = plans.get_plan(fid) else { return const { ty("UNKNOWN") } };
     if fexec as usize != plan.insns.len() {
-        return ty("UNKNOWN");
+        return const { ty("UNKNOWN") };
     }
     let to_addr = plans.get_plan(tid).map_or(0, |p| p.addr);
-    let Some((flow, rep)) = plans.exit(fid) else { return ty("UNKNOWN") };
+    let Some((flow, rep)) = plans.exit(fid) else { return const { ty("UNKNOWN") } };
     ty(match flow {
         Flow::Next if rep && to_addr == plan.addr => "REP",
         Flow::Next => "FALL_THROUGH",
@@ -177,20 +193,21 @@ fn classify(plans: &Plans, from: Node, to: Node, how: How) -> u32 {
 
 /// Edge types that stay within a routine (bypasses included, calls and returns not).
 fn intra(t: u32) -> bool {
-    ![
-        "ENTRY",
-        "EXIT",
-        "CALL",
-        "DIRECT_CALL",
-        "INDIRECT_CALL",
-        "RETURN",
-        "SYSTEM_CALL",
-        "SYSTEM_RETURN",
-        "CONTEXT_CHANGE",
-        "CONTEXT_CHANGE_RETURN",
-    ]
-    .iter()
-    .any(|n| ty(n) == t)
+    !matches!(
+        EDGE_TYPES.get((t as usize).wrapping_sub(1)).copied(),
+        Some(
+            "ENTRY"
+                | "EXIT"
+                | "CALL"
+                | "DIRECT_CALL"
+                | "INDIRECT_CALL"
+                | "RETURN"
+                | "SYSTEM_CALL"
+                | "SYSTEM_RETURN"
+                | "CONTEXT_CHANGE"
+                | "CONTEXT_CHANGE_RETURN"
+        )
+    )
 }
 
 impl<'r> Process<'r> {
@@ -236,12 +253,12 @@ impl<'r> Process<'r> {
             if let (Some(first), Some(last)) = (f.first, f.last) {
                 let (ia, ib) = (add_node(first, &mut nodes), add_node(last, &mut nodes));
                 let e = *entry_edge.entry(first).or_insert_with(|| {
-                    edges.push(EdgeInfo { src: End::Start, dst: End::Node(ia), ty: ty("ENTRY"), per_thread: vec![0; threads] });
+                    edges.push(EdgeInfo { src: End::Start, dst: End::Node(ia), ty: const { ty("ENTRY") }, per_thread: vec![0; threads] });
                     edges.len() as u32 - 1
                 });
                 edges[e as usize].per_thread[t] += 1;
                 let e = *exit_edge.entry(last).or_insert_with(|| {
-                    edges.push(EdgeInfo { src: End::Node(ib), dst: End::End, ty: ty("EXIT"), per_thread: vec![0; threads] });
+                    edges.push(EdgeInfo { src: End::Node(ib), dst: End::End, ty: const { ty("EXIT") }, per_thread: vec![0; threads] });
                     edges.len() as u32 - 1
                 });
                 edges[e as usize].per_thread[t] += 1;
@@ -266,7 +283,7 @@ impl<'r> Process<'r> {
         }
         let calls: Vec<u32> = edges
             .iter()
-            .filter(|e| e.ty == ty("DIRECT_CALL") || e.ty == ty("INDIRECT_CALL"))
+            .filter(|e| e.ty == const { ty("DIRECT_CALL") } || e.ty == const { ty("INDIRECT_CALL") })
             .filter_map(|e| if let End::Node(s) = e.src { Some(s) } else { None })
             .collect::<std::collections::BTreeSet<_>>()
             .into_iter()
@@ -275,7 +292,12 @@ impl<'r> Process<'r> {
             let (id, _) = parts(nodes[s as usize].key);
             let Some(last) = plans.plan(id).insns.last() else { continue };
             if let Some(&r) = at_addr.get(&(last.pc + last.len as u64)) {
-                edges.push(EdgeInfo { src: End::Node(s), dst: End::Node(r), ty: ty("CALL_BYPASS"), per_thread: vec![0; threads] });
+                edges.push(EdgeInfo {
+                    src: End::Node(s),
+                    dst: End::Node(r),
+                    ty: const { ty("CALL_BYPASS") },
+                    per_thread: vec![0; threads],
+                });
             }
         }
         // Images: the recorded modules; code outside them in one image of its own.
@@ -346,14 +368,15 @@ impl<'r> Process<'r> {
     /// The routines of an image: entries at call and handler targets, thread starts and
     /// symbol starts; each node claimed by the first routine whose entry reaches it
     /// through intra-routine edges; nodes left over start routines of their own.
-    fn routines(&self, image: usize, symbol_starts: &std::collections::HashSet<u64>) -> Vec<Value> {
+    fn routines(&self, image: usize, edges: &[u32], symbol_starts: &std::collections::HashSet<u64>) -> Vec<Value> {
         let im = &self.images[image];
         let local: FxHashMap<u32, usize> = im.nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
         let n = im.nodes.len();
         let mut succ: Vec<Vec<usize>> = vec![Vec::new(); n];
         let mut is_entry = vec![false; n];
         let mut out_edges: Vec<Vec<usize>> = vec![Vec::new(); n];
-        for (k, e) in self.edges.iter().enumerate() {
+        for &k in edges {
+            let (k, e) = (k as usize, &self.edges[k as usize]);
             let from = match e.src {
                 End::Node(s) => local.get(&s).copied(),
                 _ => None,
@@ -367,7 +390,11 @@ impl<'r> Process<'r> {
                         (true, Some(ls)) => succ[ls].push(ld),
                         // A jump in from another image (a PLT stub's) enters a routine.
                         (true, None) => is_entry[ld] = true,
-                        (false, _) => is_entry[ld] |= e.ty != ty("RETURN") && e.ty != ty("CONTEXT_CHANGE_RETURN") && e.ty != ty("EXIT"),
+                        (false, _) => {
+                            is_entry[ld] |= e.ty != const { ty("RETURN") }
+                                && e.ty != const { ty("CONTEXT_CHANGE_RETURN") }
+                                && e.ty != const { ty("EXIT") }
+                        }
                     }
                 }
             }
@@ -423,7 +450,13 @@ impl<'r> Process<'r> {
                         End::Node(d) => local.get(&d).is_none_or(|&ld| owner[ld] != owner[members[0]]),
                         _ => true,
                     };
-                    let returns_here = [ty("DIRECT_CALL"), ty("INDIRECT_CALL"), ty("CONTEXT_CHANGE"), ty("CALL_BYPASS")].contains(&e.ty);
+                    let returns_here = [
+                        const { ty("DIRECT_CALL") },
+                        const { ty("INDIRECT_CALL") },
+                        const { ty("CONTEXT_CHANGE") },
+                        const { ty("CALL_BYPASS") },
+                    ]
+                    .contains(&e.ty);
                     if leaves && !returns_here {
                         exits.push(self.node_id(s));
                     }
@@ -455,6 +488,15 @@ impl<'r> Process<'r> {
     pub fn dcfg_row(&self, sym: &Symbolizer, files: &mut FileNames) -> Value {
         let plans = &self.rec.plans;
         let mut images_table = vec![json!(["IMAGE_ID", "LOAD_ADDR", "SIZE", "IMAGE_DATA"])];
+        // Each image's edges (those with an end in it), gathered once for its routines.
+        let mut image_edges: Vec<Vec<u32>> = vec![Vec::new(); self.images.len()];
+        for (k, e) in self.edges.iter().enumerate() {
+            let image = |end: End| if let End::Node(n) = end { Some(self.nodes[n as usize].image) } else { None };
+            let (a, b) = (image(e.src), image(e.dst));
+            for i in [a, b.filter(|&b| Some(b) != a)].into_iter().flatten() {
+                image_edges[i].push(k as u32);
+            }
+        }
         for (k, im) in self.images.iter().enumerate() {
             let mut data = serde_json::Map::new();
             if let Some(p) = &im.path {
@@ -514,7 +556,7 @@ impl<'r> Process<'r> {
             }
             data.insert("BASIC_BLOCKS".into(), Value::Array(blocks));
             let mut routines = vec![json!(["ENTRY_NODE_ID", "EXIT_NODE_IDS", "NODES", "LOOPS"])];
-            routines.extend(self.routines(k, &starts));
+            routines.extend(self.routines(k, &image_edges[k], &starts));
             data.insert("ROUTINES".into(), Value::Array(routines));
             images_table.push(json!([k + 1, format!("{:#x}", im.base), im.size, Value::Object(data)]));
         }

@@ -47,7 +47,6 @@ pub struct BitWriter {
     /// Pending bits, the oldest highest; `n` of them (fewer than 6 between calls).
     acc: u64,
     n: u32,
-    bits: u64,
 }
 
 impl BitWriter {
@@ -62,12 +61,6 @@ impl BitWriter {
             self.out.push(ALPHABET[((self.acc >> self.n) & 63) as usize]);
         }
         self.acc &= (1u64 << self.n) - 1;
-        self.bits += len as u64;
-    }
-
-    /// Bits written so far.
-    pub fn bits(&self) -> u64 {
-        self.bits
     }
 
     /// The characters, the last padded with zero bits.
