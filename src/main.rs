@@ -85,13 +85,23 @@ enum Cmd {
         #[arg(long, requires = "check")]
         blocks: bool,
     },
-    /// Write a WET dependence trace.
+    /// Write a WET dependence trace: the comprehensive format, or with --history the last
+    /// N dependences (default 100000).
     Wet {
         profile: PathBuf,
         #[arg(short, long)]
         output: PathBuf,
-        #[arg(long)]
+        #[arg(long, num_args = 0..=1, default_missing_value = "100000", value_name = "N")]
         history: Option<usize>,
+        /// Megabytes of dependences held in memory before spilling to temporary files.
+        #[arg(long, default_value_t = 1024, value_name = "MB")]
+        spill_mb: usize,
+        /// Print instances, dependences, spilled runs and peak shadow memory to stderr.
+        #[arg(long)]
+        summary: bool,
+        /// Also write the names of each instruction's use ports: `id instr_addr control rax ... flags mem0 ...`.
+        #[arg(long, value_name = "FILE")]
+        ports: Option<PathBuf>,
     },
     /// Write a Callgrind profile.
     Callgrind {
@@ -199,7 +209,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Dcfg { check: Some(pair), blocks, .. } => dcfg_check(&pair[0], &pair[1], blocks),
         Cmd::Dcfg { profile: Some(profile), output: Some(output), trace, .. } => dcfg(&profile, &output, trace.as_deref()),
         Cmd::Dcfg { .. } => bail!("dep dcfg needs PROFILE -o FILE, or --check DCFG TRACE"),
-        Cmd::Wet { .. } => not_built("wet"),
+        Cmd::Wet { profile, output, history, spill_mb, summary, ports } => {
+            wet(&profile, &output, history, spill_mb, summary, ports.as_deref())
+        }
         Cmd::Callgrind { .. } => not_built("callgrind"),
         Cmd::Races { .. } => not_built("races"),
         Cmd::Export { what: Export::Umt { .. } } => not_built("export umt"),
@@ -402,6 +414,47 @@ fn dcfg(profile: &std::path::Path, output: &std::path::Path, trace: Option<&std:
     for p in &profiles {
         check_truncated(p)?;
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn wet(
+    profile: &std::path::Path,
+    output: &std::path::Path,
+    history: Option<usize>,
+    spill_mb: usize,
+    summary: bool,
+    ports: Option<&std::path::Path>,
+) -> Result<ExitCode> {
+    use dep_dcfg_out::wet;
+    let p = dep_profile::container::Profile::open(profile)?;
+    let mut out = create_output(Some(output))?;
+    let mut ports_out = ports.map(|p| create_output(Some(p))).transpose()?;
+    let rec = dep_recover::Recovery::new(&p, 0);
+    let syms = dep_dcfg_out::symbols::Symbolizer::new(&p.modules);
+    let opts = wet::Options { history, memory: spill_mb.saturating_mul(1 << 20) };
+    let start = std::time::Instant::now();
+    let s = wet::write(&rec, &syms, &opts, &mut out, ports_out.as_mut().map(|w| w as &mut dyn Write))
+        .with_context(|| format!("writing {}", output.display()))?;
+    if summary {
+        let secs = start.elapsed().as_secs_f64();
+        eprintln!(
+            "dep wet: {} instances, {} dependences, {} static instructions, {} runs spilled, peak memory shadow {} MiB, {:.1} s ({:.1} M instances/s)",
+            s.instances,
+            s.deps,
+            s.executed,
+            s.runs,
+            s.shadow_peak >> 20,
+            secs,
+            s.instances as f64 / secs / 1e6
+        );
+    }
+    if s.unplanned > 0 {
+        eprintln!("dep: warning: {} blocks had no decodable code in the block table; their instructions are not in the trace", s.unplanned);
+    }
+    for w in syms.warnings() {
+        eprintln!("dep: warning: {w}");
+    }
+    check_truncated(&p)?;
     Ok(ExitCode::SUCCESS)
 }
 

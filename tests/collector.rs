@@ -8,25 +8,9 @@ use std::hash::Hasher;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 
-fn dep() -> &'static str {
-    env!("CARGO_BIN_EXE_dep")
-}
-
-/// Builds corpora/ once into the target directory.
-fn corpus() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let out = Path::new(dep()).parent().unwrap().join("corpora-test");
-        let st = Command::new("make")
-            .args(["-s", "-C", concat!(env!("CARGO_MANIFEST_DIR"), "/corpora")])
-            .arg(format!("OUT={}", out.display()))
-            .status();
-        assert!(st.is_ok_and(|s| s.success()), "building corpora/ failed (is gcc installed?)");
-        out
-    })
-}
+mod common;
+use common::{corpus, dep};
 
 fn run(cmd: &mut Command) -> Output {
     cmd.stdin(Stdio::null()).output().expect("spawn")

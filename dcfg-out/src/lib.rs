@@ -9,3 +9,4 @@ pub mod flow;
 pub mod seqcode;
 pub mod symbols;
 pub mod transitions;
+pub mod wet;

@@ -247,6 +247,8 @@ pub struct Insn {
     pub atomic: bool,
     /// Every register the instruction reads and writes, for dependence analyses.
     pub regs: Registers,
+    /// The same reads and writes to the byte, for analyses that follow partial registers.
+    pub bytes: RegBytes,
 }
 
 /// The registers and flags an instruction reads and writes, explicit and implicit operands
@@ -266,6 +268,114 @@ pub struct Registers {
     pub flags_read: u32,
     /// RFLAGS bits written, set, cleared or left undefined.
     pub flags_written: u32,
+}
+
+/// Bytes `lo..hi` of a full register (byte 0 the least significant; ah is `1..2`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ByteRange {
+    pub reg: ArchReg,
+    pub lo: u8,
+    pub hi: u8,
+}
+
+/// The register bytes an instruction reads and the ones it defines, from the same operands
+/// as [`Registers`] but without its partial-write rule: a write defines exactly the bytes it
+/// leaves with a new value, so `mov al, 1` defines byte 0 of rax and reads nothing, and the
+/// rest of rax keeps its earlier definition. Writes that zero-extend define the whole
+/// register: a 32-bit general register all 8 bytes, a VEX- or EVEX-encoded xmm or ymm all
+/// 64 bytes of its zmm. Registers other than general and vector ones are defined whole.
+/// A write that may keep old bytes in a pattern the encoding does not fix (a conditional
+/// write, a merge-masked vector destination) reads the register whole and defines it whole.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RegBytes {
+    /// Bytes read, one range per register, in [`ArchReg`] order.
+    pub reads: Vec<ByteRange>,
+    /// Bytes defined, one range per register, in [`ArchReg`] order.
+    pub defs: Vec<ByteRange>,
+    /// The register whose new value is the instruction's result: its first operand when
+    /// that is a general register written whole (32 or 64 bits), else None.
+    pub result: Option<ArchReg>,
+}
+
+/// Bytes a register operand covers within its full register, and the bytes a write to it
+/// defines (`legacy`: a legacy SSE encoding, which leaves the upper bytes of the zmm).
+fn operand_bytes(r: Register, legacy: bool) -> ((u8, u8), (u8, u8)) {
+    use Register as R;
+    if r.is_gpr8() {
+        let hi = matches!(r, R::AH | R::CH | R::DH | R::BH);
+        let b = if hi { (1, 2) } else { (0, 1) };
+        (b, b)
+    } else if r.is_gpr16() {
+        ((0, 2), (0, 2))
+    } else if r.is_gpr32() {
+        ((0, 4), (0, 8))
+    } else if r.is_gpr64() {
+        ((0, 8), (0, 8))
+    } else if r.is_xmm() {
+        ((0, 16), if legacy { (0, 16) } else { (0, 64) })
+    } else if r.is_ymm() {
+        ((0, 32), (0, 64))
+    } else if r.is_zmm() {
+        ((0, 64), (0, 64))
+    } else {
+        ((0, 1), (0, 1))
+    }
+}
+
+/// The byte-level reads and definitions of an instruction (see [`RegBytes`]).
+fn register_bytes(i: &Instruction, info: &iced_x86::InstructionInfo) -> RegBytes {
+    let legacy = i.encoding() == iced_x86::EncodingKind::Legacy;
+    let merge_masked = i.op_mask() != Register::None && !i.zeroing_masking();
+    let mut reads: Vec<ByteRange> = Vec::new();
+    let mut defs: Vec<ByteRange> = Vec::new();
+    let add = |v: &mut Vec<ByteRange>, reg: ArchReg, (lo, hi): (u8, u8)| match v.iter_mut().find(|b| b.reg == reg) {
+        Some(b) => {
+            b.lo = b.lo.min(lo);
+            b.hi = b.hi.max(hi);
+        }
+        None => v.push(ByteRange { reg, lo, hi }),
+    };
+    let mut result = None;
+    for u in info.used_registers() {
+        let r = u.register();
+        let Some(a) = ArchReg::from_iced(r) else { continue };
+        let (read, write, cond) = match u.access() {
+            OpAccess::Read | OpAccess::CondRead => (true, false, false),
+            OpAccess::Write => (false, true, false),
+            OpAccess::CondWrite => (false, true, true),
+            OpAccess::ReadWrite => (true, true, false),
+            OpAccess::ReadCondWrite => (true, true, true),
+            _ => (false, false, false),
+        };
+        let (rb, wb) = operand_bytes(r, legacy);
+        let merged = cond || (r.is_vector_register() && merge_masked && i.op0_kind() == OpKind::Register && i.op0_register() == r);
+        if read {
+            add(&mut reads, a, rb);
+        }
+        if merged {
+            add(&mut reads, a, wb);
+        }
+        if write {
+            add(&mut defs, a, wb);
+            if !cond && result.is_none() && i.op0_kind() == OpKind::Register && i.op0_register() == r && (r.is_gpr32() || r.is_gpr64()) {
+                result = Some(a);
+            }
+        }
+    }
+    if matches!(i.mnemonic(), Mnemonic::Syscall | Mnemonic::Sysenter) || (i.mnemonic() == Mnemonic::Int && i.immediate8() == 0x80) {
+        for a in [ArchReg::RAX, ArchReg::RDI, ArchReg::RSI, ArchReg::RDX, ArchReg::R10, ArchReg::R8, ArchReg::R9] {
+            add(&mut reads, a, (0, 8));
+        }
+        // The kernel's result; syscall also leaves the return address and flags in rcx, r11.
+        add(&mut defs, ArchReg::RAX, (0, 8));
+        if i.mnemonic() == Mnemonic::Syscall {
+            add(&mut defs, ArchReg::RCX, (0, 8));
+            add(&mut defs, ArchReg::R11, (0, 8));
+        }
+    }
+    reads.sort_by_key(|b| b.reg);
+    defs.sort_by_key(|b| b.reg);
+    RegBytes { reads, defs, result }
 }
 
 /// Decodes instructions and derives their DEP semantics.
@@ -298,10 +408,12 @@ impl Semantics {
                 mnemonic: i.mnemonic(),
                 atomic: false,
                 regs: Registers::default(),
+                bytes: RegBytes::default(),
             };
         }
         let info = self.factory.info(i);
         let regs = registers(i, info);
+        let bytes = register_bytes(i, info);
         let mnemonic = i.mnemonic();
         let mut reads = Vec::new();
         let mut writes = Vec::new();
@@ -388,7 +500,7 @@ impl Semantics {
             register_effects(i, &info, width, &mut effects);
         }
         let atomic = !refs.is_empty() && (i.has_lock_prefix() || mnemonic == Mnemonic::Xchg);
-        Insn { pc: i.ip(), len: i.len() as u8, refs, used, effects, special, flow: flow(i), mnemonic, atomic, regs }
+        Insn { pc: i.ip(), len: i.len() as u8, refs, used, effects, special, flow: flow(i), mnemonic, atomic, regs, bytes }
     }
 }
 

@@ -1,0 +1,388 @@
+//! The dependence engine: takes one thread's recovered blocks and references after another
+//! and turns every dynamic instruction instance into its dependences and values.
+//!
+//! An instance is one execution of an instruction; each iteration of a rep string
+//! instruction is one (it reads the pointers the previous one left). Instances are
+//! numbered per static instruction from 0, threads in creation order, each in execution
+//! order. Per instance: port 0 is its control dependence; then one port per register it
+//! reads (the bytes it reads, each from its last definer), one for the flags it reads,
+//! one per memory operand it reads (each byte from its last writer). Definitions take
+//! effect after the instance's uses, memory writes after its reads.
+
+use super::control::Control;
+use super::shadow::{self, id_of, inst_of, pack, Def, Flags, Memory, Registers, NONE};
+use super::statics::{Statics, NO_NODE};
+use super::store::Store;
+use super::values::{revealed, Values};
+use dep_profile::semantics::{Access, Flow, Insn, Special};
+use dep_recover::events::{BlockEvent, Marker, MemEvent};
+use dep_recover::plans::Plans;
+use std::collections::VecDeque;
+use std::io;
+
+/// Where dependences go.
+pub enum Out {
+    /// Every dependence and value, for the comprehensive format.
+    Store(Store),
+    /// The last `cap` dependences: (pc, instance, pc depended on, its instance).
+    History { ring: VecDeque<[u64; 4]>, cap: usize },
+}
+
+/// The instance being executed.
+#[derive(Clone, Copy)]
+struct Cur {
+    idx: u32,
+    id: u32,
+    inst: u64,
+    def: Def,
+    /// Its control dependence.
+    cd: Def,
+    /// First memory port (relative to the instruction's first segment).
+    mem_port: u32,
+    reads: u32,
+    writes: u32,
+    events: u32,
+}
+
+/// One thread's state.
+struct Thread {
+    index: u32,
+    regs: Registers,
+    flags: Flags,
+    mem: Memory,
+    cd: Control,
+    values: Values,
+    /// The block being executed: its id and instructions executed.
+    block: Option<(u32, u32)>,
+    /// Next instruction of the block to start.
+    next: u32,
+    cur: Option<Cur>,
+    /// The graph node last entered.
+    node: u32,
+    /// A return left the last block: its target resolves frames.
+    ret_pending: bool,
+    /// The control dependence of the last instance.
+    last_cd: Def,
+}
+
+impl Thread {
+    fn new(index: u32) -> Thread {
+        Thread {
+            index,
+            regs: Registers::default(),
+            flags: Flags::default(),
+            mem: Memory::default(),
+            cd: Control::default(),
+            values: Values::default(),
+            block: None,
+            next: 0,
+            cur: None,
+            node: NO_NODE,
+            ret_pending: false,
+            last_cd: NONE,
+        }
+    }
+}
+
+/// Why the engine stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("instruction at {pc:#x} ran more than {max} times, more than a WET instance number holds here")]
+    TooManyInstances { pc: u64, max: u64 },
+}
+
+/// The dependence engine over a whole trace.
+pub struct Engine<'a> {
+    st: &'a Statics,
+    plans: &'a Plans,
+    /// Instances so far, per static instruction.
+    pub counts: Vec<u64>,
+    pub out: Out,
+    t: Thread,
+    scratch: Vec<Def>,
+    /// Blocks skipped for want of a decodable plan.
+    pub unplanned: u64,
+    /// Instances and dependences so far.
+    pub instances: u64,
+    pub deps: u64,
+    /// Peak bytes of memory shadow in any thread.
+    pub shadow_peak: usize,
+}
+
+impl<'a> Engine<'a> {
+    pub fn new(st: &'a Statics, plans: &'a Plans, out: Out) -> Self {
+        Engine {
+            st,
+            plans,
+            counts: vec![0; st.insns.len()],
+            out,
+            t: Thread::new(u32::MAX),
+            scratch: Vec::with_capacity(64),
+            unplanned: 0,
+            instances: 0,
+            deps: 0,
+            shadow_peak: 0,
+        }
+    }
+
+    fn thread(&mut self, thread: u32) -> Result<(), EngineError> {
+        if self.t.index != thread {
+            self.finish_block()?;
+            self.shadow_peak = self.shadow_peak.max(self.t.mem.bytes());
+            self.t = Thread::new(thread);
+        }
+        Ok(())
+    }
+
+    /// A block is entered.
+    pub fn block(&mut self, b: &BlockEvent) -> Result<(), EngineError> {
+        self.thread(b.thread)?;
+        self.finish_block()?;
+        if self.t.ret_pending {
+            self.t.cd.ret(b.addr);
+            self.t.ret_pending = false;
+        }
+        self.t.block = match b.id.and_then(|id| self.plans.get_plan(id).map(|p| (id, p))) {
+            Some((id, p)) => Some((id, b.executed.min(p.insns.len() as u32))),
+            None => {
+                self.unplanned += 1;
+                None
+            }
+        };
+        self.t.next = 0;
+        Ok(())
+    }
+
+    /// References of the block last entered.
+    pub fn refs(&mut self, evs: &[MemEvent]) -> Result<(), EngineError> {
+        let Some((bid, executed)) = self.t.block else { return Ok(()) };
+        let plan = self.plans.plan(bid);
+        for ev in evs {
+            let i = ev.insn as u32;
+            if i >= executed {
+                continue;
+            }
+            let insn = &plan.insns[i as usize];
+            match self.t.cur {
+                Some(c) if c.idx == i => {
+                    let per = insn.refs.len() as u32;
+                    if matches!(insn.special, Special::Rep(_)) && per > 0 && c.events >= per {
+                        self.end()?;
+                        self.start(bid, i, true)?;
+                    }
+                }
+                _ => {
+                    if i < self.t.next {
+                        continue;
+                    }
+                    self.end()?;
+                    while self.t.next < i {
+                        self.start(bid, self.t.next, false)?;
+                        self.end()?;
+                    }
+                    self.start(bid, i, false)?;
+                }
+            }
+            self.event(insn, ev)?;
+        }
+        Ok(())
+    }
+
+    /// A marker of the thread's stream.
+    pub fn marker(&mut self, thread: u32, m: Marker) -> Result<(), EngineError> {
+        self.thread(thread)?;
+        match m {
+            Marker::ChunkStart(_) => {}
+            Marker::ThreadStart | Marker::ThreadEnd => self.finish_block()?,
+            Marker::Signal(_) => {
+                self.finish_block()?;
+                self.t.cd.signal(self.t.last_cd);
+            }
+            Marker::SignalReturn => {
+                self.finish_block()?;
+                self.t.cd.sigreturn();
+                self.t.ret_pending = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the stream.
+    pub fn finish(&mut self) -> Result<(), EngineError> {
+        self.finish_block()?;
+        self.shadow_peak = self.shadow_peak.max(self.t.mem.bytes());
+        Ok(())
+    }
+
+    fn finish_block(&mut self) -> Result<(), EngineError> {
+        if let Some((bid, executed)) = self.t.block {
+            self.end()?;
+            while self.t.next < executed {
+                self.start(bid, self.t.next, false)?;
+                self.end()?;
+            }
+            self.t.block = None;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn emit(&mut self, seg: u32, id: u32, inst: u64, d: Def) -> io::Result<()> {
+        self.deps += 1;
+        match &mut self.out {
+            Out::Store(s) => s.dep(seg, inst, d),
+            Out::History { ring, cap } => {
+                if *cap > 0 {
+                    if ring.len() == *cap {
+                        ring.pop_front();
+                    }
+                    ring.push_back([self.st.insns[id as usize].pc, inst, self.st.insns[id_of(d) as usize].pc, inst_of(d)]);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Starts instance of instruction `i` of block `bid` (`again`: another iteration of the
+    /// rep string just ended).
+    fn start(&mut self, bid: u32, i: u32, again: bool) -> Result<(), EngineError> {
+        let (ids, nodes) = self.st.block(bid);
+        let (id, node) = (ids[i as usize], nodes[i as usize]);
+        let insn = &self.plans.plan(bid).insns[i as usize];
+        if node != NO_NODE && !again {
+            self.t.cd.enter(node);
+            self.t.node = node;
+        }
+        let inst = self.counts[id as usize];
+        if inst + 1 >= shadow::MAX_INSTANCES {
+            return Err(EngineError::TooManyInstances { pc: insn.pc, max: shadow::MAX_INSTANCES - 1 });
+        }
+        self.counts[id as usize] = inst + 1;
+        self.instances += 1;
+        let def = pack(id, inst);
+        let seg0 = self.st.insns[id as usize].first_seg;
+        let cd = self.t.cd.current();
+        self.t.last_cd = cd;
+        if cd != NONE {
+            self.emit(seg0, id, inst, cd)?;
+        }
+        let mut port = 1u32;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        for r in &insn.bytes.reads {
+            scratch.clear();
+            self.t.regs.read(r, &mut scratch);
+            for &d in &scratch {
+                self.emit(seg0 + port, id, inst, d)?;
+            }
+            port += 1;
+        }
+        if insn.regs.flags_read != 0 {
+            scratch.clear();
+            self.t.flags.read(insn.regs.flags_read, &mut scratch);
+            for &d in &scratch {
+                self.emit(seg0 + port, id, inst, d)?;
+            }
+            port += 1;
+        }
+        self.scratch = scratch;
+        self.t.cur = Some(Cur { idx: i, id, inst, def, cd, mem_port: port, reads: 0, writes: 0, events: 0 });
+        Ok(())
+    }
+
+    /// A reference of the current instance.
+    fn event(&mut self, insn: &Insn, ev: &MemEvent) -> io::Result<()> {
+        let Some(mut c) = self.t.cur else { return Ok(()) };
+        c.events += 1;
+        let nth = |access: Access, k: u32| {
+            let mut it = insn.refs.iter().filter(|r| r.access == access);
+            let n = it.clone().count() as u32;
+            if n == 0 {
+                None
+            } else {
+                it.nth(k.min(n - 1) as usize)
+            }
+        };
+        let mref = match ev.access {
+            Access::Read => {
+                let nreads = insn.refs.iter().filter(|r| r.access == Access::Read).count() as u32;
+                let port = c.mem_port + c.reads.min(nreads.saturating_sub(1));
+                let seg = self.st.insns[c.id as usize].first_seg + port;
+                let mut scratch = std::mem::take(&mut self.scratch);
+                scratch.clear();
+                self.t.mem.read(ev.addr, ev.size, &mut scratch);
+                for &d in &scratch {
+                    self.emit(seg, c.id, c.inst, d)?;
+                }
+                self.scratch = scratch;
+                let m = nth(Access::Read, c.reads);
+                c.reads += 1;
+                m
+            }
+            Access::Write => {
+                self.t.mem.write(ev.addr, ev.size, c.def);
+                let m = nth(Access::Write, c.writes);
+                c.writes += 1;
+                m
+            }
+        };
+        self.t.cur = Some(c);
+        if let (Some(m), false) = (mref, matches!(insn.special, Special::Gather(_))) {
+            if let Some(reg) = revealed(&m.addr) {
+                let v = ev.addr.wrapping_sub(m.addr.disp);
+                let (st, out) = (self.st, &mut self.out);
+                let mut res = Ok(());
+                self.t.values.learn(reg, v, &mut |d, v| {
+                    if let (Out::Store(s), Ok(())) = (&mut *out, &res) {
+                        res = s.value(st.insns[id_of(d) as usize].first_seg + st.insns[id_of(d) as usize].ports as u32, inst_of(d), v);
+                    }
+                });
+                res?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the current instance: its definitions take effect.
+    fn end(&mut self) -> io::Result<()> {
+        let Some(c) = self.t.cur.take() else { return Ok(()) };
+        let Some((bid, _)) = self.t.block else { return Ok(()) };
+        let insn = &self.plans.plan(bid).insns[c.idx as usize];
+        let (mut whole, mut partial) = (0u16, 0u16);
+        for r in &insn.bytes.defs {
+            self.t.regs.define(r, c.def);
+            if r.reg.index() < 16 {
+                if r.lo == 0 && r.hi == 8 {
+                    whole |= 1 << r.reg.index();
+                } else {
+                    partial |= 1 << r.reg.index();
+                }
+            }
+        }
+        self.t.flags.define(insn.regs.flags_written, c.def);
+        if whole | partial != 0 {
+            let (st, out) = (self.st, &mut self.out);
+            let mut res = Ok(());
+            self.t.values.after(insn, c.def, whole, partial, &mut |d, v| {
+                if let (Out::Store(s), Ok(())) = (&mut *out, &res) {
+                    res = s.value(st.insns[id_of(d) as usize].first_seg + st.insns[id_of(d) as usize].ports as u32, inst_of(d), v);
+                }
+            });
+            res?;
+        }
+        match insn.flow {
+            Flow::Jump { conditional: true, .. } | Flow::IndirectJump => {
+                let n = self.t.node;
+                if n != NO_NODE && self.st.branch[n as usize] {
+                    self.t.cd.branch(c.def, self.st.ipdom[n as usize]);
+                }
+            }
+            Flow::Call { .. } | Flow::IndirectCall => self.t.cd.call(insn.pc + insn.len as u64, c.cd),
+            Flow::Return => self.t.ret_pending = true,
+            _ => {}
+        }
+        self.t.next = c.idx + 1;
+        Ok(())
+    }
+}

@@ -1,0 +1,340 @@
+//! WET dependence traces (the formats of `shared/specs/wet-trace-format.txt`): every
+//! dynamic instruction instance's control and data dependences, and the values the
+//! profile determines, per static instruction (the comprehensive format), or the last N
+//! dependences (the limited-history format).
+//!
+//! Three passes over the profile: DEP_c alone for the targets of indirect jumps (the only
+//! edges the block table cannot give), the full recovery into the dependence engine (the
+//! recovery on one core, the engine on another, handing events over in batches), then the
+//! comprehensive format's reordering, from memory and from runs spilled to temporary files.
+
+pub mod control;
+pub mod engine;
+pub mod shadow;
+pub mod statics;
+pub mod store;
+pub mod text;
+pub mod values;
+
+use crate::symbols::Symbolizer;
+use dep_recover::events::{BlockEvent, Marker, MemEvent, Sink, SinkError, SinkResult};
+use dep_recover::{RecoverError, Recovery, Source};
+use engine::{Engine, EngineError, Out};
+use rustc_hash::FxHashSet;
+use statics::Statics;
+use std::collections::VecDeque;
+use std::io::{self, Write};
+
+/// Dependences the limited-history format keeps by default.
+pub const DEFAULT_HISTORY: usize = 100_000;
+/// Bytes of dependences held in memory before a run is spilled, by default.
+pub const DEFAULT_MEMORY: usize = 1 << 30;
+
+/// What to write.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// The limited-history format with this many dependences; None: the comprehensive one.
+    pub history: Option<usize>,
+    /// Bytes of dependences to hold before spilling (comprehensive format).
+    pub memory: usize,
+}
+
+/// What a trace held.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Summary {
+    /// Dynamic instances and the dependences among them.
+    pub instances: u64,
+    pub deps: u64,
+    /// Static instructions executed.
+    pub executed: usize,
+    /// Runs spilled to temporary files.
+    pub runs: usize,
+    /// Blocks without a decodable plan (skipped).
+    pub unplanned: u64,
+    /// Peak bytes of one thread's memory shadow.
+    pub shadow_peak: usize,
+}
+
+/// Why a trace could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum WetError {
+    #[error(transparent)]
+    Recover(#[from] RecoverError),
+    #[error("{0}")]
+    Engine(#[from] EngineError),
+    #[error("writing the WET trace: {0}")]
+    Io(#[from] io::Error),
+    #[error("the profile has {0} distinct instructions, more than a WET trace here numbers ({max})", max = shadow::MAX_IDS)]
+    TooManyInstructions(usize),
+}
+
+/// Writes `rec`'s profile as a WET trace to `out`, and the names of each executed
+/// instruction's use ports to `ports` (see [`port_names`]).
+pub fn write(
+    rec: &Recovery,
+    symbols: &Symbolizer,
+    opts: &Options,
+    out: &mut dyn Write,
+    ports: Option<&mut dyn Write>,
+) -> Result<Summary, WetError> {
+    let indirect = indirect_targets(rec)?;
+    let versions: Vec<u32> = rec.profile.blocks().iter().map(|b| b.version).collect();
+    let st = Statics::build(&rec.plans, &versions, &indirect);
+    if st.insns.len() >= shadow::MAX_IDS {
+        return Err(WetError::TooManyInstructions(st.insns.len()));
+    }
+    let sink = match opts.history {
+        Some(cap) => Out::History { ring: VecDeque::with_capacity(cap.min(1 << 24)), cap },
+        None => Out::Store(store::Store::new(st.segs as usize, opts.memory)),
+    };
+    let mut engine = Engine::new(&st, &rec.plans, sink);
+    run_pipelined(rec, &mut engine)?;
+    let mut summary = Summary {
+        instances: engine.instances,
+        deps: engine.deps,
+        executed: engine.counts.iter().filter(|&&c| c > 0).count(),
+        runs: 0,
+        unplanned: engine.unplanned,
+        shadow_peak: engine.shadow_peak,
+    };
+    match engine.out {
+        Out::History { ring, .. } => text::history(ring.iter(), out)?,
+        Out::Store(store) => {
+            summary.runs = store.runs();
+            let places = static_places(&st, &engine.counts, symbols);
+            let totals: Vec<u64> = (0..st.segs).map(|s| store.total(s)).collect();
+            let mut reader = store.into_reader();
+            text::comprehensive(&st, &engine.counts, &|s| totals[s as usize], &mut reader, &|id| places[id as usize].clone(), out)?;
+        }
+    }
+    out.flush()?;
+    if let Some(w) = ports {
+        port_names(&st, &rec.plans, &engine.counts, w)?;
+    }
+    Ok(summary)
+}
+
+/// One line per executed instruction, `id instr_addr port...`, naming its use ports in
+/// the comprehensive format's order: `control`; each register read, as `reg` or
+/// `reg:lo-hi` for bytes `lo..hi` of it (`rax:0-1` is al); `flags`; `mem0`, `mem1`, ...
+/// for its memory operands read.
+pub fn port_names(st: &Statics, plans: &dep_recover::plans::Plans, counts: &[u64], out: &mut dyn Write) -> io::Result<()> {
+    let mut w = io::BufWriter::new(out);
+    for (id, s) in st.insns.iter().enumerate() {
+        if counts[id] == 0 {
+            continue;
+        }
+        let insn = &plans.plan(s.block).insns[s.index as usize];
+        write!(w, "{id} {:x} control", s.pc)?;
+        for r in &insn.bytes.reads {
+            let whole = if r.reg.is_gpr() {
+                8
+            } else if (16..48).contains(&r.reg.index()) {
+                64
+            } else {
+                1
+            };
+            if r.lo == 0 && r.hi == whole {
+                write!(w, " {}", r.reg.name())?;
+            } else {
+                write!(w, " {}:{}-{}", r.reg.name(), r.lo, r.hi)?;
+            }
+        }
+        if insn.regs.flags_read != 0 {
+            write!(w, " flags")?;
+        }
+        let mems = insn.refs.iter().filter(|r| r.access == dep_profile::semantics::Access::Read).count();
+        for k in 0..mems {
+            write!(w, " mem{k}")?;
+        }
+        writeln!(w)?;
+    }
+    w.flush()
+}
+
+/// `file_name function_name line_num` of every executed instruction, on all cores.
+fn static_places(st: &Statics, counts: &[u64], symbols: &Symbolizer) -> Vec<String> {
+    let n = st.insns.len();
+    let workers = std::thread::available_parallelism().map_or(1, |w| w.get());
+    let per = n.div_ceil(workers).max(1);
+    let mut places = vec![String::new(); n];
+    std::thread::scope(|s| {
+        for (k, part) in places.chunks_mut(per).enumerate() {
+            s.spawn(move || {
+                for (j, p) in part.iter_mut().enumerate() {
+                    let id = k * per + j;
+                    if counts[id] == 0 {
+                        continue;
+                    }
+                    let place = symbols.place(st.insns[id].pc);
+                    *p = format!(
+                        "{} {} {}",
+                        text::field(place.file.as_deref()),
+                        text::field(Some(&place.function)),
+                        place.line.unwrap_or(0)
+                    );
+                }
+            });
+        }
+    });
+    places
+}
+
+/// The (block, next block) pairs of every indirect jump the run took, from DEP_c alone,
+/// chunks in parallel.
+fn indirect_targets(rec: &Recovery) -> Result<FxHashSet<(u32, u32)>, RecoverError> {
+    /// Per chunk: pairs inside it, its first block (if no marker came before it) and its
+    /// last block (if it left by an indirect jump and no marker followed).
+    #[derive(Default)]
+    struct Pairs<'p> {
+        plans: Option<&'p dep_recover::plans::Plans>,
+        pairs: FxHashSet<(u32, u32)>,
+        first: Option<Option<u32>>,
+        last: Option<u32>,
+    }
+    impl Sink for Pairs<'_> {
+        fn block(&mut self, b: &BlockEvent) -> SinkResult {
+            if self.first.is_none() {
+                self.first = Some(b.id);
+            }
+            if let (Some(from), Some(to)) = (self.last, b.id) {
+                self.pairs.insert((from, to));
+            }
+            let plans = self.plans.expect("set");
+            self.last = b.id.filter(|&id| {
+                plans.get_plan(id).is_some_and(|p| {
+                    b.executed as usize == p.insns.len()
+                        && p.insns.last().is_some_and(|i| i.flow == dep_profile::semantics::Flow::IndirectJump)
+                })
+            });
+            Ok(())
+        }
+        fn refs(&mut self, _: &[MemEvent]) -> SinkResult {
+            Ok(())
+        }
+        fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
+            if !matches!(m, Marker::ChunkStart(_)) {
+                self.first.get_or_insert(None);
+                self.last = None;
+            }
+            Ok(())
+        }
+    }
+    let mut all = FxHashSet::default();
+    let mut carry: Option<(u32, u32)> = None;
+    rec.run_chunks(
+        Source::Blocks,
+        |_| Pairs { plans: Some(&rec.plans), ..Default::default() },
+        |p| Ok((p.pairs, p.first.flatten(), p.last)),
+        |t| t.0.len() * 8,
+        |c, (pairs, first, last)| {
+            if let (Some((thread, from)), Some(to)) = (carry, first) {
+                if thread == c.thread {
+                    all.insert((from, to));
+                }
+            }
+            all.extend(pairs);
+            carry = last.map(|l| (c.thread, l));
+            Ok(())
+        },
+    )?;
+    Ok(all)
+}
+
+/// Events handed from the recovery to the engine.
+enum Ev {
+    Block { thread: u32, addr: u64, id: Option<u32>, executed: u32, interrupted: bool },
+    Refs(u32),
+    Marker(u32, Marker),
+}
+
+#[derive(Default)]
+struct Batch {
+    evs: Vec<Ev>,
+    refs: Vec<MemEvent>,
+}
+
+/// The recovery's side of the hand-over.
+struct Forward {
+    batch: Batch,
+    tx: crossbeam::channel::Sender<Batch>,
+    free: crossbeam::channel::Receiver<Batch>,
+}
+
+impl Forward {
+    fn send(&mut self) -> SinkResult {
+        let next = self.free.try_recv().unwrap_or_default();
+        let full = std::mem::replace(&mut self.batch, next);
+        self.tx.send(full).map_err(|_| SinkError::Stop)
+    }
+
+    #[inline]
+    fn check(&mut self) -> SinkResult {
+        if self.batch.evs.len() >= 4096 || self.batch.refs.len() >= 16384 {
+            self.send()?;
+        }
+        Ok(())
+    }
+}
+
+impl Sink for Forward {
+    fn block(&mut self, b: &BlockEvent) -> SinkResult {
+        self.batch.evs.push(Ev::Block { thread: b.thread, addr: b.addr, id: b.id, executed: b.executed, interrupted: b.interrupted });
+        self.check()
+    }
+    fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
+        for part in refs.chunks(16384) {
+            self.batch.refs.extend_from_slice(part);
+            self.batch.evs.push(Ev::Refs(part.len() as u32));
+            self.check()?;
+        }
+        Ok(())
+    }
+    fn marker(&mut self, thread: u32, m: Marker) -> SinkResult {
+        self.batch.evs.push(Ev::Marker(thread, m));
+        self.check()
+    }
+    fn finish(&mut self) -> SinkResult {
+        if !self.batch.evs.is_empty() {
+            self.send()?;
+        }
+        Ok(())
+    }
+}
+
+/// Recovers on this thread and runs the engine on another.
+fn run_pipelined(rec: &Recovery, engine: &mut Engine) -> Result<(), WetError> {
+    let (tx, rx) = crossbeam::channel::bounded::<Batch>(16);
+    let (free_tx, free_rx) = crossbeam::channel::bounded::<Batch>(16);
+    std::thread::scope(|s| {
+        let consumer = s.spawn(move || -> Result<(), EngineError> {
+            for mut batch in rx {
+                let mut at = 0usize;
+                for ev in &batch.evs {
+                    match *ev {
+                        Ev::Block { thread, addr, id, executed, interrupted } => {
+                            let b = BlockEvent { thread, addr, version: 0, id, plan: None, executed, interrupted };
+                            engine.block(&b)?;
+                        }
+                        Ev::Refs(n) => {
+                            engine.refs(&batch.refs[at..at + n as usize])?;
+                            at += n as usize;
+                        }
+                        Ev::Marker(thread, m) => engine.marker(thread, m)?,
+                    }
+                }
+                batch.evs.clear();
+                batch.refs.clear();
+                let _ = free_tx.try_send(batch);
+            }
+            engine.finish()
+        });
+        let mut fwd = Forward { batch: Batch::default(), tx, free: free_rx };
+        let recovered = rec.run(Source::Dep, &mut fwd);
+        drop(fwd);
+        let engined = consumer.join().expect("WET engine panicked");
+        engined?;
+        recovered?;
+        Ok(())
+    })
+}

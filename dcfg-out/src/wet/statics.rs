@@ -1,0 +1,246 @@
+//! The static side of a WET trace: one id per distinct instruction of the block table,
+//! its use ports, and the control-flow graph whose post-dominators give control
+//! dependence.
+//!
+//! Blocks of the table overlap (a jump into the middle of an earlier block starts a new
+//! one), so instructions are keyed by address and code version and numbered in that order.
+//! The graph's nodes are maximal straight-line runs of those instructions: a node starts at
+//! every block start and direct-jump target, after every instruction that leaves a
+//! straight line, and where the code stops being contiguous. Calls and system calls are
+//! straight-line (the callee's frame is the dynamic side's business); a return leaves to
+//! the graph's exit. A direct branch's target that never ran is not in the table, so its
+//! code is unknown: the edge goes to the exit, which can only widen the branch's region.
+//! Indirect jumps go to the targets the run took.
+
+use dep_profile::semantics::{Access, Flow, Insn};
+use dep_recover::plans::Plans;
+use rustc_hash::{FxHashMap, FxHashSet};
+
+/// No node starts at this instruction.
+pub const NO_NODE: u32 = u32::MAX;
+/// The graph's exit, as an immediate post-dominator.
+pub const EXIT: u32 = u32::MAX - 1;
+
+/// What a WET trace knows of one static instruction.
+#[derive(Clone, Copy, Debug)]
+pub struct StaticInsn {
+    pub pc: u64,
+    pub version: u32,
+    /// A block holding it, and its index there (to reach its [`Insn`]).
+    pub block: u32,
+    pub index: u16,
+    /// Use ports: 1 (control) + register ranges read + flags (0 or 1) + memory reads.
+    pub ports: u16,
+    /// Its first segment in the store: one per use port, then one for its values.
+    pub first_seg: u32,
+}
+
+/// Ids, ports and control-flow facts of every instruction of a block table.
+pub struct Statics {
+    /// Per block id, where its instructions start in `ids` and `node_at` (len: blocks + 1).
+    block_first: Vec<u32>,
+    /// The static id of each block's each instruction.
+    ids: Vec<u32>,
+    /// The node starting at each block's each instruction, or [`NO_NODE`].
+    node_at: Vec<u32>,
+    /// Every static instruction, by id.
+    pub insns: Vec<StaticInsn>,
+    /// Each node's immediate post-dominator ([`EXIT`] where it is the exit or unknown).
+    pub ipdom: Vec<u32>,
+    /// Whether each node ends in a branch with two or more successors.
+    pub branch: Vec<bool>,
+    /// Segments of all instructions (use ports and values).
+    pub segs: u32,
+}
+
+/// Use ports of an instruction (see [`StaticInsn::ports`]).
+pub fn ports_of(insn: &Insn) -> u16 {
+    let mem = insn.refs.iter().filter(|r| r.access == Access::Read).count();
+    (1 + insn.bytes.reads.len() + usize::from(insn.regs.flags_read != 0) + mem) as u16
+}
+
+/// Whether control goes on to the next instruction after `f` (for graph building).
+fn straight(f: Flow) -> bool {
+    matches!(f, Flow::Next | Flow::Call { .. } | Flow::IndirectCall | Flow::Syscall)
+}
+
+impl Statics {
+    /// Builds the table for `plans`, whose block `i` has code version `versions[i]`;
+    /// `indirect` holds the (block, next block) pairs of indirect jumps the run took.
+    pub fn build(plans: &Plans, versions: &[u32], indirect: &FxHashSet<(u32, u32)>) -> Statics {
+        struct Key {
+            pc: u64,
+            version: u32,
+            block: u32,
+            index: u16,
+        }
+        let n = plans.len();
+        let mut keys = Vec::new();
+        let mut block_first = Vec::with_capacity(n + 1);
+        let mut total = 0u32;
+        for b in 0..n {
+            block_first.push(total);
+            if let Some(p) = plans.get_plan(b as u32) {
+                for (k, i) in p.insns.iter().enumerate() {
+                    keys.push(Key { pc: i.pc, version: versions[b], block: b as u32, index: k as u16 });
+                }
+                total += p.insns.len() as u32;
+            }
+        }
+        block_first.push(total);
+        keys.sort_unstable_by_key(|k| (k.pc, k.version, k.block));
+        keys.dedup_by_key(|k| (k.pc, k.version));
+        let insn = |k: &Key| &plans.plan(k.block).insns[k.index as usize];
+        let id_of: FxHashMap<(u64, u32), u32> = keys.iter().enumerate().map(|(i, k)| ((k.pc, k.version), i as u32)).collect();
+
+        // Node starts.
+        let mut start = vec![false; keys.len()];
+        for b in 0..n {
+            if let Some(p) = plans.get_plan(b as u32) {
+                if let Some(first) = p.insns.first() {
+                    start[id_of[&(first.pc, versions[b])] as usize] = true;
+                }
+                for i in &p.insns {
+                    if let Flow::Jump { target, .. } = i.flow {
+                        if let Some(&t) = id_of.get(&(target, versions[b])) {
+                            start[t as usize] = true;
+                        }
+                    }
+                }
+            }
+        }
+        for k in 1..keys.len() {
+            let (a, b) = (&keys[k - 1], &keys[k]);
+            let prev = insn(a);
+            if a.version != b.version || a.pc + prev.len as u64 != b.pc || !straight(prev.flow) {
+                start[k] = true;
+            }
+        }
+        if let Some(s) = start.first_mut() {
+            *s = true;
+        }
+        let mut node_of_id = vec![NO_NODE; keys.len()];
+        let mut nodes = 0u32;
+        for (k, &s) in start.iter().enumerate() {
+            if s {
+                node_of_id[k] = nodes;
+                nodes += 1;
+            }
+        }
+
+        // Successors, from each node's last instruction.
+        let mut succ: Vec<Vec<u32>> = vec![Vec::new(); nodes as usize];
+        let block_node = |b: u32| -> Option<u32> {
+            let p = plans.get_plan(b)?;
+            let first = p.insns.first()?;
+            Some(node_of_id[id_of[&(first.pc, versions[b as usize])] as usize])
+        };
+        let mut indirect_from: FxHashMap<u64, Vec<u32>> = FxHashMap::default();
+        for &(from, to) in indirect {
+            let (Some(p), Some(t)) = (plans.get_plan(from), block_node(to)) else { continue };
+            if let Some(last) = p.insns.last() {
+                indirect_from.entry(last.pc | (versions[from as usize] as u64) << 48).or_default().push(t);
+            }
+        }
+        let mut node = 0u32;
+        for k in 0..keys.len() {
+            if start[k] {
+                node = node_of_id[k];
+            }
+            let last = k + 1 == keys.len() || start[k + 1];
+            if !last {
+                continue;
+            }
+            let (key, i) = (&keys[k], insn(&keys[k]));
+            let at = |pc: u64| id_of.get(&(pc, key.version)).map(|&t| node_of_id[t as usize]).filter(|&t| t != NO_NODE);
+            let next = key.pc + i.len as u64;
+            let s = &mut succ[node as usize];
+            match i.flow {
+                f if straight(f) => s.push(at(next).unwrap_or(EXIT)),
+                Flow::Jump { target, conditional } => {
+                    s.push(at(target).unwrap_or(EXIT));
+                    if conditional {
+                        s.push(at(next).unwrap_or(EXIT));
+                    }
+                }
+                Flow::IndirectJump => match indirect_from.get(&(key.pc | (key.version as u64) << 48)) {
+                    Some(t) => s.extend_from_slice(t),
+                    None => s.push(EXIT),
+                },
+                _ => s.push(EXIT),
+            }
+            s.sort_unstable();
+            s.dedup();
+        }
+        let branch = succ.iter().map(|s| s.len() >= 2).collect();
+        let ipdom = post_dominators(&succ);
+
+        let mut insns = Vec::with_capacity(keys.len());
+        let mut segs = 0u32;
+        for k in &keys {
+            let p = ports_of(insn(k));
+            insns.push(StaticInsn { pc: k.pc, version: k.version, block: k.block, index: k.index, ports: p, first_seg: segs });
+            segs += p as u32 + 1;
+        }
+        let mut ids = Vec::with_capacity(total as usize);
+        let mut node_at = Vec::with_capacity(total as usize);
+        for b in 0..n {
+            if let Some(p) = plans.get_plan(b as u32) {
+                for i in &p.insns {
+                    let id = id_of[&(i.pc, versions[b])];
+                    ids.push(id);
+                    node_at.push(node_of_id[id as usize]);
+                }
+            }
+        }
+        Statics { block_first, ids, node_at, insns, ipdom, branch, segs }
+    }
+
+    /// Static ids and node starts of block `b`'s instructions.
+    #[inline]
+    pub fn block(&self, b: u32) -> (&[u32], &[u32]) {
+        let (s, e) = (self.block_first[b as usize] as usize, self.block_first[b as usize + 1] as usize);
+        (&self.ids[s..e], &self.node_at[s..e])
+    }
+}
+
+/// Immediate post-dominators of a graph whose `succ` may name [`EXIT`]: dominators of the
+/// reversed graph entered at the exit. Nodes that cannot reach the exit (an endless loop)
+/// get [`EXIT`]: their branches' regions end only with their frame.
+fn post_dominators(succ: &[Vec<u32>]) -> Vec<u32> {
+    let n = succ.len();
+    // Reversed graph: node 0 the exit, node v + 1 for v.
+    let mut rev: Vec<Vec<usize>> = vec![Vec::new(); n + 1];
+    for (v, s) in succ.iter().enumerate() {
+        for &w in s {
+            let w = if w == EXIT { 0 } else { w as usize + 1 };
+            rev[w].push(v + 1);
+        }
+    }
+    let idom = crate::dominators::dominators(&crate::dominators::Graph { succ: &rev });
+    (1..=n)
+        .map(|v| match idom.get(v).copied().flatten() {
+            Some(0) | None => EXIT,
+            Some(d) => (d - 1) as u32,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// if (c) { A } B; return — the branch's region ends at B; B's at the exit.
+    #[test]
+    fn post_dominators_of_an_if_and_a_loop() {
+        // 0: branch -> 1 (body) or 2 (join); 1 -> 2; 2 -> exit.
+        let g = vec![vec![1, 2], vec![2], vec![EXIT]];
+        assert_eq!(post_dominators(&g), vec![2, 2, EXIT]);
+        // 0 -> 1 (header: -> 2 body, 3 out); 2 -> 1; 3 -> exit.
+        let g = vec![vec![1], vec![2, 3], vec![1], vec![EXIT]];
+        assert_eq!(post_dominators(&g), vec![1, 3, 1, EXIT]);
+        // An endless loop 0 <-> 1 never reaches the exit.
+        let g = vec![vec![1], vec![0]];
+        assert_eq!(post_dominators(&g), vec![EXIT, EXIT]);
+    }
+}

@@ -1,0 +1,352 @@
+//! Dependences and values kept until the trace can be written in the comprehensive
+//! format's order (static instruction, then use port, then instance), spilled to
+//! temporary files in runs when they exceed a memory budget, and merged back in one
+//! sequential pass over every run.
+//!
+//! Each use port (and each instruction's values) is a segment: a byte buffer of records,
+//! delta-encoded as LEB128 varints. A dependence record is `2 * Δinstance + 1`, then the
+//! dependence's static id and instance as zigzag deltas from the previous record's; a
+//! record whose three deltas repeat the previous record's (a loop's register dependence on
+//! its previous iteration, a load from the same store's next instance) joins a run, written
+//! once as `2 * length`. A value record is the instance (zigzag delta) and the value.
+//! A spilled run is the segments that had records, in segment order, each with its index,
+//! record count and length; every run starts its deltas afresh.
+
+use super::shadow::{id_of, inst_of, Def};
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Write};
+
+#[derive(Default)]
+struct Seg {
+    buf: Vec<u8>,
+    last: u64,
+    last_dep: u64,
+    last_id: u32,
+    /// The previous record's deltas, and how many records since repeated them unwritten.
+    d_inst: u64,
+    d_dep: u64,
+    run: u32,
+    count: u32,
+}
+
+impl Seg {
+    #[inline]
+    fn flush_run(&mut self) {
+        if self.run > 0 {
+            put(&mut self.buf, (self.run as u64) << 1);
+            self.run = 0;
+        }
+    }
+}
+
+/// Dependences and values of a whole trace, by segment.
+pub struct Store {
+    segs: Vec<Seg>,
+    /// Records of each segment over all runs.
+    totals: Vec<u64>,
+    runs: Vec<File>,
+    held: usize,
+    budget: usize,
+}
+
+#[inline]
+fn put(buf: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        buf.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    buf.push(v as u8);
+}
+
+#[inline]
+fn zig(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+#[inline]
+fn unzig(v: u64) -> i64 {
+    (v >> 1) as i64 ^ -((v & 1) as i64)
+}
+
+/// Reads a varint from a byte slice at `*at`.
+#[inline]
+fn get(buf: &[u8], at: &mut usize) -> io::Result<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = *buf.get(*at).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "truncated WET spill record"))?;
+        *at += 1;
+        v |= ((b & 0x7f) as u64) << shift;
+        if b & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    Err(io::Error::new(io::ErrorKind::InvalidData, "overlong varint in WET spill"))
+}
+
+/// Reads a varint from a reader; None at a clean end of file.
+fn read_varint(r: &mut impl Read) -> io::Result<Option<u64>> {
+    let mut v = 0u64;
+    let mut b = [0u8];
+    for (k, shift) in (0..64).step_by(7).enumerate() {
+        if r.read(&mut b)? == 0 {
+            return if k == 0 { Ok(None) } else { Err(io::ErrorKind::UnexpectedEof.into()) };
+        }
+        v |= ((b[0] & 0x7f) as u64) << shift;
+        if b[0] & 0x80 == 0 {
+            return Ok(Some(v));
+        }
+    }
+    Err(io::Error::new(io::ErrorKind::InvalidData, "overlong varint in WET spill"))
+}
+
+/// A dependence record: the use's instance, and the instance it depends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DepRecord {
+    pub inst: u64,
+    pub dep_id: u32,
+    pub dep_inst: u64,
+}
+
+impl Store {
+    /// A store of `n` segments, spilling past `budget` bytes.
+    pub fn new(n: usize, budget: usize) -> Store {
+        let mut segs = Vec::with_capacity(n);
+        segs.resize_with(n, Seg::default);
+        Store { segs, totals: vec![0; n], runs: Vec::new(), held: 0, budget }
+    }
+
+    /// In use-port segment `seg`, instance `inst` depends on `dep`.
+    #[inline]
+    pub fn dep(&mut self, seg: u32, inst: u64, dep: Def) -> io::Result<()> {
+        let s = &mut self.segs[seg as usize];
+        let before = s.buf.capacity();
+        let (id, dep_inst) = (id_of(dep), inst_of(dep));
+        let (di, dd) = (inst - s.last, dep_inst.wrapping_sub(s.last_dep));
+        if s.count > 0 && di == s.d_inst && id == s.last_id && dd == s.d_dep && s.run < u32::MAX {
+            s.run += 1;
+        } else {
+            s.flush_run();
+            put(&mut s.buf, di << 1 | 1);
+            put(&mut s.buf, zig(id.wrapping_sub(s.last_id) as i32 as i64));
+            put(&mut s.buf, zig(dd as i64));
+            (s.d_inst, s.d_dep, s.last_id) = (di, dd, id);
+        }
+        s.last = inst;
+        s.last_dep = dep_inst;
+        s.count += 1;
+        self.totals[seg as usize] += 1;
+        self.held += s.buf.capacity() - before;
+        self.check()
+    }
+
+    /// In value segment `seg`, instance `inst` computed `value`.
+    #[inline]
+    pub fn value(&mut self, seg: u32, inst: u64, value: u64) -> io::Result<()> {
+        let k = seg as usize;
+        let s = &mut self.segs[k];
+        let before = s.buf.capacity();
+        put(&mut s.buf, zig(inst.wrapping_sub(s.last) as i64));
+        put(&mut s.buf, value);
+        s.last = inst;
+        s.count += 1;
+        self.totals[k] += 1;
+        self.held += s.buf.capacity() - before;
+        self.check()
+    }
+
+    #[inline]
+    fn check(&mut self) -> io::Result<()> {
+        if self.held > self.budget {
+            self.spill()?;
+        }
+        Ok(())
+    }
+
+    /// Writes every segment held to a new run and frees them.
+    fn spill(&mut self) -> io::Result<()> {
+        let mut w = BufWriter::with_capacity(1 << 20, tempfile::tempfile()?);
+        let mut prev = 0u64;
+        let mut head = Vec::with_capacity(32);
+        for (k, s) in self.segs.iter_mut().enumerate() {
+            if s.count == 0 {
+                continue;
+            }
+            s.flush_run();
+            head.clear();
+            put(&mut head, k as u64 - prev);
+            put(&mut head, s.count as u64);
+            put(&mut head, s.buf.len() as u64);
+            w.write_all(&head)?;
+            w.write_all(&s.buf)?;
+            prev = k as u64;
+            *s = Seg::default();
+        }
+        let mut f = w.into_inner().map_err(|e| e.into_error())?;
+        io::Seek::rewind(&mut f)?;
+        self.runs.push(f);
+        self.held = 0;
+        Ok(())
+    }
+
+    /// Runs spilled so far.
+    pub fn runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Records of a segment over the whole trace.
+    pub fn total(&self, seg: u32) -> u64 {
+        self.totals[seg as usize]
+    }
+
+    /// A reader that yields every segment's records in order, runs first, memory last.
+    pub fn into_reader(self) -> Reader {
+        let runs = self.runs.into_iter().map(|f| RunReader { r: BufReader::with_capacity(1 << 20, f), next: None, pos: 0 }).collect();
+        Reader { runs, segs: self.segs, buf: Vec::new(), started: false }
+    }
+}
+
+struct RunReader {
+    r: BufReader<File>,
+    /// The next segment's index, records and length.
+    next: Option<(u64, u32, usize)>,
+    pos: u64,
+}
+
+impl RunReader {
+    fn advance(&mut self) -> io::Result<()> {
+        self.next = match read_varint(&mut self.r)? {
+            None => None,
+            Some(delta) => {
+                let count = read_varint(&mut self.r)?.ok_or(io::ErrorKind::UnexpectedEof)? as u32;
+                let len = read_varint(&mut self.r)?.ok_or(io::ErrorKind::UnexpectedEof)? as usize;
+                self.pos += delta;
+                Some((self.pos, count, len))
+            }
+        };
+        Ok(())
+    }
+}
+
+/// Segment by segment, in increasing order, the records of every run.
+pub struct Reader {
+    runs: Vec<RunReader>,
+    segs: Vec<Seg>,
+    buf: Vec<u8>,
+    started: bool,
+}
+
+impl Reader {
+    /// Calls `f` with each part of segment `seg` (raw bytes and record count), in run order.
+    /// Segments must be asked for in increasing order.
+    fn parts(&mut self, seg: u32, f: &mut dyn FnMut(&[u8], u32) -> io::Result<()>) -> io::Result<()> {
+        if !self.started {
+            for r in &mut self.runs {
+                r.advance()?;
+            }
+            self.started = true;
+        }
+        for r in &mut self.runs {
+            while let Some((k, count, len)) = r.next {
+                if k > seg as u64 {
+                    break;
+                }
+                self.buf.resize(len, 0);
+                r.r.read_exact(&mut self.buf)?;
+                r.advance()?;
+                if k == seg as u64 {
+                    f(&self.buf, count)?;
+                }
+            }
+        }
+        let mut s = std::mem::take(&mut self.segs[seg as usize]);
+        s.flush_run();
+        if s.count > 0 {
+            f(&s.buf, s.count)?;
+        }
+        Ok(())
+    }
+
+    /// Each dependence record of use-port segment `seg`, in instance order.
+    pub fn deps(&mut self, seg: u32, f: &mut dyn FnMut(DepRecord) -> io::Result<()>) -> io::Result<()> {
+        self.parts(seg, &mut |buf, _| {
+            let (mut at, mut d) = (0usize, DepRecord { inst: 0, dep_id: 0, dep_inst: 0 });
+            let (mut di, mut dd) = (0u64, 0u64);
+            while at < buf.len() {
+                let v = get(buf, &mut at)?;
+                if v & 1 == 1 {
+                    di = v >> 1;
+                    d.dep_id = d.dep_id.wrapping_add(unzig(get(buf, &mut at)?) as u32);
+                    dd = unzig(get(buf, &mut at)?) as u64;
+                    d.inst += di;
+                    d.dep_inst = d.dep_inst.wrapping_add(dd);
+                    f(d)?;
+                } else {
+                    for _ in 0..v >> 1 {
+                        d.inst += di;
+                        d.dep_inst = d.dep_inst.wrapping_add(dd);
+                        f(d)?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// The values of value segment `seg`, sorted by instance.
+    pub fn values(&mut self, seg: u32, out: &mut Vec<(u64, u64)>) -> io::Result<()> {
+        out.clear();
+        self.parts(seg, &mut |buf, count| {
+            let (mut at, mut last) = (0usize, 0u64);
+            for _ in 0..count {
+                last = last.wrapping_add(unzig(get(buf, &mut at)?) as u64);
+                out.push((last, get(buf, &mut at)?));
+            }
+            Ok(())
+        })?;
+        out.sort_unstable_by_key(|v| v.0);
+        out.dedup_by_key(|v| v.0);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::shadow::pack;
+    use super::*;
+
+    /// Records come back in order whether they stayed in memory or went through runs.
+    #[test]
+    fn spilled_and_held_records_read_back_in_order() {
+        for budget in [0usize, 64, 1 << 30] {
+            let mut s = Store::new(5, budget);
+            let mut want: Vec<Vec<DepRecord>> = vec![vec![]; 3];
+            for inst in 0..200u64 {
+                for port in 0..3u32 {
+                    if (inst + port as u64) % 3 != 0 {
+                        let dep = pack(port * 7, inst * 2 + 3 - port as u64);
+                        s.dep(port, inst, dep).unwrap();
+                        want[port as usize].push(DepRecord { inst, dep_id: port * 7, dep_inst: inst * 2 + 3 - port as u64 });
+                    }
+                }
+                s.value(4, 199 - inst, inst).unwrap();
+            }
+            assert_eq!(budget == 0, s.runs() > 100, "budget {budget}: {} runs", s.runs());
+            let totals: Vec<u64> = (0..3).map(|p| s.total(p)).collect();
+            let vseg = 4;
+            let mut r = s.into_reader();
+            for port in 0..3u32 {
+                let mut got = vec![];
+                r.deps(port, &mut |d| {
+                    got.push(d);
+                    Ok(())
+                })
+                .unwrap();
+                assert_eq!(got, want[port as usize]);
+                assert_eq!(totals[port as usize], got.len() as u64);
+            }
+            let mut v = vec![];
+            r.values(vseg, &mut v).unwrap();
+            assert_eq!(v, (0..200).map(|i| (i, 199 - i)).collect::<Vec<_>>());
+        }
+    }
+}
