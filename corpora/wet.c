@@ -9,6 +9,9 @@
  *   wet_init, wet_loop -> wet_loop the loop's accumulator: each iteration reads the previous
  *   wet_full, wet_low -> wet_merge a byte written into rax: rax then comes from both
  *   wet_lea -> value               lea's result is the address wet_vload reads through
+ *   wet_rare                       a branch whose other side never runs (its code is out of
+ *                                  line, after the ret): wet_rare_join, where both sides
+ *                                  meet, is not in the branch's region
  *   wet_rep -> wet_repload         rep movsb copies 16 bytes, one iteration a byte; the load
  *                                  of bytes 8-15 of the copy depends on iterations 8-15
  * The program runs each pattern a fixed number of times and prints a checksum. */
@@ -79,6 +82,12 @@ __asm__(
     ".globl wet_vload\n"
     "wet_vload: movq (%rbx), %rax\n"
     "    addq %rax, sink_(%rip)\n"
+    /* if (flag > 100) { never } join: */
+    "    cmpq $100, %rdi\n"
+    ".globl wet_rare\n"
+    "wet_rare: ja wet_rare_body\n"
+    ".globl wet_rare_join\n"
+    "wet_rare_join: addq $5, sink_(%rip)\n"
     /* a rep string, iteration by iteration */
     "    leaq src_(%rip), %rsi\n"
     "    leaq dst_(%rip), %rdi\n"
@@ -90,6 +99,8 @@ __asm__(
     "    addq %rax, sink_(%rip)\n"
     "    popq %rbx\n"
     "    ret\n"
+    "wet_rare_body: addq $7, sink_(%rip)\n"
+    "    jmp wet_rare_join\n"
     ".size wet_patterns,.-wet_patterns\n");
 
 int main(void)

@@ -157,6 +157,12 @@ fn dependences_of_the_wet_corpus_program() {
     // After the if, nothing depends on the branch any more.
     assert!(t.port(at("wet_join"), "control").iter().all(|d| d.1 != branch), "wet_join is past the branch's region");
     assert_eq!(t.port(at("wet_join"), "control").len(), 5);
+    // A branch whose other side never ran (its code is read from the file): the join is
+    // not in its region either.
+    let rare = id("wet_rare");
+    assert_eq!(t.port(at("wet_rare"), "control").len(), 5);
+    let join = t.port(at("wet_rare_join"), "control");
+    assert!(join.len() == 5 && join.iter().all(|d| d.1 != rare), "wet_rare_join depends on wet_rare: {join:?}");
     // The loop: 5 iterations a call; the accumulator (rax) of the first comes from wet_init,
     // of every other from the previous iteration.
     let (looped, init) = (id("wet_loop"), id("wet_init"));

@@ -54,6 +54,8 @@ struct File {
     /// alignment padding: then the symbol tables do not cover it (a stripped module whose
     /// static functions are gone) and it is named by offset rather than wrongly.
     functions: Vec<(u64, u64, String)>,
+    /// Executable sections' bytes: (file address, bytes), sorted.
+    text: Vec<(u64, Vec<u8>)>,
 }
 
 impl Symbolizer {
@@ -111,6 +113,17 @@ impl Symbolizer {
         let covers = |&(a, size, _): &(u64, u64, String)| size == 0 || probe < (a + size).next_multiple_of(FUNCTION_ALIGN);
         let name = i.checked_sub(1).map(|i| &file.functions[i]).filter(|f| covers(f)).map_or(fallback, |f| f.2.clone());
         (Some(m), Some(file), name)
+    }
+
+    /// The module file's code from run-time address `addr` to the end of its executable
+    /// section: for decoding code the run never reached (what ran is in the profile).
+    pub fn code(&self, addr: u64) -> Option<&[u8]> {
+        let m = self.module(addr)?;
+        let file = m.file.get_or_init(|| self.open(m)).as_ref()?;
+        let probe = addr.wrapping_sub(file.bias);
+        let i = file.text.partition_point(|(a, _)| *a <= probe).checked_sub(1)?;
+        let (start, bytes) = &file.text[i];
+        bytes.get((probe - start) as usize..).filter(|b| !b.is_empty())
     }
 
     /// Where `addr` is: function and, with DWARF, file and line.
@@ -208,7 +221,13 @@ fn read(m: &Module) -> Result<File, String> {
     functions.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
     functions.dedup_by_key(|(a, _, _)| *a);
     let dwarf = addr2line::Loader::new(&m.path).map_err(|e| format!("cannot read its debugging information ({e})"))?;
-    Ok(File { bias, dwarf: Mutex::new(dwarf), plt, functions })
+    let mut text: Vec<(u64, Vec<u8>)> = obj
+        .sections()
+        .filter(|s| s.kind() == object::SectionKind::Text)
+        .filter_map(|s| Some((s.address(), s.data().ok()?.to_vec())))
+        .collect();
+    text.sort_by_key(|t| t.0);
+    Ok(File { bias, dwarf: Mutex::new(dwarf), plt, functions, text })
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -79,7 +79,7 @@ pub fn write(
 ) -> Result<Summary, WetError> {
     let indirect = indirect_targets(rec)?;
     let versions: Vec<u32> = rec.profile.blocks().iter().map(|b| b.version).collect();
-    let st = Statics::build(&rec.plans, &versions, &indirect);
+    let st = Statics::build(&rec.plans, &versions, &indirect, rec.profile.machine(), &|a| symbols.code(a));
     if st.insns.len() >= shadow::MAX_IDS {
         return Err(WetError::TooManyInstructions(st.insns.len()));
     }

@@ -12,7 +12,7 @@
 //! code is unknown: the edge goes to the exit, which can only widen the branch's region.
 //! Indirect jumps go to the targets the run took.
 
-use dep_profile::semantics::{Access, Flow, Insn};
+use dep_profile::semantics::{Access, Flow, Insn, Machine, Semantics};
 use dep_recover::plans::Plans;
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -51,7 +51,12 @@ pub struct Statics {
     pub branch: Vec<bool>,
     /// Segments of all instructions (use ports and values).
     pub segs: u32,
+    /// Instructions decoded from the modules' files because the run never reached them.
+    pub unreached: usize,
 }
+
+/// Instructions decoded, at most, of code the run never reached.
+const STATIC_BUDGET: usize = 1 << 21;
 
 /// Use ports of an instruction (see [`StaticInsn::ports`]).
 pub fn ports_of(insn: &Insn) -> u16 {
@@ -66,64 +71,126 @@ fn straight(f: Flow) -> bool {
 
 impl Statics {
     /// Builds the table for `plans`, whose block `i` has code version `versions[i]`;
-    /// `indirect` holds the (block, next block) pairs of indirect jumps the run took.
-    pub fn build(plans: &Plans, versions: &[u32], indirect: &FxHashSet<(u32, u32)>) -> Statics {
+    /// `indirect` holds the (block, next block) pairs of indirect jumps the run took;
+    /// `code(addr)` gives a module's code the run never reached (None where unknown).
+    pub fn build<'c>(
+        plans: &Plans,
+        versions: &[u32],
+        indirect: &FxHashSet<(u32, u32)>,
+        machine: Machine,
+        code: &dyn Fn(u64) -> Option<&'c [u8]>,
+    ) -> Statics {
         struct Key {
             pc: u64,
             version: u32,
-            block: u32,
-            index: u16,
+            len: u8,
+            flow: Flow,
+            /// A block holding it and its index there; None for code that never ran.
+            at: Option<(u32, u16)>,
         }
         let n = plans.len();
         let mut keys = Vec::new();
-        let mut block_first = Vec::with_capacity(n + 1);
-        let mut total = 0u32;
-        for b in 0..n {
-            block_first.push(total);
+        for (b, &version) in versions.iter().enumerate().take(n) {
             if let Some(p) = plans.get_plan(b as u32) {
                 for (k, i) in p.insns.iter().enumerate() {
-                    keys.push(Key { pc: i.pc, version: versions[b], block: b as u32, index: k as u16 });
+                    keys.push(Key { pc: i.pc, version, len: i.len, flow: i.flow, at: Some((b as u32, k as u16)) });
                 }
-                total += p.insns.len() as u32;
             }
         }
-        block_first.push(total);
-        keys.sort_unstable_by_key(|k| (k.pc, k.version, k.block));
+        keys.sort_unstable_by_key(|k| (k.pc, k.version, k.at));
         keys.dedup_by_key(|k| (k.pc, k.version));
-        let insn = |k: &Key| &plans.plan(k.block).insns[k.index as usize];
-        let id_of: FxHashMap<(u64, u32), u32> = keys.iter().enumerate().map(|(i, k)| ((k.pc, k.version), i as u32)).collect();
+        let ran: FxHashSet<(u64, u32)> = keys.iter().map(|k| (k.pc, k.version)).collect();
+
+        // Code the run never reached, decoded from the modules' files from every direct
+        // target and fall-through that is not in the table, until it joins code that ran
+        // or leaves (return, indirect jump, undecodable bytes, or the budget).
+        let mut todo: Vec<u64> = Vec::new();
+        for k in keys.iter().filter(|k| k.version == 0) {
+            let next = k.pc + k.len as u64;
+            let mut want = |t: u64| {
+                if !ran.contains(&(t, 0)) {
+                    todo.push(t);
+                }
+            };
+            match k.flow {
+                f if straight(f) => want(next),
+                Flow::Jump { target, conditional } => {
+                    want(target);
+                    if conditional {
+                        want(next);
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Only fall-throughs past a block's end can be missing among straight-line ones;
+        // the others are the next instruction of the same block.
+        let mut seen: FxHashSet<u64> = FxHashSet::default();
+        let mut budget = STATIC_BUDGET;
+        let mut sem = Semantics::new(machine);
+        let bits = machine.width.bits() as u32;
+        while let Some(t) = todo.pop() {
+            if budget == 0 || ran.contains(&(t, 0)) || !seen.insert(t) {
+                continue;
+            }
+            let Some(bytes) = code(t) else { continue };
+            let bytes = &bytes[..bytes.len().min(1 << 16)];
+            let mut dec = iced_x86::Decoder::with_ip(bits, bytes, t, iced_x86::DecoderOptions::NONE);
+            let mut first = true;
+            while dec.can_decode() && budget > 0 {
+                let i = dec.decode();
+                if i.is_invalid() || (!first && (ran.contains(&(i.ip(), 0)) || !seen.insert(i.ip()))) {
+                    break;
+                }
+                first = false;
+                budget -= 1;
+                let flow = sem.insn(&i).flow;
+                keys.push(Key { pc: i.ip(), version: 0, len: i.len() as u8, flow, at: None });
+                match flow {
+                    f if straight(f) => continue,
+                    Flow::Jump { target, conditional } => {
+                        todo.push(target);
+                        if conditional {
+                            continue;
+                        }
+                    }
+                    _ => {}
+                }
+                break;
+            }
+        }
+        keys.sort_unstable_by_key(|k| (k.pc, k.version, k.at.is_none()));
+        keys.dedup_by_key(|k| (k.pc, k.version));
+        let key_of: FxHashMap<(u64, u32), u32> = keys.iter().enumerate().map(|(i, k)| ((k.pc, k.version), i as u32)).collect();
 
         // Node starts.
         let mut start = vec![false; keys.len()];
-        for b in 0..n {
-            if let Some(p) = plans.get_plan(b as u32) {
-                if let Some(first) = p.insns.first() {
-                    start[id_of[&(first.pc, versions[b])] as usize] = true;
-                }
-                for i in &p.insns {
-                    if let Flow::Jump { target, .. } = i.flow {
-                        if let Some(&t) = id_of.get(&(target, versions[b])) {
-                            start[t as usize] = true;
-                        }
-                    }
+        for (b, &version) in versions.iter().enumerate().take(n) {
+            if let Some(first) = plans.get_plan(b as u32).and_then(|p| p.insns.first()) {
+                start[key_of[&(first.pc, version)] as usize] = true;
+            }
+        }
+        for k in &keys {
+            if let Flow::Jump { target, .. } = k.flow {
+                if let Some(&t) = key_of.get(&(target, k.version)) {
+                    start[t as usize] = true;
                 }
             }
         }
         for k in 1..keys.len() {
             let (a, b) = (&keys[k - 1], &keys[k]);
-            let prev = insn(a);
-            if a.version != b.version || a.pc + prev.len as u64 != b.pc || !straight(prev.flow) {
+            if a.version != b.version || a.pc + a.len as u64 != b.pc || !straight(a.flow) || a.at.is_some() != b.at.is_some() {
                 start[k] = true;
             }
         }
         if let Some(s) = start.first_mut() {
             *s = true;
         }
-        let mut node_of_id = vec![NO_NODE; keys.len()];
+        let mut node_of_key = vec![NO_NODE; keys.len()];
         let mut nodes = 0u32;
         for (k, &s) in start.iter().enumerate() {
             if s {
-                node_of_id[k] = nodes;
+                node_of_key[k] = nodes;
                 nodes += 1;
             }
         }
@@ -131,31 +198,29 @@ impl Statics {
         // Successors, from each node's last instruction.
         let mut succ: Vec<Vec<u32>> = vec![Vec::new(); nodes as usize];
         let block_node = |b: u32| -> Option<u32> {
-            let p = plans.get_plan(b)?;
-            let first = p.insns.first()?;
-            Some(node_of_id[id_of[&(first.pc, versions[b as usize])] as usize])
+            let first = plans.get_plan(b)?.insns.first()?;
+            Some(node_of_key[key_of[&(first.pc, versions[b as usize])] as usize])
         };
-        let mut indirect_from: FxHashMap<u64, Vec<u32>> = FxHashMap::default();
+        let mut indirect_from: FxHashMap<(u64, u32), Vec<u32>> = FxHashMap::default();
         for &(from, to) in indirect {
             let (Some(p), Some(t)) = (plans.get_plan(from), block_node(to)) else { continue };
             if let Some(last) = p.insns.last() {
-                indirect_from.entry(last.pc | (versions[from as usize] as u64) << 48).or_default().push(t);
+                indirect_from.entry((last.pc, versions[from as usize])).or_default().push(t);
             }
         }
         let mut node = 0u32;
         for k in 0..keys.len() {
             if start[k] {
-                node = node_of_id[k];
+                node = node_of_key[k];
             }
-            let last = k + 1 == keys.len() || start[k + 1];
-            if !last {
+            if k + 1 < keys.len() && !start[k + 1] {
                 continue;
             }
-            let (key, i) = (&keys[k], insn(&keys[k]));
-            let at = |pc: u64| id_of.get(&(pc, key.version)).map(|&t| node_of_id[t as usize]).filter(|&t| t != NO_NODE);
-            let next = key.pc + i.len as u64;
+            let key = &keys[k];
+            let at = |pc: u64| key_of.get(&(pc, key.version)).map(|&t| node_of_key[t as usize]).filter(|&t| t != NO_NODE);
+            let next = key.pc + key.len as u64;
             let s = &mut succ[node as usize];
-            match i.flow {
+            match key.flow {
                 f if straight(f) => s.push(at(next).unwrap_or(EXIT)),
                 Flow::Jump { target, conditional } => {
                     s.push(at(target).unwrap_or(EXIT));
@@ -163,7 +228,7 @@ impl Statics {
                         s.push(at(next).unwrap_or(EXIT));
                     }
                 }
-                Flow::IndirectJump => match indirect_from.get(&(key.pc | (key.version as u64) << 48)) {
+                Flow::IndirectJump => match indirect_from.get(&(key.pc, key.version)) {
                     Some(t) => s.extend_from_slice(t),
                     None => s.push(EXIT),
                 },
@@ -175,25 +240,32 @@ impl Statics {
         let branch = succ.iter().map(|s| s.len() >= 2).collect();
         let ipdom = post_dominators(&succ);
 
-        let mut insns = Vec::with_capacity(keys.len());
+        // Ids for the instructions that ran, in address order.
+        let mut insns = Vec::new();
+        let mut id_of_key = vec![u32::MAX; keys.len()];
         let mut segs = 0u32;
-        for k in &keys {
-            let p = ports_of(insn(k));
-            insns.push(StaticInsn { pc: k.pc, version: k.version, block: k.block, index: k.index, ports: p, first_seg: segs });
+        for (k, key) in keys.iter().enumerate() {
+            let Some((block, index)) = key.at else { continue };
+            id_of_key[k] = insns.len() as u32;
+            let p = ports_of(&plans.plan(block).insns[index as usize]);
+            insns.push(StaticInsn { pc: key.pc, version: key.version, block, index, ports: p, first_seg: segs });
             segs += p as u32 + 1;
         }
-        let mut ids = Vec::with_capacity(total as usize);
-        let mut node_at = Vec::with_capacity(total as usize);
-        for b in 0..n {
+        let mut block_first = Vec::with_capacity(n + 1);
+        let mut ids = Vec::new();
+        let mut node_at = Vec::new();
+        for (b, &version) in versions.iter().enumerate().take(n) {
+            block_first.push(ids.len() as u32);
             if let Some(p) = plans.get_plan(b as u32) {
                 for i in &p.insns {
-                    let id = id_of[&(i.pc, versions[b])];
-                    ids.push(id);
-                    node_at.push(node_of_id[id as usize]);
+                    let k = key_of[&(i.pc, version)] as usize;
+                    ids.push(id_of_key[k]);
+                    node_at.push(node_of_key[k]);
                 }
             }
         }
-        Statics { block_first, ids, node_at, insns, ipdom, branch, segs }
+        block_first.push(ids.len() as u32);
+        Statics { block_first, ids, node_at, insns, ipdom, branch, segs, unreached: keys.len() - ran.len() }
     }
 
     /// Static ids and node starts of block `b`'s instructions.
