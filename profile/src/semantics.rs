@@ -357,7 +357,13 @@ fn register_bytes(i: &Instruction, info: &iced_x86::InstructionInfo) -> RegBytes
         }
         if write {
             add(&mut defs, a, wb);
-            if !cond && result.is_none() && i.op0_kind() == OpKind::Register && i.op0_register() == r && (r.is_gpr32() || r.is_gpr64()) {
+            let op0 = i.op0_register();
+            if !cond
+                && result.is_none()
+                && i.op0_kind() == OpKind::Register
+                && (op0.is_gpr32() || op0.is_gpr64())
+                && op0.full_register() == r.full_register()
+            {
                 result = Some(a);
             }
         }
@@ -885,6 +891,43 @@ mod tests {
         ];
         for (what, bytes, want) in cases {
             assert_eq!(regs(bytes), *want, "{what}");
+        }
+    }
+
+    /// Byte-level reads and definitions, from the SDM: which bytes of which register each
+    /// instruction leaves with a new value, and which it reads.
+    #[test]
+    fn register_bytes_reads_and_definitions() {
+        let bytes = |code: &[u8]| {
+            let mut s = Semantics::new(Machine { width: Width::W64, xsave_size: XSAVE });
+            let i = Decoder::with_ip(64, code, 0x1000, DecoderOptions::NONE).decode();
+            assert_eq!(i.len(), code.len(), "{code:02x?} must be exactly one instruction");
+            let b = s.insn(&i).bytes;
+            let list = |v: &[ByteRange]| v.iter().map(|r| format!("{}:{}-{}", r.reg.name(), r.lo, r.hi)).collect::<Vec<_>>().join(",");
+            format!("{} -> {} = {}", list(&b.reads), list(&b.defs), b.result.map_or("-".into(), |r| r.name()))
+        };
+        let cases: &[(&str, &[u8], &str)] = &[
+            ("mov al, 9: byte 0 only, nothing read", &[0xb0, 0x09], " -> rax:0-1 = -"),
+            ("mov ah, bl: byte 1 from byte 0", &[0x88, 0xdc], "rbx:0-1 -> rax:1-2 = -"),
+            ("mov ax, bx", &[0x66, 0x89, 0xd8], "rbx:0-2 -> rax:0-2 = -"),
+            ("mov eax, ebx: a 32-bit write zero-extends", &[0x89, 0xd8], "rbx:0-4 -> rax:0-8 = rax"),
+            ("mov rax, rbx", &[0x48, 0x89, 0xd8], "rbx:0-8 -> rax:0-8 = rax"),
+            ("add eax, ebx: reads the low halves, defines all of rax", &[0x01, 0xd8], "rax:0-4,rbx:0-4 -> rax:0-8 = rax"),
+            ("add al, bl: reads and writes byte 0", &[0x00, 0xd8], "rax:0-1,rbx:0-1 -> rax:0-1 = -"),
+            ("cmovz rax, rbx: may keep rax", &[0x48, 0x0f, 0x44, 0xc3], "rax:0-8,rbx:0-8 -> rax:0-8 = -"),
+            ("pop rbx", &[0x5b], "rsp:0-8 -> rbx:0-8,rsp:0-8 = rbx"),
+            ("addps xmm0, xmm1: legacy SSE keeps bytes 16-63", &[0x0f, 0x58, 0xc1], "zmm0:0-16,zmm1:0-16 -> zmm0:0-16 = -"),
+            ("vaddps xmm0, xmm1, xmm2: VEX zeroes bytes 16-63", &[0xc5, 0xf0, 0x58, 0xc2], "zmm1:0-16,zmm2:0-16 -> zmm0:0-64 = -"),
+            ("vaddps ymm0, ymm1, ymm2", &[0xc5, 0xf4, 0x58, 0xc2], "zmm1:0-32,zmm2:0-32 -> zmm0:0-64 = -"),
+            (
+                "vmovdqu32 zmm0{k1}, zmm1: merge-masking reads the destination",
+                &[0x62, 0xf1, 0x7e, 0x49, 0x6f, 0xc1],
+                "zmm0:0-64,zmm1:0-64,k1:0-1 -> zmm0:0-64 = -",
+            ),
+            ("syscall", &[0x0f, 0x05], "rax:0-8,rdx:0-8,rsi:0-8,rdi:0-8,r8:0-8,r9:0-8,r10:0-8 -> rax:0-8,rcx:0-8,r11:0-8 = -"),
+        ];
+        for (what, code, want) in cases {
+            assert_eq!(bytes(code), *want, "{what}");
         }
     }
 
