@@ -438,14 +438,16 @@ fn wet(
     if summary {
         let secs = start.elapsed().as_secs_f64();
         eprintln!(
-            "dep wet: {} instances, {} dependences, {} static instructions, {} runs spilled, peak memory shadow {} MiB, {:.1} s ({:.1} M instances/s)",
+            "dep wet: {} instances, {} dependences, {} static instructions, {} runs spilled, peak memory shadow {} MiB, {:.1} s ({:.1} M instances/s; dependences {:.1} s, writing {:.1} s)",
             s.instances,
             s.deps,
             s.executed,
             s.runs,
             s.shadow_peak >> 20,
             secs,
-            s.instances as f64 / secs / 1e6
+            s.instances as f64 / secs / 1e6,
+            s.engine_secs,
+            s.write_secs
         );
     }
     if s.unplanned > 0 {

@@ -295,20 +295,12 @@ impl<'a> Engine<'a> {
     fn event(&mut self, insn: &Insn, ev: &MemEvent) -> io::Result<()> {
         let Some(mut c) = self.t.cur else { return Ok(()) };
         c.events += 1;
-        let nth = |access: Access, k: u32| {
-            let mut it = insn.refs.iter().filter(|r| r.access == access);
-            let n = it.clone().count() as u32;
-            if n == 0 {
-                None
-            } else {
-                it.nth(k.min(n - 1) as usize)
-            }
-        };
+        // An instruction's references are its reads, then its writes.
+        let nreads = insn.refs.iter().take_while(|r| r.access == Access::Read).count();
         let mref = match ev.access {
             Access::Read => {
-                let nreads = insn.refs.iter().filter(|r| r.access == Access::Read).count() as u32;
-                let port = c.mem_port + c.reads.min(nreads.saturating_sub(1));
-                let seg = self.st.insns[c.id as usize].first_seg + port;
+                let k = (c.reads as usize).min(nreads.saturating_sub(1));
+                let seg = self.st.insns[c.id as usize].first_seg + c.mem_port + k as u32;
                 let mut scratch = std::mem::take(&mut self.scratch);
                 scratch.clear();
                 self.t.mem.read(ev.addr, ev.size, &mut scratch);
@@ -316,13 +308,13 @@ impl<'a> Engine<'a> {
                     self.emit(seg, c.id, c.inst, d)?;
                 }
                 self.scratch = scratch;
-                let m = nth(Access::Read, c.reads);
                 c.reads += 1;
-                m
+                insn.refs[..nreads].get(k)
             }
             Access::Write => {
                 self.t.mem.write(ev.addr, ev.size, c.def);
-                let m = nth(Access::Write, c.writes);
+                let writes = &insn.refs[nreads..];
+                let m = writes.get((c.writes as usize).min(writes.len().saturating_sub(1)));
                 c.writes += 1;
                 m
             }

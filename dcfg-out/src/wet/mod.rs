@@ -53,6 +53,9 @@ pub struct Summary {
     pub unplanned: u64,
     /// Peak bytes of one thread's memory shadow.
     pub shadow_peak: usize,
+    /// Seconds spent on the dependences (recovery and engine) and on writing the format.
+    pub engine_secs: f64,
+    pub write_secs: f64,
 }
 
 /// Why a trace could not be written.
@@ -88,7 +91,9 @@ pub fn write(
         None => Out::Store(store::Store::new(st.segs as usize, opts.memory)),
     };
     let mut engine = Engine::new(&st, &rec.plans, sink);
+    let started = std::time::Instant::now();
     run_pipelined(rec, &mut engine)?;
+    let engine_secs = started.elapsed().as_secs_f64();
     let mut summary = Summary {
         instances: engine.instances,
         deps: engine.deps,
@@ -96,18 +101,30 @@ pub fn write(
         runs: 0,
         unplanned: engine.unplanned,
         shadow_peak: engine.shadow_peak,
+        engine_secs,
+        write_secs: 0.0,
     };
+    let started = std::time::Instant::now();
     match engine.out {
         Out::History { ring, .. } => text::history(ring.iter(), out)?,
         Out::Store(store) => {
             summary.runs = store.runs();
             let places = static_places(&st, &engine.counts, symbols);
             let totals: Vec<u64> = (0..st.segs).map(|s| store.total(s)).collect();
-            let mut reader = store.into_reader();
-            text::comprehensive(&st, &engine.counts, &|s| totals[s as usize], &mut reader, &|id| places[id as usize].clone(), out)?;
+            let workers = std::thread::available_parallelism().map_or(1, |w| w.get());
+            text::comprehensive(
+                &st,
+                &engine.counts,
+                &|s| totals[s as usize],
+                store.into_reader(),
+                &|id| places[id as usize].clone(),
+                workers,
+                out,
+            )?;
         }
     }
     out.flush()?;
+    summary.write_secs = started.elapsed().as_secs_f64();
     if let Some(w) = ports {
         port_names(&st, &rec.plans, &engine.counts, w)?;
     }

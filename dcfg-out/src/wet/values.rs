@@ -63,11 +63,11 @@ impl Values {
             }
         });
         let rep = matches!(insn.special, dep_profile::semantics::Special::Rep(_));
-        for k in 0..16 {
+        let mut bits = whole | partial;
+        while bits != 0 {
+            let k = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
             let bit = 1u16 << k;
-            if (whole | partial) & bit == 0 {
-                continue;
-            }
             let r = &mut self.regs[k];
             let add = (!rep && whole & bit != 0)
                 .then(|| {
