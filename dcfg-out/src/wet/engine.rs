@@ -54,6 +54,9 @@ struct Thread {
     values: Values,
     /// The block being executed: its id and instructions executed.
     block: Option<(u32, u32)>,
+    /// Its last executed instruction was interrupted (a fault): it made its references
+    /// but its register effects did not happen.
+    interrupted: bool,
     /// Next instruction of the block to start.
     next: u32,
     cur: Option<Cur>,
@@ -75,6 +78,7 @@ impl Thread {
             cd: Control::default(),
             values: Values::default(),
             block: None,
+            interrupted: false,
             next: 0,
             cur: None,
             node: NO_NODE,
@@ -151,6 +155,7 @@ impl<'a> Engine<'a> {
                 None
             }
         };
+        self.t.interrupted = b.interrupted;
         self.t.next = 0;
         Ok(())
     }
@@ -339,7 +344,11 @@ impl<'a> Engine<'a> {
     /// Ends the current instance: its definitions take effect.
     fn end(&mut self) -> io::Result<()> {
         let Some(c) = self.t.cur.take() else { return Ok(()) };
-        let Some((bid, _)) = self.t.block else { return Ok(()) };
+        let Some((bid, executed)) = self.t.block else { return Ok(()) };
+        self.t.next = c.idx + 1;
+        if self.t.interrupted && c.idx + 1 == executed {
+            return Ok(());
+        }
         let insn = &self.plans.plan(bid).insns[c.idx as usize];
         let (mut whole, mut partial) = (0u16, 0u16);
         for r in &insn.bytes.defs {
@@ -374,7 +383,6 @@ impl<'a> Engine<'a> {
             Flow::Return => self.t.ret_pending = true,
             _ => {}
         }
-        self.t.next = c.idx + 1;
         Ok(())
     }
 }
