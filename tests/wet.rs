@@ -268,6 +268,52 @@ fn memory_dependences_agree_with_an_independent_script() {
     }
 }
 
+/// Every value a trace states, checked independently where the instruction tells what it
+/// must be: push and call leave rsp at the address they wrote (the k-th write of that pc in
+/// `dep recover --format text`), ret at the address it read plus 8, and lea of a
+/// rip-relative address the address objdump computes. Static and non-PIE programs, so
+/// objdump's addresses are the run's.
+#[test]
+fn values_agree_with_the_references_and_objdump() {
+    for prog in ["wet", "bare"] {
+        let dir = tempfile::tempdir().unwrap();
+        let profile = record(dir.path(), prog);
+        let t = Trace::read(&profile, dir.path());
+        let dis = String::from_utf8(ok(Command::new("objdump").args(["-d", "--no-show-raw-insn"]).arg(corpus().join(prog)))).unwrap();
+        // pc -> (mnemonic, objdump's computed target for rip-relative operands)
+        let mut code: HashMap<u64, (String, Option<u64>)> = HashMap::new();
+        for l in dis.lines() {
+            let Some((addr, rest)) = l.trim_start().split_once(":\t") else { continue };
+            let Ok(addr) = u64::from_str_radix(addr, 16) else { continue };
+            let mnemonic = rest.split_whitespace().next().unwrap_or("").to_string();
+            let target = rest.split_once("# ").and_then(|(_, c)| u64::from_str_radix(c.split_whitespace().next()?, 16).ok());
+            code.insert(addr, (mnemonic, target.filter(|_| rest.contains("(%rip)"))));
+        }
+        let text = String::from_utf8(ok(Command::new(dep()).arg("recover").arg(&profile).args(["--format", "text"]))).unwrap();
+        let mut refs: HashMap<(u64, char), Vec<u64>> = HashMap::new();
+        for l in text.lines() {
+            let f: Vec<&str> = l.split(' ').collect();
+            let h = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+            refs.entry((h(f[1]), f[2].chars().next().unwrap())).or_default().push(h(f[3]));
+        }
+        let mut checked = 0;
+        for b in t.blocks.values() {
+            let Some((m, target)) = code.get(&b.pc) else { continue };
+            for &(k, v) in &b.values {
+                let want = match m.as_str() {
+                    "push" | "call" => refs[&(b.pc, 'W')][k as usize],
+                    "ret" => refs[&(b.pc, 'R')][k as usize] + 8,
+                    "lea" if target.is_some() => target.unwrap(),
+                    _ => continue,
+                };
+                assert_eq!(v, want, "{prog}: value of instance {k} of {m} at {:#x}", b.pc);
+                checked += 1;
+            }
+        }
+        assert!(checked >= 10, "{prog}: only {checked} values checked");
+    }
+}
+
 /// Bad input: a missing profile and an unwritable output fail with one line.
 #[test]
 fn bad_input_fails_cleanly() {
