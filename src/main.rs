@@ -26,6 +26,10 @@ enum Cmd {
         /// Record into the buffers and count what would be written, writing nothing.
         #[arg(long)]
         discard: bool,
+        /// Leave out the order between threads (the sync records): for measuring what it
+        /// costs; race analysis and cross-thread dependences need it.
+        #[arg(long)]
+        no_sync: bool,
         /// The program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         program: Vec<String>,
@@ -202,7 +206,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             check_truncated(&p)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Record { output, truth, discard, program } => record(output, truth, discard, program),
+        Cmd::Record { output, truth, discard, no_sync, program } => record(output, truth, discard, no_sync, program),
         Cmd::Recover { profile, truth, format, output, jobs } => recover(&profile, truth, &format, output.as_deref(), jobs),
         Cmd::Stats { profile, json, no_compress } => stats(&profile, json, !no_compress),
         Cmd::Edges { profile, json, truth, output, jobs } => edges(&profile, json, truth, output.as_deref(), jobs),
@@ -308,9 +312,9 @@ fn recover(profile: &std::path::Path, truth: bool, format: &str, output: Option<
     Ok(ExitCode::SUCCESS)
 }
 
-fn record(output: PathBuf, truth: bool, discard: bool, program: Vec<String>) -> Result<ExitCode> {
+fn record(output: PathBuf, truth: bool, discard: bool, no_sync: bool, program: Vec<String>) -> Result<ExitCode> {
     let level = std::env::var("DEP_ZSTD_LEVEL").ok().and_then(|l| l.parse().ok()).unwrap_or(1);
-    let opts = dep_collector::RecordOptions { output, truth, discard, level, program };
+    let opts = dep_collector::RecordOptions { output, truth, discard, sync: !no_sync, level, program };
     let out = dep_collector::record(&opts)?;
     for w in &out.warnings {
         eprintln!("dep: warning: {w}");

@@ -30,6 +30,8 @@ pub struct RecordOptions {
     pub output: PathBuf,
     pub truth: bool,
     pub discard: bool,
+    /// Stamp synchronisation points with the process-wide order (sync records).
+    pub sync: bool,
     /// zstd level for chunks.
     pub level: i32,
     pub program: Vec<String>,
@@ -198,6 +200,9 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
     }
     if opts.discard {
         client_opts.push_str(" -discard");
+    }
+    if !opts.sync {
+        client_opts.push_str(" -no_sync");
     }
     // Code on writable pages is sandboxed from the start and stays so
     // (`-sandbox_writable -sandbox2ro_threshold 0`): otherwise DynamoRIO makes such pages

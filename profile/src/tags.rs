@@ -9,7 +9,7 @@
 //! | `0x0000`                     | block whose L-tag is 0 (paper)                           |
 //! | `H` in `0x0001..=0xffef`     | bits 16..31 of the H-tag become `H` (paper's H change)   |
 //! | `0xfff0` + 1 or 3 words      | the whole H-tag (32-bit: 1 word; 64-bit: 3 words)        |
-//! | `0xfff1..=0xfff8` + payload  | escape records, see [`Escape`]                           |
+//! | `0xfff1..=0xfff9` + payload  | escape records, see [`Escape`]                           |
 //!
 //! For 32-bit programs this is exactly the paper's scheme for every H-tag below `0xfff0`.
 //! `profile/FORMAT.md` documents the layout byte by byte.
@@ -39,6 +39,14 @@ pub const CTL_INTERRUPTED: u16 = 0xfff6;
 pub const CTL_CODE_VERSION: u16 = 0xfff7;
 /// Control word: every register value expires (the collector lost track of them).
 pub const CTL_EXPIRE_ALL: u16 = 0xfff8;
+/// Control word: a synchronisation point, 1-word place and 4-word global sequence follow.
+pub const CTL_SYNC: u16 = 0xfff9;
+
+/// [`Escape::Sync`] place: the point is not an instruction (thread start or end, signal
+/// delivery, chunk hand-off).
+pub const SYNC_NO_INSN: u16 = 0xffff;
+/// [`Escape::Sync`] place flag: after the instruction (a system call's return), not before.
+pub const SYNC_AFTER: u16 = 0x8000;
 
 /// A record of the control-flow stream other than a plain block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -60,6 +68,12 @@ pub enum Escape {
     CodeVersion { version: u32 },
     /// All register values expire (e.g. after a state the collector cannot model).
     ExpireAll,
+    /// A synchronisation point: `seq` is the process-wide sequence number the collector
+    /// took there (one atomic counter for all threads, so it orders them). `at` is the
+    /// instruction of the block last named (0-based) the point is before, or after with
+    /// [`SYNC_AFTER`] (a system call's return); [`SYNC_NO_INSN`] for points that are no
+    /// instruction. Format version 3.
+    Sync { at: u16, seq: u64 },
 }
 
 /// One decoded item of DEP_c.
@@ -176,6 +190,7 @@ pub fn push_escape(e: Escape, out: &mut Vec<u16>) {
         Escape::Interrupted { insn } => out.extend([ESC, CTL_INTERRUPTED, insn]),
         Escape::CodeVersion { version } => out.extend([ESC, CTL_CODE_VERSION, version as u16, (version >> 16) as u16]),
         Escape::ExpireAll => out.extend([ESC, CTL_EXPIRE_ALL]),
+        Escape::Sync { at, seq } => out.extend([ESC, CTL_SYNC, at, seq as u16, (seq >> 16) as u16, (seq >> 32) as u16, (seq >> 48) as u16]),
     }
 }
 
@@ -301,6 +316,14 @@ impl<'a> TagDecoder<'a> {
                     TagItem::Escape(Escape::CodeVersion { version: lo | (hi << 16) })
                 }
                 CTL_EXPIRE_ALL => TagItem::Escape(Escape::ExpireAll),
+                CTL_SYNC => {
+                    let at = self.word(start)?;
+                    let mut seq = 0u64;
+                    for k in 0..4 {
+                        seq |= (self.word(start)? as u64) << (16 * k);
+                    }
+                    TagItem::Escape(Escape::Sync { at, seq })
+                }
                 word => return Err(TagError::UnknownControl { word, offset: start / 2 }),
             };
             return Ok(Some(item));

@@ -102,6 +102,15 @@ pub enum Marker {
     SignalReturn,
     /// A chunk of the profile starts here.
     ChunkStart(u32),
+    /// A synchronisation point with its process-wide sequence number (the order of all
+    /// threads' points): before instruction `insn` of the block last entered, after it
+    /// when `after` (a system call's return), or at no instruction when `insn` is None
+    /// (thread start or end, signal delivery, chunk hand-off).
+    Sync {
+        seq: u64,
+        insn: Option<u16>,
+        after: bool,
+    },
 }
 
 /// Blocks one thread ran one after another, at code version 0 and uninterrupted, with no

@@ -76,6 +76,7 @@ pub fn recover_chunk<S: Sink>(
     let mut version = 0u32;
     let mut pending: Option<TagItem> = None;
     let mut cache = PlanCache::new();
+    let mut syncs = Vec::new();
     let fast = width == Width::W64;
     w.batch.reserve(plans.flat.max_refs as usize);
     #[cfg(target_arch = "x86_64")]
@@ -101,12 +102,15 @@ pub fn recover_chunk<S: Sink>(
         };
         match item {
             TagItem::Block(addr) => {
-                let (id, stop) = block_at(plans, &mut cache, &mut tags, addr, version, word, &mut pending)?;
+                let (id, stop) = block_at(plans, &mut cache, &mut tags, addr, version, word, &mut pending, &mut syncs)?;
                 w.block(plans, id, version, stop, sink).map_err(|f| match f {
                     StepFault::Exhausted(offset) => ChunkFault::ValuesExhausted { word, offset, addr },
                     StepFault::Sink(e) => ChunkFault::Sink(e),
                     StepFault::Implausible(what) => ChunkFault::Malformed { word, what },
                 })?;
+                for &m in &syncs {
+                    sink.marker(w.thread, m)?;
+                }
                 version = 0;
             }
             TagItem::Escape(e) => match control(e, chunk, word)? {
@@ -222,7 +226,18 @@ fn control(e: Escape, chunk: &ChunkView, word: usize) -> Result<Control, ChunkFa
         Escape::Signal { signo } => Control::Marker(Marker::Signal(signo)),
         Escape::SignalReturn => Control::Marker(Marker::SignalReturn),
         Escape::ExpireAll => Control::ExpireAll,
+        Escape::Sync { at, seq } => Control::Marker(sync_marker(at, seq)),
     })
+}
+
+/// The marker of a sync record.
+fn sync_marker(at: u16, seq: u64) -> Marker {
+    use dep_profile::tags::{SYNC_AFTER, SYNC_NO_INSN};
+    if at == SYNC_NO_INSN {
+        Marker::Sync { seq, insn: None, after: false }
+    } else {
+        Marker::Sync { seq, insn: Some(at & !SYNC_AFTER), after: at & SYNC_AFTER != 0 }
+    }
 }
 
 /// The table index of the block a tag names, and the instruction it was interrupted at if
@@ -235,24 +250,47 @@ fn block_at(
     version: u32,
     word: usize,
     pending: &mut Option<TagItem>,
+    syncs: &mut Vec<Marker>,
 ) -> Result<(u32, Option<u16>), ChunkFault> {
     let id = match cache.find(plans, addr, version) {
         Ok(p) => p,
         Err(PlanMiss::NotInTable) => return Err(ChunkFault::UnknownBlock { word, addr, version }),
         Err(PlanMiss::Undecodable(why)) => return Err(ChunkFault::BadBlock { word, addr, why: why.to_string() }),
     };
-    // An interrupted block is followed by the record saying where it stopped.
+    // An interrupted block is followed by the record saying where it stopped, and by the
+    // sync records of its instructions, before or after that record.
     let mut stop = None;
-    match if tags.at_escape() { tags.next_item() } else { Ok(None) } {
-        Ok(Some(TagItem::Escape(Escape::Interrupted { insn }))) => {
-            let n = plans.flat.blocks[id as usize].insns;
-            if insn as u32 >= n {
-                return Err(ChunkFault::Malformed { word, what: format!("block {addr:#x} has {n} instructions, interrupted at {insn}") });
+    syncs.clear();
+    let n = plans.flat.blocks[id as usize].insns;
+    loop {
+        match if tags.at_escape() { tags.next_item() } else { Ok(None) } {
+            Ok(Some(TagItem::Escape(Escape::Interrupted { insn }))) if stop.is_none() => {
+                if insn as u32 >= n {
+                    return Err(ChunkFault::Malformed {
+                        word,
+                        what: format!("block {addr:#x} has {n} instructions, interrupted at {insn}"),
+                    });
+                }
+                stop = Some(insn);
             }
-            stop = Some(insn);
+            Ok(Some(TagItem::Escape(Escape::Sync { at, seq }))) if at != dep_profile::tags::SYNC_NO_INSN => {
+                let m = sync_marker(at, seq);
+                if let Marker::Sync { insn: Some(k), .. } = m {
+                    if k as u32 >= n {
+                        return Err(ChunkFault::Malformed {
+                            word,
+                            what: format!("block {addr:#x} has {n} instructions, sync record at {k}"),
+                        });
+                    }
+                }
+                syncs.push(m);
+            }
+            Ok(next) => {
+                *pending = next;
+                break;
+            }
+            Err(e) => return Err(ChunkFault::Malformed { word: tags.word_offset(), what: e.to_string() }),
         }
-        Ok(next) => *pending = next,
-        Err(e) => return Err(ChunkFault::Malformed { word: tags.word_offset(), what: e.to_string() }),
     }
     Ok((id, stop))
 }
@@ -264,6 +302,7 @@ pub fn walk_blocks<S: Sink>(width: Width, plans: &Plans, chunk: &ChunkView, scra
     let mut tags = TagDecoder::new(width, &scratch.tags, chunk.hi()).map_err(|e| ChunkFault::Stream(e.to_string()))?;
     let thread = chunk.thread();
     let (mut version, mut pending, mut cache) = (0u32, None, PlanCache::new());
+    let mut syncs = Vec::new();
     let fast = width == Width::W64;
     let mut run = Vec::with_capacity(RUN_BLOCKS);
     loop {
@@ -281,10 +320,13 @@ pub fn walk_blocks<S: Sink>(width: Width, plans: &Plans, chunk: &ChunkView, scra
         };
         match item {
             TagItem::Block(addr) => {
-                let (id, stop) = block_at(plans, &mut cache, &mut tags, addr, version, word, &mut pending)?;
+                let (id, stop) = block_at(plans, &mut cache, &mut tags, addr, version, word, &mut pending, &mut syncs)?;
                 let executed = stop.map_or(plans.flat.blocks[id as usize].insns, |s| s as u32 + 1);
                 let plan = plans.get_plan(id);
                 sink.block(&BlockEvent { thread, addr, version, id: Some(id), plan, executed, interrupted: stop.is_some() })?;
+                for &m in &syncs {
+                    sink.marker(thread, m)?;
+                }
                 version = 0;
             }
             TagItem::Escape(e) => match control(e, chunk, word)? {

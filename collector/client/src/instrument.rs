@@ -344,6 +344,16 @@ pub unsafe extern "C" fn insertion(
                 info.pending_post = Some(r.post);
             }
         }
+        // Synchronisation points: atomics, and system calls (which the callee sorts out).
+        let insn = &info.plan.insns[k];
+        if !info.expanded && !opts().no_sync && k < crate::state::MAX_SYNC_INSNS {
+            if insn.atomic {
+                dr_insert_clean_call_ex(dc, bb, inst, crate::atomic_cc as *mut c_void, 0, 1, imm32(k as u32));
+            } else if insn.flow == dep_profile::semantics::Flow::Syscall {
+                let flags = dr_cleancall_save_t_DR_CLEANCALL_READS_APP_CONTEXT;
+                dr_insert_clean_call_ex(dc, bb, inst, crate::syscall_cc as *mut c_void, flags, 1, imm32(k as u32));
+            }
+        }
     }
     if last {
         if info.pending_post.is_some() || info.pending_rep_end {

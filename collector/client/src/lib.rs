@@ -2,7 +2,7 @@
 //! register values inline (no clean call in the steady state), hands full buffers to the
 //! launcher over a Unix socket, and reports blocks, modules, threads and signals.
 //!
-//! Options (from `dep record`): `-socket PATH`, `-truth`, `-discard`.
+//! Options (from `dep record`): `-socket PATH`, `-truth`, `-discard`, `-no_sync`.
 #![allow(clippy::missing_safety_doc, static_mut_refs)]
 
 mod codegen;
@@ -88,6 +88,7 @@ unsafe fn thread_done(dc: *mut c_void) {
     if pt.is_null() {
         return;
     }
+    push_sync_point(&mut *pt);
     push_escape(&mut *pt, Escape::ThreadEnd);
     flush(&mut *pt, true);
     if opts().discard {
@@ -165,9 +166,13 @@ unsafe extern "C" fn module_unload(_dc: *mut c_void, info: *const module_data_t)
     }
 }
 
-/// The block whose tag was written last in this chunk, if any.
+/// The block whose tag was written last in this chunk, if any (before the sync records
+/// its instructions wrote after it).
 unsafe fn current_block(pt: &PerThread) -> Option<u64> {
-    let tp = *slot(pt, S_TAGPTR) as *mut u8;
+    let mut tp = *slot(pt, S_TAGPTR) as *mut u8;
+    if tp == pt.sync_span.1 {
+        tp = pt.sync_span.0;
+    }
     if tp <= pt.c_mark {
         return None;
     }
@@ -234,6 +239,10 @@ unsafe extern "C" fn signal_event(dc: *mut c_void, si: *mut dr_siginfo_t) -> dr_
         mark_interrupted(pt, &*si.mcontext);
     }
     push_escape(pt, Escape::Signal { signo: si.sig as u16 });
+    push_sync_point(pt);
+    // A system call the signal interrupted gets no record of its return: the handler's
+    // blocks now come between.
+    pt.sync_syscall = None;
     expire_all(pt);
     // A signal may end the process: hand off what is buffered (a chunk may end here, as
     // every register has just expired).
@@ -269,13 +278,84 @@ const SYS_MAPPING: [c_int; 8] = [
 
 unsafe extern "C" fn syscall_filter(_dc: *mut c_void, sysnum: c_int) -> bool_ {
     (matches!(sysnum, SYS_RT_SIGRETURN | SYS_EXECVE | SYS_EXECVEAT | SYS_EXIT_GROUP | SYS_CLOSE | SYS_DUP2 | SYS_DUP3 | SYS_CLOSE_RANGE)
-        || SYS_MAPPING.contains(&sysnum)) as bool_
+        || SYS_MAPPING.contains(&sysnum)
+        || SYS_SYNC.contains(&sysnum)) as bool_
 }
 
 /// After a mapping change too: a block built while the call ran may have seen the old one.
-unsafe extern "C" fn post_syscall(_dc: *mut c_void, sysnum: c_int) {
+unsafe extern "C" fn post_syscall(dc: *mut c_void, sysnum: c_int) {
     if SYS_MAPPING.contains(&sysnum) {
         instrument::forget_regions();
+    }
+    let pt = get(dc);
+    if !pt.is_null() {
+        if let Some(k) = (*pt).sync_syscall.take() {
+            push_sync(&mut *pt, dep_profile::tags::SYNC_AFTER | k);
+        }
+    }
+}
+
+/// System calls that order threads or processes: futexes (every lock, condition variable
+/// and join that waits), thread and process creation and waiting, signals sent, and
+/// messages through pipes, sockets and System V IPC. Each is stamped before it runs and
+/// after it returns.
+pub const SYS_SYNC: &[c_int] = &[
+    0,   /* read */
+    1,   /* write */
+    7,   /* poll */
+    23,  /* select */
+    44,  /* sendto */
+    45,  /* recvfrom */
+    46,  /* sendmsg */
+    47,  /* recvmsg */
+    56,  /* clone */
+    57,  /* fork */
+    58,  /* vfork */
+    61,  /* wait4 */
+    62,  /* kill */
+    64,  /* semget */
+    65,  /* semop */
+    69,  /* msgsnd */
+    70,  /* msgrcv */
+    200, /* tkill */
+    202, /* futex */
+    220, /* semtimedop */
+    232, /* epoll_wait */
+    234, /* tgkill */
+    247, /* waitid */
+    270, /* pselect6 */
+    271, /* ppoll */
+    281, /* epoll_pwait */
+    435, /* clone3 */
+    449, /* futex_waitv */
+];
+
+/// Clean-call target before every system call instruction `k` of its block: stamps the
+/// synchronising ones (the number is in rax).
+pub unsafe extern "C" fn syscall_cc(k: u32) {
+    let dc = dr_get_current_drcontext();
+    let pt = get(dc);
+    if pt.is_null() {
+        return;
+    }
+    let mut mc: dr_mcontext_t = core::mem::zeroed();
+    mc.size = core::mem::size_of::<dr_mcontext_t>();
+    mc.flags = dr_mcontext_flags_t::DR_MC_INTEGER;
+    if dr_get_mcontext(dc, &mut mc) == 0 {
+        return;
+    }
+    let nr = mcontext_regs(&mc)[0] as i64;
+    if SYS_SYNC.contains(&(nr as c_int)) && nr >= 0 && nr < 1024 {
+        push_sync(&mut *pt, k as u16);
+        (*pt).sync_syscall = Some(k as u16);
+    }
+}
+
+/// Clean-call target before every atomic instruction `k` of its block.
+pub unsafe extern "C" fn atomic_cc(k: u32) {
+    let pt = get(dr_get_current_drcontext());
+    if !pt.is_null() {
+        push_sync(&mut *pt, k as u16);
     }
 }
 
@@ -374,6 +454,7 @@ pub unsafe extern "C" fn dr_client_main(id: client_id_t, _argc: c_int, _argv: *c
             }
             "-truth" => o.truth = true,
             "-discard" => o.discard = true,
+            "-no_sync" => o.no_sync = true,
             _ => say(&format!("unknown client option {a}")),
         }
         k += 1;

@@ -25,8 +25,12 @@ pub const UPDATED: u8 = 8;
 pub const NUM_SLOTS: u32 = 11;
 
 pub const TAG_BUF: usize = 2 << 20;
-/// Room a block's entry code and the escapes a signal adds may use past the limit.
-pub const TAG_SLACK: usize = 128;
+/// Room a block's entry code, the sync records of its instructions (two per instruction
+/// at most, 14 bytes each, in blocks of at most `MAX_SYNC_INSNS` instructions that have
+/// them) and the escapes a signal adds may use past the limit.
+pub const TAG_SLACK: usize = 128 + 2 * 14 * MAX_SYNC_INSNS;
+/// Instructions with sync records a block may have (DynamoRIO's blocks are far shorter).
+pub const MAX_SYNC_INSNS: usize = 512;
 pub const VAL_BUF: usize = 8 << 20;
 /// Room one block's values may use past the limit (blocks needing more are refused).
 pub const VAL_SLACK: usize = 64 << 10;
@@ -43,9 +47,11 @@ pub struct Opts {
     pub socket: String,
     pub truth: bool,
     pub discard: bool,
+    /// No sync records (measuring their cost).
+    pub no_sync: bool,
 }
 
-pub static mut OPTS: Opts = Opts { socket: String::new(), truth: false, discard: false };
+pub static mut OPTS: Opts = Opts { socket: String::new(), truth: false, discard: false, no_sync: false };
 
 pub fn opts() -> &'static Opts {
     unsafe { &*core::ptr::addr_of!(OPTS) }
@@ -209,6 +215,46 @@ pub struct PerThread {
     pub interrupted_at: *mut u8,
     /// Truth: the rep string whose start was observed and whose end was not yet.
     pub rep_pending: Option<RepPending>,
+    /// Sync records written inside the current block: the tag pointer before the first
+    /// (right after the block's tag) and after the last.
+    pub sync_span: (*mut u8, *mut u8),
+    /// The synchronising system call under way: its instruction in the current block.
+    pub sync_syscall: Option<u16>,
+}
+
+/// The process-wide sequence every sync record takes its number from: one counter for all
+/// threads, so that the numbers order their synchronisation points.
+pub static SYNC_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Writes a sync record for the current block's instruction place `at` (see
+/// [`tags::Escape::Sync`]). The block's tag stays the last one C code can find
+/// (`sync_span`), so a fault later in the block is still marked on it.
+pub unsafe fn push_sync(pt: &mut PerThread, at: u16) {
+    if opts().no_sync {
+        return;
+    }
+    let seq = SYNC_SEQ.fetch_add(1, Ordering::SeqCst);
+    let mut p = *slot(pt, S_TAGPTR) as *mut u8;
+    if pt.sync_span.1 != p {
+        pt.sync_span.0 = p;
+    }
+    let mut w = Vec::with_capacity(7);
+    tags::push_escape(Escape::Sync { at, seq }, &mut w);
+    for x in w {
+        (p as *mut u16).write_unaligned(x);
+        p = p.add(2);
+    }
+    *slot(pt, S_TAGPTR) = p as u64;
+    pt.sync_span.1 = p;
+}
+
+/// Writes a sync record at no instruction (thread start or end, signal, chunk hand-off).
+pub unsafe fn push_sync_point(pt: &mut PerThread) {
+    if opts().no_sync {
+        return;
+    }
+    let seq = SYNC_SEQ.fetch_add(1, Ordering::SeqCst);
+    push_escape(pt, Escape::Sync { at: tags::SYNC_NO_INSN, seq });
 }
 
 /// Truth: what a rep string's end needs from its start.
@@ -300,10 +346,13 @@ pub unsafe fn new_thread(dc: *mut c_void) -> *mut PerThread {
         counts: [0; 4],
         interrupted_at: core::ptr::null_mut(),
         rep_pending: None,
+        sync_span: (core::ptr::null_mut(), core::ptr::null_mut()),
+        sync_syscall: None,
     }));
     *slot(&*pt, S_PREVHI) = 0;
     begin_chunk(&mut *pt);
     push_escape(&mut *pt, Escape::ThreadStart);
+    push_sync_point(&mut *pt);
     pt
 }
 
@@ -316,10 +365,13 @@ pub unsafe fn restart_in_child(pt: &mut PerThread, dc: *mut c_void) {
     NEXT_THREAD.store(1, Ordering::Relaxed);
     begin_chunk(pt);
     push_escape(pt, Escape::ThreadStart);
+    push_sync_point(pt);
 }
 
 /// Hands off the buffers as one chunk and starts the next one.
 pub unsafe fn flush(pt: &mut PerThread, last: bool) {
+    // The hand-off is a point in the order too, the chunk's last record.
+    push_sync_point(pt);
     let tp = *slot(pt, S_TAGPTR) as *mut u8;
     let vp = *slot(pt, S_VALPTR) as *mut u8;
     let rp = *slot(pt, S_TRUPTR) as *mut u8;

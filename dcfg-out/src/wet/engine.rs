@@ -199,7 +199,7 @@ impl<'a> Engine<'a> {
     pub fn marker(&mut self, thread: u32, m: Marker) -> Result<(), EngineError> {
         self.thread(thread)?;
         match m {
-            Marker::ChunkStart(_) => {}
+            Marker::ChunkStart(_) | Marker::Sync { .. } => {}
             Marker::ThreadStart | Marker::ThreadEnd => self.finish_block()?,
             Marker::Signal(_) => {
                 self.finish_block()?;

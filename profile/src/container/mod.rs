@@ -22,8 +22,8 @@ use thiserror::Error;
 
 /// First 8 bytes of every profile.
 pub const MAGIC: &[u8; 8] = b"DEPPROF\0";
-/// The format version this library writes.
-pub const VERSION: u16 = 2;
+/// The format version this library writes (3: DEP_c sync records).
+pub const VERSION: u16 = 3;
 /// The oldest format version this library reads (version 1 has no packed DEP_m).
 pub const OLDEST_VERSION: u16 = 1;
 /// Bytes in the file header.
