@@ -32,6 +32,12 @@ if [ ${#need[@]} -gt 0 ]; then
 else
   echo "setup: build dependencies present (cmake, libclang, gcc, g++, make, valgrind, python3)"
 fi
+# gprof2dot (PyPI): one of the Callgrind readers the tests run dep's profiles through.
+if ! python3 -c 'import gprof2dot' 2>/dev/null && ! command -v gprof2dot >/dev/null; then
+  echo "setup: installing gprof2dot (pip)"
+  command -v pip3 >/dev/null || { export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; apt-get install -y -qq python3-pip >/dev/null; }
+  python3 -m pip install -q gprof2dot 2>/dev/null || python3 -m pip install -q --break-system-packages gprof2dot
+fi
 command -v cargo >/dev/null || {
   echo "setup: cargo not found; install Rust (rustup) first" >&2
   exit 1

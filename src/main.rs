@@ -107,11 +107,17 @@ enum Cmd {
         #[arg(long, value_name = "FILE")]
         ports: Option<PathBuf>,
     },
-    /// Write a Callgrind profile.
+    /// Write a Callgrind profile (callgrind_annotate, KCachegrind, gprof2dot read it).
     Callgrind {
         profile: PathBuf,
         #[arg(short, long)]
         output: PathBuf,
+        /// One file per thread, OUTPUT-1, OUTPUT-2, ..., instead of threads merged.
+        #[arg(long)]
+        separate_threads: bool,
+        /// Cost lines per instruction address (positions: instr line), not per line.
+        #[arg(long)]
+        dump_instr: bool,
     },
     /// Report data races between threads.
     Races {
@@ -216,7 +222,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Wet { profile, output, history, spill_mb, summary, ports } => {
             wet(&profile, &output, history, spill_mb, summary, ports.as_deref())
         }
-        Cmd::Callgrind { .. } => not_built("callgrind"),
+        Cmd::Callgrind { profile, output, separate_threads, dump_instr } => callgrind(&profile, &output, separate_threads, dump_instr),
         Cmd::Races { .. } => not_built("races"),
         Cmd::Export { what: Export::Umt { .. } } => not_built("export umt"),
         Cmd::Export { what: Export::Champsim { .. } } => not_built("export champsim"),
@@ -457,6 +463,23 @@ fn wet(
     if s.unplanned > 0 {
         eprintln!("dep: warning: {} blocks had no decodable code in the block table; their instructions are not in the trace", s.unplanned);
     }
+    for w in syms.warnings() {
+        eprintln!("dep: warning: {w}");
+    }
+    check_truncated(&p)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn callgrind(profile: &std::path::Path, output: &std::path::Path, separate_threads: bool, dump_instr: bool) -> Result<ExitCode> {
+    use dep_dcfg_out::callgrind::{write_profile, Options};
+    let p = dep_profile::container::Profile::open(profile)?;
+    // Fail on an unwritable output before the work.
+    if !separate_threads {
+        std::fs::File::create(output).with_context(|| format!("cannot create {}", output.display()))?;
+    }
+    let rec = dep_recover::Recovery::new(&p, 0);
+    let syms = dep_dcfg_out::symbols::Symbolizer::new(&p.modules);
+    write_profile(&rec, &syms, &Options { separate_threads, dump_instr }, output)?;
     for w in syms.warnings() {
         eprintln!("dep: warning: {w}");
     }

@@ -1,6 +1,7 @@
 //! The exporters' crate, on top of the recovery event stream: program structure (edges,
 //! symbols, dominators and loops) and one module per output format.
 
+pub mod callgrind;
 pub mod dcfg;
 pub mod dcfg_check;
 pub mod dominators;

@@ -56,6 +56,8 @@ struct File {
     functions: Vec<(u64, u64, String)>,
     /// Executable sections' bytes: (file address, bytes), sorted.
     text: Vec<(u64, Vec<u8>)>,
+    /// The PLT sections (.plt, .plt.sec, .plt.got): file address ranges.
+    plt_sections: Vec<(u64, u64)>,
 }
 
 impl Symbolizer {
@@ -113,6 +115,39 @@ impl Symbolizer {
         let covers = |&(a, size, _): &(u64, u64, String)| size == 0 || probe < (a + size).next_multiple_of(FUNCTION_ALIGN);
         let name = i.checked_sub(1).map(|i| &file.functions[i]).filter(|f| covers(f)).map_or(fallback, |f| f.2.clone());
         (Some(m), Some(file), name)
+    }
+
+    /// The module holding `addr`: its path, and what to subtract from a run-time address to
+    /// get the file's virtual address (the load base where the file cannot be read).
+    pub fn object(&self, addr: u64) -> Option<(&str, u64)> {
+        let m = self.module(addr)?;
+        let bias = m.file.get_or_init(|| self.open(m)).as_ref().map_or(m.base, |f| f.bias);
+        Some((m.path.as_str(), bias))
+    }
+
+    /// Whether a symbol (or a PLT stub) names `addr`, rather than its module and offset.
+    pub fn covered(&self, addr: u64) -> bool {
+        let (m, file, name) = self.symbol_in(addr);
+        match (m, file) {
+            (Some(m), Some(_)) => name != format!("{}+{:#x}", short(&m.path), addr - m.base),
+            _ => false,
+        }
+    }
+
+    /// Whether `addr` is in a PLT section (stubs, and the lazy binder's first entry).
+    pub fn in_plt(&self, addr: u64) -> bool {
+        let Some(m) = self.module(addr) else { return false };
+        let Some(file) = m.file.get_or_init(|| self.open(m)) else { return false };
+        let probe = addr.wrapping_sub(file.bias);
+        file.plt_sections.iter().any(|&(a, b)| (a..b).contains(&probe))
+    }
+
+    /// Whether a function symbol (or a PLT stub) starts exactly at `addr`.
+    pub fn is_function_start(&self, addr: u64) -> bool {
+        let Some(m) = self.module(addr) else { return false };
+        let Some(file) = m.file.get_or_init(|| self.open(m)) else { return false };
+        let probe = addr.wrapping_sub(file.bias);
+        file.functions.binary_search_by_key(&probe, |f| f.0).is_ok() || file.plt.binary_search_by_key(&probe, |p| p.0).is_ok()
     }
 
     /// The module file's code from run-time address `addr` to the end of its executable
@@ -227,7 +262,12 @@ fn read(m: &Module) -> Result<File, String> {
         .filter_map(|s| Some((s.address(), s.data().ok()?.to_vec())))
         .collect();
     text.sort_by_key(|t| t.0);
-    Ok(File { bias, dwarf: Mutex::new(dwarf), plt, functions, text })
+    let plt_sections = obj
+        .sections()
+        .filter(|s| matches!(s.name(), Ok(".plt" | ".plt.sec" | ".plt.got")))
+        .map(|s| (s.address(), s.address() + s.size()))
+        .collect();
+    Ok(File { bias, dwarf: Mutex::new(dwarf), plt, functions, text, plt_sections })
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -1,0 +1,330 @@
+//! What one chunk of one thread contributes to a Callgrind profile, gathered in parallel:
+//! how often each block ran (as far as it ran), the references of instructions whose
+//! count varies (rep strings, gathers), transitions between blocks, and the events that
+//! move the call stack, each with the chunk's running cost at that point. The call stack
+//! itself is rebuilt afterwards, chunk after chunk, from those events (calls.rs).
+
+use dep_profile::semantics::{Access, Flow, Special};
+use dep_recover::events::{BlockEvent, Marker, MemEvent, Run, Sink, SinkResult};
+use dep_recover::plans::Plans;
+use rustc_hash::FxHashMap;
+
+/// Costs in the order of `events: Ir Dr Dw`.
+pub type Cost = [u64; 3];
+
+/// Static facts per block, flattened: what costs follow from a block running.
+pub struct Tables {
+    /// Per block: index of its first instruction in the per-instruction arrays (len blocks + 1).
+    pub first: Vec<u32>,
+    pub pc: Vec<u64>,
+    /// Per instruction: its static reads and writes, 0 where they vary (`dynamic`).
+    reads: Vec<u32>,
+    writes: Vec<u32>,
+    pub dynamic: Vec<bool>,
+    /// Per block: prefix sums of static reads and writes (len instructions + 1 each), at
+    /// `first[b] + b`.
+    prefix: Vec<(u64, u64)>,
+    /// Per block: how it leaves when it runs whole.
+    pub exit: Vec<Exit>,
+    /// Per block: whether a function symbol starts at it, and its function's index.
+    pub entry: Vec<bool>,
+    pub func: Vec<u32>,
+    /// Per block: whether an instruction's references must be counted one by one.
+    has_dynamic: Vec<bool>,
+    /// Per block: whether it is PLT code, whose cost Callgrind (`--skip-plt=yes`, its
+    /// default) charges to the instruction that called or jumped into it.
+    pub plt: Vec<bool>,
+}
+
+/// How a block leaves, for the call stack and jump counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    Call {
+        site: u64,
+        ret: u64,
+    },
+    Return,
+    /// A jump: conditional (with its target), unconditional or indirect.
+    Jump {
+        site: u64,
+        conditional: Option<u64>,
+    },
+    Other,
+}
+
+impl Tables {
+    /// `func(addr)` names the function a block start is in, `entry(addr)` says whether
+    /// one starts there.
+    pub fn build(plans: &Plans, func: &dyn Fn(u64) -> u32, entry: &dyn Fn(u64) -> bool, plt: &dyn Fn(u64) -> bool) -> Tables {
+        let n = plans.len();
+        let mut t = Tables {
+            first: Vec::with_capacity(n + 1),
+            pc: Vec::new(),
+            reads: Vec::new(),
+            writes: Vec::new(),
+            dynamic: Vec::new(),
+            prefix: Vec::new(),
+            exit: Vec::with_capacity(n),
+            entry: Vec::with_capacity(n),
+            func: Vec::with_capacity(n),
+            has_dynamic: Vec::with_capacity(n),
+            plt: Vec::with_capacity(n),
+        };
+        for b in 0..n as u32 {
+            t.first.push(t.pc.len() as u32);
+            let Some(p) = plans.get_plan(b) else {
+                t.prefix.push((0, 0));
+                t.exit.push(Exit::Other);
+                t.entry.push(false);
+                t.func.push(u32::MAX);
+                t.has_dynamic.push(false);
+                t.plt.push(false);
+                continue;
+            };
+            let (mut r, mut w) = (0u64, 0u64);
+            t.prefix.push((0, 0));
+            for i in &p.insns {
+                let dynamic = matches!(i.special, Special::Rep(_) | Special::Gather(_));
+                let (ri, wi) = if dynamic {
+                    (0, 0)
+                } else {
+                    let ri = i.refs.iter().filter(|m| m.access == Access::Read).count() as u32;
+                    (ri, i.refs.len() as u32 - ri)
+                };
+                t.pc.push(i.pc);
+                t.reads.push(ri);
+                t.writes.push(wi);
+                t.dynamic.push(dynamic);
+                r += ri as u64;
+                w += wi as u64;
+                t.prefix.push((r, w));
+            }
+            let last = p.insns.last();
+            t.exit.push(match last.map(|i| (i.flow, i.pc, i.pc + i.len as u64)) {
+                Some((Flow::Call { .. } | Flow::IndirectCall, site, ret)) => Exit::Call { site, ret },
+                Some((Flow::Return, _, _)) => Exit::Return,
+                Some((Flow::Jump { target, conditional }, site, _)) => Exit::Jump { site, conditional: conditional.then_some(target) },
+                Some((Flow::IndirectJump, site, _)) => Exit::Jump { site, conditional: None },
+                _ => Exit::Other,
+            });
+            t.entry.push(entry(p.addr));
+            t.func.push(func(p.addr));
+            t.has_dynamic.push(p.insns.iter().any(|i| matches!(i.special, Special::Rep(_) | Special::Gather(_))));
+            t.plt.push(plt(p.addr));
+        }
+        t.first.push(t.pc.len() as u32);
+        t
+    }
+
+    /// Static reads and writes of block `b`'s first `executed` instructions.
+    #[inline]
+    pub fn static_refs(&self, b: u32, executed: u32) -> (u64, u64) {
+        self.prefix[(self.first[b as usize] + b + executed) as usize]
+    }
+
+    /// Static reads and writes of instruction `k` (a global index).
+    #[inline]
+    pub fn insn_refs(&self, k: usize) -> (u32, u32) {
+        (self.reads[k], self.writes[k])
+    }
+
+    /// Instructions of block `b`.
+    #[inline]
+    pub fn len(&self, b: u32) -> u32 {
+        self.first[b as usize + 1] - self.first[b as usize]
+    }
+}
+
+/// An event that moves the call stack, with the running cost where it happens.
+#[derive(Clone, Copy, Debug)]
+pub enum CallEvent {
+    /// A call from `site` returning to `ret` entered block `to`.
+    Call {
+        site: u64,
+        ret: u64,
+        to: u32,
+        cost: Cost,
+    },
+    /// A return reached `to` (an address).
+    Return {
+        to: u64,
+        cost: Cost,
+    },
+    /// A jump from `site` into another function's entry, block `to` (a tail call).
+    TailJump {
+        site: u64,
+        to: u32,
+        cost: Cost,
+    },
+    Signal {
+        cost: Cost,
+    },
+    SignalReturn {
+        cost: Cost,
+    },
+    End {
+        cost: Cost,
+    },
+}
+
+/// How the chunk before left off, for the transition into this chunk's first block.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Carry {
+    /// The last block, when it ran whole and no marker followed it.
+    pub last: Option<u32>,
+}
+
+/// One chunk's contribution.
+#[derive(Default)]
+pub struct ChunkCosts {
+    /// Executions of (block, instructions executed), packed `block << 16 | executed`.
+    pub runs: FxHashMap<u64, u64>,
+    /// References of dynamic instructions: (global instruction index) -> (reads, writes).
+    pub dyn_refs: FxHashMap<u32, (u64, u64)>,
+    /// Transitions (from block, to block) -> count.
+    pub trans: FxHashMap<(u32, u32), u64>,
+    pub events: Vec<CallEvent>,
+    /// Running cost from the chunk's start.
+    pub cost: Cost,
+    /// The first block, unless a marker that breaks the flow came before it.
+    pub first: Option<u32>,
+    /// Whether the chunk had any block or flow-breaking marker.
+    pub seen_block: bool,
+    pub carry: Carry,
+    /// Block whose references come next.
+    cur: u32,
+    /// Cost of PLT code, charged to the call or jump that entered it: site -> cost.
+    pub plt_cost: FxHashMap<u64, Cost>,
+    /// In PLT code entered by the call (ret Some) or jump at this site.
+    in_plt: Option<(u64, Option<u64>)>,
+}
+
+/// The chunk sink.
+pub struct CostSink<'t> {
+    pub t: &'t Tables,
+    pub c: ChunkCosts,
+}
+
+impl CostSink<'_> {
+    #[inline]
+    fn enter(&mut self, id: u32, addr: u64, executed: u32, whole: bool) {
+        let c = &mut self.c;
+        if !c.seen_block {
+            c.seen_block = true;
+            c.first = Some(id);
+        }
+        let plt = self.t.plt[id as usize];
+        if let Some(p) = c.carry.last {
+            *c.trans.entry((p, id)).or_default() += 1;
+            match (c.in_plt, self.t.exit[p as usize]) {
+                // Leaving PLT code: the call (or jump) that entered it goes here.
+                (Some((site, ret)), _) if !plt => {
+                    c.in_plt = None;
+                    match ret {
+                        Some(ret) => c.events.push(CallEvent::Call { site, ret, to: id, cost: c.cost }),
+                        None => c.events.push(CallEvent::TailJump { site, to: id, cost: c.cost }),
+                    }
+                }
+                (Some(_), _) => {}
+                (None, Exit::Call { site, ret }) if plt => c.in_plt = Some((site, Some(ret))),
+                (None, Exit::Jump { site, .. }) if plt => c.in_plt = Some((site, None)),
+                (None, Exit::Call { site, ret }) => c.events.push(CallEvent::Call { site, ret, to: id, cost: c.cost }),
+                (None, Exit::Return) => c.events.push(CallEvent::Return { to: addr, cost: c.cost }),
+                (None, Exit::Jump { site, .. }) => {
+                    if self.t.entry[id as usize] && self.t.func[id as usize] != self.t.func[p as usize] {
+                        c.events.push(CallEvent::TailJump { site, to: id, cost: c.cost });
+                    }
+                }
+                (None, Exit::Other) => {}
+            }
+        } else {
+            c.in_plt = None;
+        }
+        let (r, w) = self.t.static_refs(id, executed);
+        match c.in_plt {
+            Some((site, _)) if plt => {
+                let k = c.plt_cost.entry(site).or_default();
+                k[0] += executed as u64;
+                k[1] += r;
+                k[2] += w;
+            }
+            _ => *c.runs.entry((id as u64) << 16 | executed as u64).or_default() += 1,
+        }
+        c.cost[0] += executed as u64;
+        c.cost[1] += r;
+        c.cost[2] += w;
+        c.carry.last = whole.then_some(id);
+        c.cur = id;
+    }
+}
+
+impl Sink for CostSink<'_> {
+    fn block(&mut self, b: &BlockEvent) -> SinkResult {
+        match b.id {
+            Some(id) if (id as usize) < self.t.exit.len() => {
+                let n = self.t.len(id);
+                let executed = b.executed.min(n);
+                self.enter(id, b.addr, executed, !b.interrupted && executed == n);
+            }
+            _ => {
+                self.c.seen_block = true;
+                self.c.carry.last = None;
+                self.c.cur = u32::MAX;
+            }
+        }
+        Ok(())
+    }
+
+    fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
+        let b = self.c.cur;
+        if b == u32::MAX || !self.t.has_dynamic[b as usize] {
+            return Ok(());
+        }
+        let first = self.t.first[b as usize];
+        for e in refs {
+            let k = first + e.insn as u32;
+            if self.t.dynamic.get(k as usize).copied().unwrap_or(false) {
+                let d = self.c.dyn_refs.entry(k).or_default();
+                if e.access == Access::Read {
+                    d.0 += 1;
+                    self.c.cost[1] += 1;
+                } else {
+                    d.1 += 1;
+                    self.c.cost[2] += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
+        let c = &mut self.c;
+        let ev = match m {
+            Marker::Signal(_) => Some(CallEvent::Signal { cost: c.cost }),
+            Marker::SignalReturn => Some(CallEvent::SignalReturn { cost: c.cost }),
+            Marker::ThreadEnd => Some(CallEvent::End { cost: c.cost }),
+            Marker::ThreadStart => None,
+            Marker::ChunkStart(_) | Marker::Sync { .. } => return Ok(()),
+        };
+        if let Some(e) = ev {
+            c.events.push(e);
+        }
+        c.seen_block = true;
+        c.carry.last = None;
+        Ok(())
+    }
+
+    fn run(&mut self, run: &Run) -> SinkResult {
+        let mut refs = run.refs();
+        for b in run.blocks() {
+            let (mine, rest) = refs.split_at(b.refs as usize);
+            refs = rest;
+            let n = self.t.len(b.id);
+            self.enter(b.id, b.addr, b.executed as u32, b.executed as u32 == n);
+            if !mine.is_empty() {
+                self.refs(mine)?;
+            }
+        }
+        Ok(())
+    }
+}

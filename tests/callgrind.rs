@@ -1,0 +1,390 @@
+//! `dep callgrind` end to end: the readers people use (callgrind_annotate, gprof2dot) read
+//! every corpus program's profile cleanly and agree on its total, and the costs agree with
+//! Valgrind's own callgrind on the same programs, function by function, where the only
+//! differences are the ones documented (rep strings). Needs the DynamoRIO build, gcc,
+//! valgrind and gprof2dot (scripts/setup.sh installs it).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+mod common;
+use common::{corpus, dep};
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null()).output().expect("spawn")
+}
+
+fn ok(cmd: &mut Command) -> Output {
+    let o = run(cmd);
+    assert!(o.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+/// Records `prog` (whose exit status may be its own) and returns the profile.
+fn record(dir: &Path, prog: &str) -> PathBuf {
+    let p = dir.join(format!("{prog}.dep"));
+    let o = run(Command::new(dep()).arg("record").arg("-o").arg(&p).arg("--").arg(corpus().join(prog)));
+    assert!(p.exists(), "{prog}: no profile: {}", String::from_utf8_lossy(&o.stderr));
+    p
+}
+
+/// Instructions `dep recover` counts in a profile.
+fn recovered_instructions(profile: &Path) -> u64 {
+    let o = ok(Command::new(dep()).arg("recover").arg(profile).args(["--format", "null"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let line = err.lines().find(|l| l.contains("recovered")).expect("a summary line");
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let k = f.iter().position(|w| w.starts_with("instructions")).expect("instructions") - 1;
+    f[k].trim_end_matches(',').parse().unwrap()
+}
+
+/// What a Callgrind file says, read independently of dep's writer.
+#[derive(Debug, Default)]
+struct Profile {
+    /// (object, function) -> self cost (Ir, Dr, Dw).
+    selfc: HashMap<(String, String), [u64; 3]>,
+    /// (object, caller, callee) -> inclusive Ir of the calls.
+    calls: HashMap<(String, String, String), u64>,
+    /// File address -> (Ir, Dr, Dw), with `positions: instr line`.
+    by_instr: HashMap<u64, [u64; 3]>,
+    totals: Vec<u64>,
+}
+
+/// Callgrind's recursion levels (`f'2`) are the function `f`.
+fn base(name: &str) -> String {
+    match name.rfind('\'') {
+        Some(k) if name[k + 1..].chars().all(|c| c.is_ascii_digit()) && k + 1 < name.len() => name[..k].to_string(),
+        _ => name.to_string(),
+    }
+}
+
+fn parse(path: &Path) -> Profile {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut p = Profile::default();
+    let (mut obs, mut fns): (HashMap<String, String>, HashMap<String, String>) = (HashMap::new(), HashMap::new());
+    let name = |map: &mut HashMap<String, String>, v: &str| -> String {
+        let v = v.trim();
+        if let Some(rest) = v.strip_prefix('(') {
+            let (id, tail) = rest.split_once(')').unwrap();
+            let tail = tail.trim();
+            if !tail.is_empty() {
+                map.insert(id.to_string(), tail.to_string());
+            }
+            return map.get(id).cloned().unwrap_or_else(|| format!("?{id}"));
+        }
+        v.to_string()
+    };
+    let (mut npos, mut ob, mut func, mut cfn) = (1usize, String::new(), String::new(), String::new());
+    let (mut in_call, mut in_jump) = (false, false);
+    let mut last = [0u64; 2];
+    for l in text.lines() {
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        if let Some(v) = l.strip_prefix("positions:") {
+            npos = v.split_whitespace().count();
+            continue;
+        }
+        if let Some(v) = l.strip_prefix("totals:") {
+            p.totals = v.split_whitespace().map(|x| x.parse().unwrap()).collect();
+            continue;
+        }
+        if let Some((k, v)) = l.split_once('=') {
+            if !k.contains(' ') && !k.chars().next().unwrap().is_ascii_digit() {
+                match k {
+                    "ob" => ob = name(&mut obs, v),
+                    "cob" => {
+                        name(&mut obs, v);
+                    }
+                    "fn" => func = base(&name(&mut fns, v)),
+                    "cfn" => cfn = base(&name(&mut fns, v)),
+                    "calls" => in_call = true,
+                    "jump" | "jcnd" => in_jump = true,
+                    _ => {}
+                }
+                continue;
+            }
+        }
+        if l.contains(':') {
+            continue; // header lines
+        }
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let mut pos = [0u64; 2];
+        for k in 0..npos {
+            let s = f[k];
+            let prev = last[k];
+            pos[k] = if s == "*" {
+                prev
+            } else if let Some(d) = s.strip_prefix('+') {
+                prev + d.parse::<u64>().unwrap()
+            } else if let Some(d) = s.strip_prefix('-') {
+                prev - d.parse::<u64>().unwrap()
+            } else if let Some(h) = s.strip_prefix("0x") {
+                u64::from_str_radix(h, 16).unwrap()
+            } else {
+                s.parse().unwrap()
+            };
+        }
+        last = pos;
+        let mut c = [0u64; 3];
+        for (k, v) in f[npos..].iter().enumerate().take(3) {
+            c[k] = v.parse().unwrap();
+        }
+        if in_jump {
+            in_jump = false;
+        } else if in_call {
+            in_call = false;
+            *p.calls.entry((ob.clone(), func.clone(), cfn.clone())).or_default() += c[0];
+        } else {
+            let s = p.selfc.entry((ob.clone(), func.clone())).or_default();
+            for k in 0..3 {
+                s[k] += c[k];
+            }
+            if npos == 2 {
+                let s = p.by_instr.entry(pos[0]).or_default();
+                for k in 0..3 {
+                    s[k] += c[k];
+                }
+            }
+        }
+    }
+    p
+}
+
+/// Every corpus program: dep's profiles read cleanly by callgrind_annotate (as is, with
+/// `--inclusive=yes` and with `--tree=caller`) and gprof2dot, and the total Ir that
+/// callgrind_annotate prints is the number of instructions `dep recover` counts.
+#[test]
+fn readers_take_every_corpus_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let progs = [
+        "hello",
+        "exit_code",
+        "threads",
+        "signal_loop",
+        "siglongjmp",
+        "repstring",
+        "avx",
+        "avx512",
+        "forkexec",
+        "jit",
+        "rwx",
+        "syscalls",
+        "stack",
+        "closefds",
+        "exceptions",
+        "bare",
+        "wet",
+    ];
+    for prog in progs {
+        if prog == "avx512" && !std::arch::is_x86_feature_detected!("avx512vl") {
+            continue; // runs only where the CPU has it (tests/collector.rs instruments it anyway)
+        }
+        let profile = record(dir.path(), prog);
+        let want = recovered_instructions(&profile);
+        for instr in [false, true] {
+            let out = dir.path().join(format!("{prog}{}.cg", if instr { ".instr" } else { "" }));
+            let mut cmd = Command::new(dep());
+            cmd.arg("callgrind").arg(&profile).arg("-o").arg(&out);
+            if instr {
+                cmd.arg("--dump-instr");
+            }
+            ok(&mut cmd);
+            for extra in [&[][..], &["--inclusive=yes"][..], &["--tree=caller"][..]] {
+                let o = ok(Command::new("callgrind_annotate").args(extra).arg(&out));
+                assert!(o.stderr.is_empty(), "{prog} {extra:?}: callgrind_annotate says {}", String::from_utf8_lossy(&o.stderr));
+                let text = String::from_utf8_lossy(&o.stdout);
+                let totals = text.lines().find(|l| l.contains("PROGRAM TOTALS")).expect("PROGRAM TOTALS");
+                let ir: u64 = totals.split_whitespace().next().unwrap().replace(',', "").parse().unwrap();
+                assert_eq!(ir, want, "{prog}: callgrind_annotate's total Ir against dep recover's instructions");
+            }
+            let o = ok(Command::new("gprof2dot").args(["-f", "callgrind", "-o"]).arg(dir.path().join("g.dot")).arg(&out));
+            assert!(o.stderr.is_empty(), "{prog}: gprof2dot says {}", String::from_utf8_lossy(&o.stderr));
+            let p = parse(&out);
+            assert_eq!(p.totals.first().copied(), Some(want), "{prog}: totals:");
+            let sum: u64 = p.selfc.values().map(|c| c[0]).sum();
+            assert_eq!(sum, want, "{prog}: the self costs add up to the total");
+        }
+    }
+    // Threads apart: one file per thread, adding up to the whole.
+    let profile = record(dir.path(), "threads");
+    let out = dir.path().join("threads.sep");
+    ok(Command::new(dep()).arg("callgrind").arg(&profile).arg("-o").arg(&out).arg("--separate-threads"));
+    let mut sum = 0;
+    for k in 1.. {
+        let f = PathBuf::from(format!("{}-{k}", out.display()));
+        if !f.exists() {
+            assert!(k > 9, "threads: only {} files", k - 1);
+            break;
+        }
+        let o = ok(Command::new("callgrind_annotate").arg(&f));
+        assert!(o.stderr.is_empty());
+        sum += parse(&f).totals[0];
+    }
+    assert_eq!(sum, recovered_instructions(&profile));
+}
+
+/// Rep-prefixed string instructions of a program: how many references one iteration makes,
+/// and whether the flags can end it (repe/repne cmps and scas), from objdump.
+fn rep_instructions(prog: &Path) -> HashMap<u64, (u64, bool)> {
+    let o = ok(Command::new("objdump").args(["-d", "--no-show-raw-insn"]).arg(prog));
+    let mut reps = HashMap::new();
+    for l in String::from_utf8_lossy(&o.stdout).lines() {
+        let Some((addr, rest)) = l.trim_start().split_once(":\t") else { continue };
+        let Ok(addr) = u64::from_str_radix(addr, 16) else { continue };
+        let mut w = rest.split_whitespace();
+        let (Some(prefix), Some(op)) = (w.next(), w.next()) else { continue };
+        if matches!(prefix, "rep" | "repz" | "repnz" | "repe" | "repne") {
+            let per = if op.starts_with("movs") || op.starts_with("cmps") { 2 } else { 1 };
+            reps.insert(addr, (per, op.starts_with("cmps") || op.starts_with("scas")));
+        }
+    }
+    reps
+}
+
+/// Function by function, dep's self Ir equals Valgrind callgrind's for the program's own
+/// code, but for one documented difference: callgrind counts a rep string instruction once
+/// per iteration plus once more for the check that ends it when the count runs out (a
+/// repe/repne compare that the flags end has no such check), dep once per execution (the
+/// instruction count `dep recover` and DEP's paper count). So callgrind's Ir is dep's plus
+/// the iterations, which dep's own references give (each iteration makes one or two),
+/// less at most one per execution of a repe/repne compare. And callgrind leaves out the
+/// block whose system call ends the process (it charges a block's instructions as the block
+/// is left, which that one never is): its instructions are in dep's count, not callgrind's.
+/// The inclusive cost of the calls the program makes into its own code agrees the same way.
+#[test]
+fn costs_agree_with_valgrind_callgrind() {
+    let dir = tempfile::tempdir().unwrap();
+    // (program, its own functions that must be there, the caller whose calls into the
+    // program's own code are compared inclusively)
+    let cases: [(&str, &[&str], &str); 4] = [
+        ("wet", &["main", "wet_patterns", "wet_callee"], "main"),
+        ("hello", &["main", "cmp_item"], "main"),
+        ("bare_lackey", &["bare_main", "mix", "depth"], "bare_main"),
+        ("repstring", &["main"], "main"),
+    ];
+    for (prog, must, caller) in cases {
+        let exe = corpus().join(prog);
+        let object = exe.display().to_string();
+        let profile = record(dir.path(), prog);
+        let ours = dir.path().join(format!("{prog}.dep.cg"));
+        ok(Command::new(dep()).arg("callgrind").arg(&profile).arg("-o").arg(&ours).arg("--dump-instr"));
+        let theirs = dir.path().join(format!("{prog}.vg.cg"));
+        run(Command::new("valgrind")
+            .args(["--tool=callgrind", "--dump-instr=yes"])
+            .arg(format!("--callgrind-out-file={}", theirs.display()))
+            .arg(&exe)
+            .stdout(Stdio::null()));
+        let (d, v) = (parse(&ours), parse(&theirs));
+        // Iterations of each rep instruction, from dep's own references at it.
+        let reps = rep_instructions(&exe);
+        // (least, most) Ir callgrind adds over dep in function `f`.
+        let iterations = |f: &str| -> (u64, u64) {
+            let mut r = (0, 0);
+            for (pc, &(per, conditional)) in &reps {
+                if function_of(&ours, *pc).as_deref() != Some(f) {
+                    continue;
+                }
+                let Some(c) = d.by_instr.get(pc) else { continue };
+                let iters = (c[1] + c[2]) / per;
+                r.1 += iters;
+                r.0 += if conditional { iters.saturating_sub(c[0]) } else { iters };
+            }
+            r
+        };
+        // The process's last block, from the recovered block stream: `<thread> <pc> <count>`.
+        let blocks = ok(Command::new(dep()).arg("recover").arg(&profile).args(["--format", "blocks"]));
+        let blocks = String::from_utf8_lossy(&blocks.stdout);
+        let last = blocks.lines().filter(|l| l.starts_with("0 ")).last().expect("thread 0 ran");
+        let f: Vec<&str> = last.split(' ').collect();
+        let (last_pc, last_n): (u64, u64) = (u64::from_str_radix(f[1].trim_start_matches("0x"), 16).unwrap(), f[2].parse().unwrap());
+        let last_fn = function_of(&ours, last_pc);
+        for f in must {
+            let key = (object.clone(), f.to_string());
+            let (ds, vs) = (d.selfc.get(&key).map_or(0, |c| c[0]), v.selfc.get(&key).map_or(0, |c| c[0]));
+            assert!(ds > 0, "{prog}: dep has no cost for {f}");
+            let ds = if last_fn.as_deref() == Some(*f) { ds - last_n } else { ds };
+            let (lo, hi) = iterations(f);
+            assert!(vs >= ds + lo && vs <= ds + hi, "{prog}: self Ir of {f}: valgrind {vs}, dep {ds} + rep iterations {lo}..={hi}");
+        }
+        // Calls from `caller` into the program's own functions, inclusive: the callee's
+        // rep iterations and those of everything it calls in turn make the difference.
+        let own: Vec<String> = d.selfc.keys().filter(|k| k.0 == object).map(|k| k.1.clone()).collect();
+        let mut compared = 0;
+        for callee in &own {
+            let key = (object.clone(), caller.to_string(), callee.clone());
+            let (Some(&di), Some(&vi)) = (d.calls.get(&key), v.calls.get(&key)) else { continue };
+            let mut below = vec![callee.clone()];
+            let mut k = 0;
+            while k < below.len() {
+                let f = below[k].clone();
+                for (o, from, to) in d.calls.keys() {
+                    if *o == object && *from == f && !below.contains(to) {
+                        below.push(to.clone());
+                    }
+                }
+                k += 1;
+            }
+            let (lo, hi) = below.iter().map(|g| iterations(g)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+            assert!(
+                vi >= di + lo && vi <= di + hi,
+                "{prog}: inclusive Ir of {caller}'s calls to {callee}: valgrind {vi}, dep {di} + {lo}..={hi}"
+            );
+            compared += 1;
+        }
+        if prog != "hello" && prog != "repstring" {
+            assert!(compared > 0, "{prog}: no call of {caller} into its own code compared");
+        }
+    }
+}
+
+/// The function a Callgrind file puts address `pc` in (positions: instr line).
+fn function_of(path: &Path, pc: u64) -> Option<String> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut fns: HashMap<String, String> = HashMap::new();
+    let (mut func, mut last, mut skip) = (String::new(), 0u64, false);
+    for l in text.lines() {
+        if let Some(v) = l.strip_prefix("fn=").or_else(|| l.strip_prefix("cfn=")) {
+            let (id, tail) = v.trim_start_matches('(').split_once(')').unwrap_or(("", v));
+            if !tail.trim().is_empty() {
+                fns.insert(id.to_string(), tail.trim().to_string());
+            }
+            if l.starts_with("fn=") {
+                func = fns.get(id).cloned().unwrap_or_default();
+            }
+            continue;
+        }
+        if l.starts_with("calls=") || l.starts_with("jump=") || l.starts_with("jcnd=") {
+            skip = true;
+            continue;
+        }
+        let Some(s) = l.split_whitespace().next() else { continue };
+        let v = if s == "*" {
+            last
+        } else if let Some(d) = s.strip_prefix('+') {
+            match d.parse::<u64>() {
+                Ok(d) => last + d,
+                Err(_) => continue,
+            }
+        } else if let Some(d) = s.strip_prefix('-') {
+            match d.parse::<u64>() {
+                Ok(d) => last - d,
+                Err(_) => continue,
+            }
+        } else if let Some(h) = s.strip_prefix("0x") {
+            u64::from_str_radix(h, 16).unwrap()
+        } else {
+            continue;
+        };
+        last = v;
+        if skip {
+            skip = false;
+            continue;
+        }
+        if v == pc {
+            return Some(func);
+        }
+    }
+    None
+}
