@@ -26,7 +26,9 @@ pub struct Arc {
 /// Everything one profile file is written from.
 #[derive(Default)]
 pub struct Totals {
-    /// (block << 16 | executed) -> runs.
+    /// Whole executions per block id.
+    pub whole: Vec<u64>,
+    /// (block << 16 | executed) -> runs, for blocks cut short.
     pub runs: FxHashMap<u64, u64>,
     pub dyn_refs: FxHashMap<u32, (u64, u64)>,
     pub trans: FxHashMap<(u32, u32), u64>,
@@ -37,8 +39,10 @@ pub struct Totals {
     pub total: Cost,
 }
 
-#[derive(Clone, Copy)]
-struct Frame {
+/// A call on the stack: its site, callee entry block, return address, the running cost
+/// when it was made, or a signal handler's frame.
+#[derive(Clone, Copy, Debug)]
+pub struct Frame {
     site: u64,
     callee: u32,
     ret: u64,
@@ -46,11 +50,142 @@ struct Frame {
     signal: bool,
 }
 
+/// Calls closed within a chunk: (site, callee block) -> (count, inclusive cost to add
+/// when no outer activation of the callee is on the thread's stack).
+pub type LocalArcs = FxHashMap<(u64, u32), (u64, Cost)>;
+
+/// What a chunk leaves to its thread's call stack, in order.
+#[derive(Debug)]
+pub enum Op {
+    Arcs(LocalArcs),
+    /// A frame the chunk opened and did not close (its cost relative to the chunk's start).
+    Push(Frame),
+    /// A handler that ran within the chunk: the outer frames start that much later.
+    Shift(Cost),
+    Event(CallEvent),
+}
+
+/// A chunk's own part of the call stack. Calls it makes and returns from are closed here,
+/// in parallel with other chunks; only what reaches frames of earlier chunks (a return
+/// past its own frames, a tail call with no frame of its own, a sigreturn out of a handler
+/// entered earlier, the thread's end) goes to the thread's stack as ops, after the chunk's
+/// own frames, so the result is the same as replaying every event in order.
+#[derive(Default, Debug)]
+pub struct Local {
+    frames: Vec<Frame>,
+    depth: FxHashMap<u32, u32>,
+    arcs: LocalArcs,
+    pub ops: Vec<Op>,
+}
+
+fn sub(a: Cost, b: Cost) -> Cost {
+    [a[0] - b[0], a[1] - b[1], a[2] - b[2]]
+}
+
+impl Local {
+    /// Hands every local frame and the arcs so far to the thread's stack.
+    fn flush(&mut self) {
+        if !self.arcs.is_empty() {
+            self.ops.push(Op::Arcs(std::mem::take(&mut self.arcs)));
+        }
+        for f in self.frames.drain(..) {
+            self.ops.push(Op::Push(f));
+        }
+        self.depth.clear();
+    }
+
+    fn close(&mut self, f: Frame, now: Cost, t: &Tables) {
+        if f.signal {
+            let d = sub(now, f.at);
+            for g in &mut self.frames {
+                for k in 0..3 {
+                    g.at[k] += d[k];
+                }
+            }
+            self.ops.push(Op::Shift(d));
+            return;
+        }
+        let func = t.func[f.callee as usize];
+        let d = self.depth.entry(func).or_default();
+        *d = d.saturating_sub(1);
+        let a = self.arcs.entry((f.site, f.callee)).or_default();
+        a.0 += 1;
+        if *d == 0 {
+            a.1 = add(a.1, sub(now, f.at));
+        }
+    }
+
+    fn push(&mut self, f: Frame, t: &Tables) {
+        *self.depth.entry(t.func[f.callee as usize]).or_default() += 1;
+        self.frames.push(f);
+    }
+
+    fn pop_to(&mut self, k: usize, now: Cost, t: &Tables) {
+        while self.frames.len() > k {
+            let f = self.frames.pop().expect("len > k");
+            self.close(f, now, t);
+        }
+    }
+
+    /// Takes one event of the chunk.
+    pub fn event(&mut self, e: CallEvent, t: &Tables) {
+        match e {
+            CallEvent::Call { site, ret, to, cost } => self.push(Frame { site, callee: to, ret, at: cost, signal: false }, t),
+            CallEvent::TailJump { site, to, cost } => match self.frames.last() {
+                Some(top) => {
+                    let ret = if top.signal { u64::MAX } else { top.ret };
+                    self.push(Frame { site, callee: to, ret, at: cost, signal: false }, t)
+                }
+                None => {
+                    self.flush();
+                    self.ops.push(Op::Event(e));
+                }
+            },
+            CallEvent::Return { to, cost } => {
+                let floor = self.frames.iter().rposition(|f| f.signal).map(|k| k + 1);
+                let lo = floor.unwrap_or(0);
+                match self.frames[lo..].iter().rposition(|f| f.ret == to).map(|k| k + lo) {
+                    Some(mut k) => {
+                        while k > lo && self.frames[k - 1].ret == to {
+                            k -= 1;
+                        }
+                        self.pop_to(k, cost, t);
+                    }
+                    // Confined above a handler of this chunk: nothing to pop.
+                    None if floor.is_some() => {}
+                    None => {
+                        self.flush();
+                        self.ops.push(Op::Event(e));
+                    }
+                }
+            }
+            CallEvent::Signal { cost } => self.frames.push(Frame { site: 0, callee: 0, ret: u64::MAX, at: cost, signal: true }),
+            CallEvent::SignalReturn { cost } => match self.frames.iter().rposition(|f| f.signal) {
+                Some(k) => self.pop_to(k, cost, t),
+                None => {
+                    self.flush();
+                    self.ops.push(Op::Event(e));
+                }
+            },
+            CallEvent::End { .. } => {
+                self.flush();
+                self.ops.push(Op::Event(e));
+            }
+        }
+    }
+
+    /// The chunk ended: its open frames go on to the thread's stack.
+    pub fn finish(&mut self) {
+        self.flush();
+    }
+}
+
 /// One thread's call stack between chunks.
 #[derive(Default)]
 pub struct Stack {
     frames: Vec<Frame>,
-    depth: FxHashMap<u32, u32>,
+    /// Activations on the stack per function id.
+    depth: Vec<u32>,
     /// The thread's cost before the next chunk.
     base: Cost,
     /// The last block of the previous chunk, when the flow goes on into the next.
@@ -73,12 +208,14 @@ impl Stack {
             }
             return;
         }
-        let func = t.func[f.callee as usize];
-        let d = self.depth.entry(func).or_default();
-        *d = d.saturating_sub(1);
+        let func = t.func[f.callee as usize] as usize;
+        let d = self.depth.get_mut(func).map_or(0, |d| {
+            *d = d.saturating_sub(1);
+            *d
+        });
         let arc = arcs.entry((f.site, f.callee)).or_default();
         arc.count += 1;
-        if *d == 0 {
+        if d == 0 {
             for k in 0..3 {
                 arc.cost[k] += now[k] - f.at[k];
             }
@@ -86,7 +223,13 @@ impl Stack {
     }
 
     fn push(&mut self, f: Frame, t: &Tables) {
-        *self.depth.entry(t.func[f.callee as usize]).or_default() += 1;
+        let func = t.func[f.callee as usize] as usize;
+        if func < u32::MAX as usize {
+            if self.depth.len() <= func {
+                self.depth.resize(func + 1, 0);
+            }
+            self.depth[func] += 1;
+        }
         self.frames.push(f);
     }
 
@@ -129,7 +272,7 @@ impl Stack {
     }
 
     /// Takes the next chunk of this thread into `tot`.
-    pub fn chunk(&mut self, c: ChunkCosts, t: &Tables, tot: &mut Totals) {
+    pub fn chunk(&mut self, c: &mut ChunkCosts, t: &Tables, tot: &mut Totals) {
         if let (Some(last), Some(first)) = (self.carry, c.first) {
             *tot.trans.entry((last, first)).or_default() += 1;
             let to_addr = t.pc[t.first[first as usize] as usize];
@@ -145,21 +288,52 @@ impl Stack {
                 super::costs::Exit::Other => {}
             }
         }
-        for &e in &c.events {
-            self.apply(e, t, &mut tot.arcs);
+        for op in std::mem::take(&mut c.local.ops) {
+            match op {
+                Op::Arcs(arcs) => {
+                    for ((site, callee), (n, cost)) in arcs {
+                        let a = tot.arcs.entry((site, callee)).or_default();
+                        a.count += n;
+                        let func = t.func[callee as usize] as usize;
+                        if self.depth.get(func).copied().unwrap_or(0) == 0 {
+                            a.cost = add(a.cost, cost);
+                        }
+                    }
+                }
+                Op::Push(mut f) => {
+                    f.at = add(self.base, f.at);
+                    if f.signal {
+                        self.frames.push(f);
+                    } else {
+                        self.push(f, t);
+                    }
+                }
+                Op::Shift(d) => {
+                    for g in &mut self.frames {
+                        g.at = add(g.at, d);
+                    }
+                }
+                Op::Event(e) => self.apply(e, t, &mut tot.arcs),
+            }
         }
-        for (k, v) in c.runs {
+        if tot.whole.len() < c.whole.len() {
+            tot.whole.resize(c.whole.len(), 0);
+        }
+        for (t, v) in tot.whole.iter_mut().zip(&c.whole) {
+            *t += v;
+        }
+        for (k, v) in c.runs.drain() {
             *tot.runs.entry(k).or_default() += v;
         }
-        for (k, (r, w)) in c.dyn_refs {
+        for (k, (r, w)) in c.dyn_refs.drain() {
             let d = tot.dyn_refs.entry(k).or_default();
             d.0 += r;
             d.1 += w;
         }
-        for (k, v) in c.trans {
+        for (k, v) in c.trans.drain() {
             *tot.trans.entry(k).or_default() += v;
         }
-        for (k, v) in c.plt_cost {
+        for (k, v) in c.plt_cost.drain() {
             let e = tot.plt_cost.entry(k).or_default();
             *e = add(*e, v);
         }

@@ -1,8 +1,8 @@
 //! What one chunk of one thread contributes to a Callgrind profile, gathered in parallel:
 //! how often each block ran (as far as it ran), the references of instructions whose
-//! count varies (rep strings, gathers), transitions between blocks, and the events that
-//! move the call stack, each with the chunk's running cost at that point. The call stack
-//! itself is rebuilt afterwards, chunk after chunk, from those events (calls.rs).
+//! count varies (rep strings, gathers), transitions between blocks, and the calls made
+//! and returned from within the chunk (calls.rs's `Local`), with what is left for the
+//! thread's call stack, which is rebuilt chunk after chunk.
 
 use dep_profile::semantics::{Access, Flow, Special};
 use dep_recover::events::{BlockEvent, Marker, MemEvent, Run, Sink, SinkResult};
@@ -34,7 +34,19 @@ pub struct Tables {
     /// Per block: whether it is PLT code, whose cost Callgrind (`--skip-plt=yes`, its
     /// default) charges to the instruction that called or jumped into it.
     pub plt: Vec<bool>,
+    /// Per block: its whole cost, and [`KIND_*`] bits for the fast path.
+    full: Vec<(u64, u64, u64)>,
+    kind: Vec<u8>,
 }
+
+/// The block leaves by a call or a return: the call stack moves.
+const KIND_CALL_RET: u8 = 1;
+/// The block leaves by a jump (a tail call if it reaches another function's entry).
+const KIND_JUMP: u8 = 2;
+/// A function starts at the block.
+const KIND_ENTRY: u8 = 4;
+/// The block is PLT code, or has instructions whose references are counted one by one.
+const KIND_SLOW: u8 = 8;
 
 /// How a block leaves, for the call stack and jump counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +81,8 @@ impl Tables {
             func: Vec::with_capacity(n),
             has_dynamic: Vec::with_capacity(n),
             plt: Vec::with_capacity(n),
+            full: Vec::with_capacity(n),
+            kind: Vec::with_capacity(n),
         };
         for b in 0..n as u32 {
             t.first.push(t.pc.len() as u32);
@@ -79,6 +93,8 @@ impl Tables {
                 t.func.push(u32::MAX);
                 t.has_dynamic.push(false);
                 t.plt.push(false);
+                t.full.push((0, 0, 0));
+                t.kind.push(KIND_SLOW);
                 continue;
             };
             let (mut r, mut w) = (0u64, 0u64);
@@ -111,6 +127,20 @@ impl Tables {
             t.func.push(func(p.addr));
             t.has_dynamic.push(p.insns.iter().any(|i| matches!(i.special, Special::Rep(_) | Special::Gather(_))));
             t.plt.push(plt(p.addr));
+            t.full.push((p.insns.len() as u64, r, w));
+            let exit = *t.exit.last().expect("pushed");
+            let mut k = match exit {
+                Exit::Call { .. } | Exit::Return => KIND_CALL_RET,
+                Exit::Jump { .. } => KIND_JUMP,
+                Exit::Other => 0,
+            };
+            if *t.entry.last().expect("pushed") {
+                k |= KIND_ENTRY;
+            }
+            if *t.plt.last().expect("pushed") || *t.has_dynamic.last().expect("pushed") {
+                k |= KIND_SLOW;
+            }
+            t.kind.push(k);
         }
         t.first.push(t.pc.len() as u32);
         t
@@ -177,13 +207,19 @@ pub struct Carry {
 /// One chunk's contribution.
 #[derive(Default)]
 pub struct ChunkCosts {
-    /// Executions of (block, instructions executed), packed `block << 16 | executed`.
+    /// Whole executions of each block, by block id (dense: most blocks run whole).
+    pub whole: Vec<u64>,
+    /// Executions of blocks cut short, packed `block << 16 | executed`.
     pub runs: FxHashMap<u64, u64>,
+    /// Per block: the successor seen last and how often since it was counted in `trans`
+    /// (most blocks have one or two successors, so this saves a hash per block).
+    pub next: Vec<(u32, u64)>,
     /// References of dynamic instructions: (global instruction index) -> (reads, writes).
     pub dyn_refs: FxHashMap<u32, (u64, u64)>,
     /// Transitions (from block, to block) -> count.
     pub trans: FxHashMap<(u32, u32), u64>,
-    pub events: Vec<CallEvent>,
+    /// The chunk's own part of the call stack, and what it leaves to the thread's.
+    pub local: super::calls::Local,
     /// Running cost from the chunk's start.
     pub cost: Cost,
     /// The first block, unless a marker that breaks the flow came before it.
@@ -197,6 +233,34 @@ pub struct ChunkCosts {
     pub plt_cost: FxHashMap<u64, Cost>,
     /// In PLT code entered by the call (ret Some) or jump at this site.
     in_plt: Option<(u64, Option<u64>)>,
+}
+
+impl ChunkCosts {
+    /// An empty contribution for a table of `blocks` blocks, in `spare` dense arrays (zeroed)
+    /// if there are some.
+    pub fn new(blocks: usize, spare: Option<(Vec<u64>, Vec<(u32, u64)>)>) -> ChunkCosts {
+        let (whole, next) = spare.unwrap_or_else(|| (vec![0; blocks], vec![(u32::MAX, 0); blocks]));
+        ChunkCosts { whole, next, ..Default::default() }
+    }
+
+    /// Folds the successor counts still held per block into `trans` (leaving `next` as
+    /// new), and hands the local call stack's frames on.
+    pub fn settle(&mut self) {
+        self.local.finish();
+        for (p, slot) in self.next.iter_mut().enumerate() {
+            if slot.1 > 0 {
+                *self.trans.entry((p as u32, slot.0)).or_default() += slot.1;
+            }
+            *slot = (u32::MAX, 0);
+        }
+    }
+
+    /// The dense arrays, zeroed, for the next chunk.
+    pub fn spare(&mut self) -> (Vec<u64>, Vec<(u32, u64)>) {
+        let mut whole = std::mem::take(&mut self.whole);
+        whole.fill(0);
+        (whole, std::mem::take(&mut self.next))
+    }
 }
 
 /// The chunk sink.
@@ -215,24 +279,32 @@ impl CostSink<'_> {
         }
         let plt = self.t.plt[id as usize];
         if let Some(p) = c.carry.last {
-            *c.trans.entry((p, id)).or_default() += 1;
+            let slot = &mut c.next[p as usize];
+            if slot.0 == id {
+                slot.1 += 1;
+            } else {
+                if slot.1 > 0 {
+                    *c.trans.entry((p, slot.0)).or_default() += slot.1;
+                }
+                *slot = (id, 1);
+            }
             match (c.in_plt, self.t.exit[p as usize]) {
                 // Leaving PLT code: the call (or jump) that entered it goes here.
                 (Some((site, ret)), _) if !plt => {
                     c.in_plt = None;
                     match ret {
-                        Some(ret) => c.events.push(CallEvent::Call { site, ret, to: id, cost: c.cost }),
-                        None => c.events.push(CallEvent::TailJump { site, to: id, cost: c.cost }),
+                        Some(ret) => c.local.event(CallEvent::Call { site, ret, to: id, cost: c.cost }, self.t),
+                        None => c.local.event(CallEvent::TailJump { site, to: id, cost: c.cost }, self.t),
                     }
                 }
                 (Some(_), _) => {}
                 (None, Exit::Call { site, ret }) if plt => c.in_plt = Some((site, Some(ret))),
                 (None, Exit::Jump { site, .. }) if plt => c.in_plt = Some((site, None)),
-                (None, Exit::Call { site, ret }) => c.events.push(CallEvent::Call { site, ret, to: id, cost: c.cost }),
-                (None, Exit::Return) => c.events.push(CallEvent::Return { to: addr, cost: c.cost }),
+                (None, Exit::Call { site, ret }) => c.local.event(CallEvent::Call { site, ret, to: id, cost: c.cost }, self.t),
+                (None, Exit::Return) => c.local.event(CallEvent::Return { to: addr, cost: c.cost }, self.t),
                 (None, Exit::Jump { site, .. }) => {
                     if self.t.entry[id as usize] && self.t.func[id as usize] != self.t.func[p as usize] {
-                        c.events.push(CallEvent::TailJump { site, to: id, cost: c.cost });
+                        c.local.event(CallEvent::TailJump { site, to: id, cost: c.cost }, self.t);
                     }
                 }
                 (None, Exit::Other) => {}
@@ -248,6 +320,7 @@ impl CostSink<'_> {
                 k[1] += r;
                 k[2] += w;
             }
+            _ if whole => c.whole[id as usize] += 1,
             _ => *c.runs.entry((id as u64) << 16 | executed as u64).or_default() += 1,
         }
         c.cost[0] += executed as u64;
@@ -307,7 +380,7 @@ impl Sink for CostSink<'_> {
             Marker::ChunkStart(_) | Marker::Sync { .. } => return Ok(()),
         };
         if let Some(e) = ev {
-            c.events.push(e);
+            c.local.event(e, self.t);
         }
         c.seen_block = true;
         c.carry.last = None;
@@ -315,12 +388,45 @@ impl Sink for CostSink<'_> {
     }
 
     fn run(&mut self, run: &Run) -> SinkResult {
+        // Blocks of a run ran whole, one after another: most need only their counts, a
+        // transition and their cost, which this loop keeps to; the rest take `enter`.
+        let t = self.t;
         let mut refs = run.refs();
         for b in run.blocks() {
             let (mine, rest) = refs.split_at(b.refs as usize);
             refs = rest;
-            let n = self.t.len(b.id);
-            self.enter(b.id, b.addr, b.executed as u32, b.executed as u32 == n);
+            let id = b.id;
+            let c = &mut self.c;
+            let kid = t.kind[id as usize];
+            let fast = match c.carry.last {
+                Some(p) if c.in_plt.is_none() && kid & KIND_SLOW == 0 => {
+                    let kp = t.kind[p as usize];
+                    kp & KIND_CALL_RET == 0 && (kp & KIND_JUMP == 0 || kid & KIND_ENTRY == 0) && b.executed as u32 == t.len(id)
+                }
+                _ => false,
+            };
+            if fast {
+                let p = c.carry.last.expect("fast");
+                let slot = &mut c.next[p as usize];
+                if slot.0 == id {
+                    slot.1 += 1;
+                } else {
+                    if slot.1 > 0 {
+                        *c.trans.entry((p, slot.0)).or_default() += slot.1;
+                    }
+                    *slot = (id, 1);
+                }
+                c.whole[id as usize] += 1;
+                let f = t.full[id as usize];
+                c.cost[0] += f.0;
+                c.cost[1] += f.1;
+                c.cost[2] += f.2;
+                c.carry.last = Some(id);
+                c.cur = id;
+                continue;
+            }
+            let n = t.len(id);
+            self.enter(id, b.addr, b.executed as u32, b.executed as u32 == n);
             if !mine.is_empty() {
                 self.refs(mine)?;
             }

@@ -68,11 +68,17 @@ pub fn write_profile(rec: &Recovery, symbols: &Symbolizer, opts: &Options, outpu
     let mut stacks: Vec<Stack> = (0..threads).map(|_| Stack::default()).collect();
     let mut totals: Vec<Totals> = (0..if opts.separate_threads { threads } else { 1 }).map(|_| Totals::default()).collect();
     let mut last_thread: Option<u32> = None;
+    // Dense per-chunk arrays go back for the next chunks once merged (fresh ones cost page
+    // faults and zeroing on every chunk).
+    let spares: std::sync::Mutex<Vec<(Vec<u64>, Vec<(u32, u64)>)>> = std::sync::Mutex::new(Vec::new());
     rec.run_chunks(
         Source::Dep,
-        |_| CostSink { t: &tables, c: ChunkCosts::default() },
-        |s| Ok(s.c),
-        |c| c.runs.len() * 16 + c.trans.len() * 16 + c.events.len() * 40,
+        |_| CostSink { t: &tables, c: ChunkCosts::new(plans.len(), spares.lock().ok().and_then(|mut s| s.pop())) },
+        |mut s| {
+            s.c.settle();
+            Ok(s.c)
+        },
+        |c| c.whole.len() * 8 + c.runs.len() * 16 + c.trans.len() * 16 + c.local.ops.len() * 64,
         |chunk, c| {
             let t = chunk.thread as usize;
             if let Some(prev) = last_thread.filter(|&p| p != chunk.thread) {
@@ -81,7 +87,11 @@ pub fn write_profile(rec: &Recovery, symbols: &Symbolizer, opts: &Options, outpu
             }
             last_thread = Some(chunk.thread);
             let k = if opts.separate_threads { t } else { 0 };
-            stacks[t].chunk(c, &tables, &mut totals[k]);
+            let mut c = c;
+            stacks[t].chunk(&mut c, &tables, &mut totals[k]);
+            if let Ok(mut s) = spares.lock() {
+                s.push(c.spare());
+            }
             Ok(())
         },
     )?;

@@ -101,7 +101,9 @@ fn costs(c: &Cost) -> String {
 pub fn write(tables: &Tables, tot: &Totals, symbols: &Symbolizer, h: &Header, out: &mut dyn Write) -> io::Result<()> {
     // Self cost per instruction address.
     let mut selfc: FxHashMap<u64, Cost> = FxHashMap::default();
-    for (&key, &n) in &tot.runs {
+    let whole = tot.whole.iter().enumerate().filter(|(_, &n)| n > 0).map(|(b, &n)| ((b as u64) << 16 | tables.len(b as u32) as u64, n));
+    let runs: Vec<(u64, u64)> = whole.chain(tot.runs.iter().map(|(&k, &n)| (k, n))).collect();
+    for &(key, n) in &runs {
         let (b, executed) = ((key >> 16) as u32, (key & 0xffff) as u32);
         let first = tables.first[b as usize] as usize;
         for k in first..first + executed as usize {
@@ -130,7 +132,7 @@ pub fn write(tables: &Tables, tot: &Totals, symbols: &Symbolizer, h: &Header, ou
         calls.entry(site).or_default().push((entry(callee), *arc));
     }
     let mut jumps: BTreeMap<u64, Vec<(u64, u64, Option<u64>)>> = BTreeMap::new();
-    let whole = |b: u32| tot.runs.get(&((b as u64) << 16 | tables.len(b) as u64)).copied().unwrap_or(0);
+    let whole = |b: u32| tot.whole.get(b as usize).copied().unwrap_or(0);
     for (&(from, to), &n) in &tot.trans {
         if let Exit::Jump { site, conditional } = tables.exit[from as usize] {
             if tables.func[from as usize] != tables.func[to as usize] {
@@ -155,11 +157,13 @@ pub fn write(tables: &Tables, tot: &Totals, symbols: &Symbolizer, h: &Header, ou
     // Code no symbol covers is named after the start of its block, as Callgrind names a
     // block it finds no symbol for: per block, not per instruction.
     let mut block_start: FxHashMap<u64, u64> = FxHashMap::default();
-    for &key in tot.runs.keys() {
+    for &(key, _) in &runs {
         let b = (key >> 16) as u32;
         let first = tables.first[b as usize] as usize;
+        // The nearest block start at or before it, whatever the order blocks come in.
         for k in first..tables.first[b as usize + 1] as usize {
-            block_start.entry(tables.pc[k]).or_insert(tables.pc[first]);
+            let start = tables.pc[first];
+            block_start.entry(tables.pc[k]).and_modify(|s| *s = (*s).max(start)).or_insert(start);
         }
     }
     let places = locate(&addrs, &block_start, symbols);
@@ -215,7 +219,7 @@ pub fn write(tables: &Tables, tot: &Totals, symbols: &Symbolizer, h: &Header, ou
             }
             if let Some(cs) = calls.get(&a) {
                 let mut cs = cs.clone();
-                cs.sort_by_key(|c| c.0);
+                cs.sort_by_key(|c| (c.0, c.1.count, c.1.cost));
                 for (target, arc) in cs {
                     let t = at(target);
                     writeln!(w, "cob={}", obs.get(&t.object))?;
@@ -227,7 +231,7 @@ pub fn write(tables: &Tables, tot: &Totals, symbols: &Symbolizer, h: &Header, ou
             }
             if let Some(js) = jumps.get(&a) {
                 let mut js = js.clone();
-                js.sort_by_key(|j| j.0);
+                js.sort_unstable();
                 for (target, n, executed) in js {
                     let t = at(target);
                     let tp = pos.target(target.wrapping_sub(t.bias), t.line);
