@@ -82,6 +82,7 @@ COLUMNS = [
     ("edges", "edges", "edges_s", "native_s"),
     ("edges_1", "edg 1cpu", "edges_1_s", "native_s"),
     ("dcfg", "dcfg+tr", "dcfg_s", "native_s"),
+    ("callgrind", "callgrnd", "callgrind_s", "native_s"),
     ("record_small", "record/s", "record_small_s", "native_small_s"),
     ("truth_small", "truth/s", "truth_small_s", "native_small_s"),
     ("recover_binary_small", "recbin/s", "recover_binary_small_s", "native_small_s"),
@@ -97,6 +98,7 @@ LEGEND = {
     "edges": "dep edges P -o /dev/null (edge counts merged chunk-parallel, all cores)",
     "edges_1": "dep edges P -o /dev/null --jobs 1 (one core)",
     "dcfg": "dep dcfg P -o D --trace T (DCFG and DCFG-trace, all cores)",
+    "callgrind": "dep callgrind P -o F (Callgrind profile, all cores)",
     "record_small": "dep record -o P (small size)",
     "truth_small": "dep record --truth -o P2 (small size)",
     "recover_binary_small": "dep recover --format binary -o F (small size)",
@@ -602,6 +604,15 @@ def measure(name, spec, args, workdir, result, save):
                     if os.path.exists(f):
                         os.remove(f)
         step("dcfg", "dep dcfg P -o D --trace T", dcfg)
+
+        def callgrind():
+            out = profile + ".callgrind"
+            try:
+                timed("callgrind", [DEP, "callgrind", profile, "-o", out])
+            finally:
+                if os.path.exists(out):
+                    os.remove(out)
+        step("callgrind", "dep callgrind P -o F", callgrind)
     else:
         skipped["recover_null"] = "no profile (dep record failed)"
     remove_profile(profile)
