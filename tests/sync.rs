@@ -1,8 +1,8 @@
 //! The order between threads (format version 3): every synchronisation point the collector
 //! stamps carries a number from one process-wide counter. Checked on corpus programs: the
 //! numbers are each used once, from 0 without a gap; each thread's rise; every atomic
-//! instruction executed has its stamp just before it; every futex call has one before
-//! and one after. Needs the DynamoRIO build and gcc.
+//! instruction executed has its stamp just before it (and after it); system calls have
+//! theirs before and after. Needs the DynamoRIO build and gcc.
 
 use dep_recover::events::{BlockEvent, Marker, MemEvent, Sink, SinkResult};
 use dep_recover::{Recovery, Source};
@@ -18,9 +18,10 @@ struct Stamps {
     /// The current block's atomic instructions (by index) and whether it ends in a syscall.
     atomics: Vec<u16>,
     syscall: Option<u16>,
-    /// Atomic instructions executed, and those with a stamp before them.
+    /// Atomic instructions executed, and those with a stamp before them and after them.
     atomic_runs: u64,
     atomic_stamped: u64,
+    atomic_after: u64,
     before_syscall: u64,
     after_syscall: u64,
     /// Stamps that name an instruction that is neither atomic nor a system call.
@@ -49,6 +50,7 @@ impl Sink for Stamps {
             self.seqs[t].push(seq);
             match insn {
                 Some(k) if self.atomics.contains(&k) && !after => self.atomic_stamped += 1,
+                Some(k) if self.atomics.contains(&k) => self.atomic_after += 1,
                 Some(k) if Some(k) == self.syscall => {
                     if after {
                         self.after_syscall += 1
@@ -86,6 +88,13 @@ fn sync_stamps_order_threads() {
         assert!(all.iter().copied().eq(0..n), "{prog}: the numbers are not 0..{n} each once");
         assert!(s.misplaced.is_empty(), "{prog}: {:?}", &s.misplaced[..s.misplaced.len().min(5)]);
         assert_eq!(s.atomic_stamped, s.atomic_runs, "{prog}: every atomic instruction executed has its stamp");
+        // And one after it, unless it ends its block (DynamoRIO's length limit) or faulted.
+        assert!(
+            s.atomic_after <= s.atomic_runs && s.atomic_after * 10 >= s.atomic_runs * 9,
+            "{prog}: {} of {} atomics stamped after",
+            s.atomic_after,
+            s.atomic_runs
+        );
         assert!(s.before_syscall > 0 && s.after_syscall > 0, "{prog}: no system call stamped");
         assert!(s.after_syscall <= s.before_syscall);
         if prog == "threads" {

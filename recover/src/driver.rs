@@ -145,6 +145,15 @@ impl<'p> Recovery<'p> {
         }
     }
 
+    /// Sends one chunk's events to `sink` (no `begin` or `finish`): for consumers that
+    /// interleave threads' chunks in an order of their own. Returns whether the sink took
+    /// them all (false: it stopped).
+    pub fn run_chunk<S: Sink>(&self, source: Source, c: &ChunkRef, sink: &mut S) -> Result<bool, RecoverError> {
+        self.check_source(source)?;
+        let mut buf = Buffers::default();
+        Ok(self.feed(c, source, &mut buf, sink)? == Fed::All)
+    }
+
     /// Sends every event, in order, to one sink, on the calling thread.
     pub fn run<S: Sink>(&self, source: Source, sink: &mut S) -> Result<(), RecoverError> {
         self.run_with_progress(source, sink, &|_| {})

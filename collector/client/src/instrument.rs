@@ -25,6 +25,9 @@ pub struct BlockInfo {
     need_v: usize,
     /// A rep string's pointer register to store after it, at the next app instruction.
     pending_post: Option<Reg>,
+    /// An atomic instruction's index, whose sync record after it goes at the next app
+    /// instruction (its acquire side: a stamp after it is after every write it saw).
+    pending_sync_after: Option<u32>,
     /// Truth: the rep string's end to observe at the next app instruction.
     pending_rep_end: bool,
     /// The block is one rep string expanded into a loop.
@@ -280,6 +283,7 @@ pub unsafe extern "C" fn analysis(
         done: vec![false; n],
         need_v,
         pending_post: None,
+        pending_sync_after: None,
         pending_rep_end: false,
         expanded,
         entered: false,
@@ -316,6 +320,9 @@ pub unsafe extern "C" fn insertion(
         if let Some(r) = info.pending_post.take() {
             post_store(&e, r);
         }
+        if let Some(k) = info.pending_sync_after.take() {
+            dr_insert_clean_call_ex(dc, bb, inst, crate::atomic_after_cc as *mut c_void, 0, 1, imm32(k));
+        }
         let pc = instr_get_app_pc(inst) as u64;
         let k = if info.expanded { 0 } else { info.plan.insns.partition_point(|i| i.pc < pc) };
         if !info.done[k] {
@@ -348,7 +355,11 @@ pub unsafe extern "C" fn insertion(
         let insn = &info.plan.insns[k];
         if !info.expanded && !opts().no_sync && k < crate::state::MAX_SYNC_INSNS {
             if insn.atomic {
+                // Stamped before (its release side) and, at the next instruction of the
+                // block, after (its acquire side); an atomic that ends its block (at
+                // DynamoRIO's length limit) gets no second stamp, which only orders less.
                 dr_insert_clean_call_ex(dc, bb, inst, crate::atomic_cc as *mut c_void, 0, 1, imm32(k as u32));
+                info.pending_sync_after = Some(k as u32);
             } else if insn.flow == dep_profile::semantics::Flow::Syscall {
                 let flags = dr_cleancall_save_t_DR_CLEANCALL_READS_APP_CONTEXT;
                 dr_insert_clean_call_ex(dc, bb, inst, crate::syscall_cc as *mut c_void, flags, 1, imm32(k as u32));

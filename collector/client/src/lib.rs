@@ -351,6 +351,14 @@ pub unsafe extern "C" fn syscall_cc(k: u32) {
     }
 }
 
+/// Clean-call target after atomic instruction `k` (at the block's next instruction).
+pub unsafe extern "C" fn atomic_after_cc(k: u32) {
+    let pt = get(dr_get_current_drcontext());
+    if !pt.is_null() {
+        push_sync(&mut *pt, dep_profile::tags::SYNC_AFTER | k as u16);
+    }
+}
+
 /// Clean-call target before every atomic instruction `k` of its block.
 pub unsafe extern "C" fn atomic_cc(k: u32) {
     let pt = get(dr_get_current_drcontext());

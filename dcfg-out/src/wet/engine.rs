@@ -10,7 +10,7 @@
 //! effect after the instance's uses, memory writes after its reads.
 
 use super::control::Control;
-use super::shadow::{self, id_of, inst_of, pack, Def, Flags, Memory, Registers, NONE};
+use super::shadow::{self, id_of, inst_of, pack, At, Def, Flags, Memory, Registers, Segment, NONE};
 use super::statics::{Statics, NO_NODE};
 use super::store::Store;
 use super::values::{revealed, Values};
@@ -49,8 +49,10 @@ struct Thread {
     index: u32,
     regs: Registers,
     flags: Flags,
-    mem: Memory,
     cd: Control,
+    /// Its current segment (between two of its sync points), and the number that began it.
+    seg: u32,
+    seg_start: u64,
     values: Values,
     /// The block being executed: its id and instructions executed.
     block: Option<(u32, u32)>,
@@ -69,13 +71,14 @@ struct Thread {
 }
 
 impl Thread {
-    fn new(index: u32) -> Thread {
+    fn new(index: u32, seg: u32) -> Thread {
         Thread {
             index,
             regs: Registers::default(),
             flags: Flags::default(),
-            mem: Memory::default(),
             cd: Control::default(),
+            seg,
+            seg_start: 0,
             values: Values::default(),
             block: None,
             interrupted: false,
@@ -104,7 +107,12 @@ pub struct Engine<'a> {
     /// Instances so far, per static instruction.
     pub counts: Vec<u64>,
     pub out: Out,
+    /// The thread whose events come now, and the others, parked between their segments.
     t: Thread,
+    parked: rustc_hash::FxHashMap<u32, Thread>,
+    /// Memory, for all threads, and every segment so far.
+    mem: Memory,
+    segs: Vec<Segment>,
     scratch: Vec<Def>,
     /// Blocks skipped for want of a decodable plan.
     pub unplanned: u64,
@@ -122,7 +130,10 @@ impl<'a> Engine<'a> {
             plans,
             counts: vec![0; st.insns.len()],
             out,
-            t: Thread::new(u32::MAX),
+            t: Thread::new(u32::MAX, 0),
+            parked: Default::default(),
+            mem: Memory::default(),
+            segs: vec![Segment { thread: u32::MAX, end: u64::MAX }],
             scratch: Vec::with_capacity(64),
             unplanned: 0,
             instances: 0,
@@ -131,13 +142,28 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Switches to `thread` (a new one starts its first segment); the one running so far
+    /// is parked as it is, mid-block if need be: its next segment goes on from there.
     fn thread(&mut self, thread: u32) -> Result<(), EngineError> {
         if self.t.index != thread {
-            self.finish_block()?;
-            self.shadow_peak = self.shadow_peak.max(self.t.mem.bytes());
-            self.t = Thread::new(thread);
+            let next = match self.parked.remove(&thread) {
+                Some(t) => t,
+                None => {
+                    self.segs.push(Segment { thread, end: u64::MAX });
+                    Thread::new(thread, self.segs.len() as u32 - 1)
+                }
+            };
+            let prev = std::mem::replace(&mut self.t, next);
+            if prev.index != u32::MAX {
+                self.parked.insert(prev.index, prev);
+            }
         }
         Ok(())
+    }
+
+    #[inline]
+    fn at(&self) -> At {
+        At { thread: self.t.index, seg: self.t.seg, start: self.t.seg_start }
     }
 
     /// A block is entered.
@@ -199,7 +225,16 @@ impl<'a> Engine<'a> {
     pub fn marker(&mut self, thread: u32, m: Marker) -> Result<(), EngineError> {
         self.thread(thread)?;
         match m {
-            Marker::ChunkStart(_) | Marker::Sync { .. } => {}
+            Marker::ChunkStart(_) => {}
+            // The thread's segment ends here and its next one begins; a sync point inside
+            // a block comes between its instructions' references (the hand-over puts it
+            // there), so the block goes on in the new segment.
+            Marker::Sync { seq, .. } => {
+                self.segs[self.t.seg as usize].end = seq;
+                self.segs.push(Segment { thread, end: u64::MAX });
+                self.t.seg = self.segs.len() as u32 - 1;
+                self.t.seg_start = seq;
+            }
             Marker::ThreadStart | Marker::ThreadEnd => self.finish_block()?,
             Marker::Signal(_) => {
                 self.finish_block()?;
@@ -217,7 +252,12 @@ impl<'a> Engine<'a> {
     /// Ends the stream.
     pub fn finish(&mut self) -> Result<(), EngineError> {
         self.finish_block()?;
-        self.shadow_peak = self.shadow_peak.max(self.t.mem.bytes());
+        let parked: Vec<u32> = self.parked.keys().copied().collect();
+        for t in parked {
+            self.thread(t)?;
+            self.finish_block()?;
+        }
+        self.shadow_peak = self.mem.bytes();
         Ok(())
     }
 
@@ -308,7 +348,8 @@ impl<'a> Engine<'a> {
                 let seg = self.st.insns[c.id as usize].first_seg + c.mem_port + k as u32;
                 let mut scratch = std::mem::take(&mut self.scratch);
                 scratch.clear();
-                self.t.mem.read(ev.addr, ev.size, &mut scratch);
+                let at = self.at();
+                self.mem.read(ev.addr, ev.size, at, &self.segs, &mut scratch);
                 for &d in &scratch {
                     self.emit(seg, c.id, c.inst, d)?;
                 }
@@ -317,7 +358,8 @@ impl<'a> Engine<'a> {
                 insn.refs[..nreads].get(k)
             }
             Access::Write => {
-                self.t.mem.write(ev.addr, ev.size, c.def);
+                let at = self.at();
+                self.mem.write(ev.addr, ev.size, c.def, at, &self.segs);
                 let writes = &insn.refs[nreads..];
                 let m = writes.get((c.writes as usize).min(writes.len().saturating_sub(1)));
                 c.writes += 1;

@@ -259,6 +259,7 @@ fn indirect_targets(rec: &Recovery) -> Result<FxHashSet<(u32, u32)>, RecoverErro
 }
 
 /// Events handed from the recovery to the engine.
+#[derive(Clone, Copy)]
 enum Ev {
     Block { thread: u32, addr: u64, id: Option<u32>, executed: u32, interrupted: bool },
     Refs(u32),
@@ -319,6 +320,208 @@ impl Sink for Forward {
     }
 }
 
+/// A sink's stop as a clean end, anything else as a recovery error.
+fn fed(r: SinkResult) -> Result<(), RecoverError> {
+    match r {
+        Ok(()) | Err(SinkError::Stop) => Ok(()),
+        Err(SinkError::Io(e)) => Err(RecoverError::Output(e)),
+        Err(SinkError::Failed(e)) => Err(RecoverError::Sink(e)),
+    }
+}
+
+/// One thread's recovered events, as its producer hands them over in batches; an atomic
+/// instruction's sync record is put between the references of the instructions before it
+/// and its own (recovery gives it after its block), so that a segment ends exactly there.
+struct ThreadFeed<'p> {
+    plans: &'p dep_recover::plans::Plans,
+    batch: Batch,
+    tx: crossbeam::channel::Sender<Batch>,
+    /// The block whose events are held until its sync records are known, with its refs
+    /// and the sync markers that came after it.
+    held: Option<(Ev, Vec<MemEvent>, Vec<Marker>)>,
+}
+
+impl ThreadFeed<'_> {
+    fn push(&mut self, ev: Ev, refs: &[MemEvent]) -> SinkResult {
+        if let Ev::Refs(_) = ev {
+            for part in refs.chunks(16384) {
+                self.batch.refs.extend_from_slice(part);
+                self.batch.evs.push(Ev::Refs(part.len() as u32));
+            }
+        } else {
+            self.batch.evs.push(ev);
+        }
+        if self.batch.evs.len() >= 4096 || self.batch.refs.len() >= 16384 {
+            let full = std::mem::take(&mut self.batch);
+            self.tx.send(full).map_err(|_| SinkError::Stop)?;
+        }
+        Ok(())
+    }
+
+    /// Emits the held block: its references, with each sync marker of an instruction
+    /// before that instruction's first reference.
+    fn release(&mut self) -> SinkResult {
+        let Some((block, refs, mut syncs)) = self.held.take() else { return Ok(()) };
+        self.push(block, &[])?;
+        let thread = match block {
+            Ev::Block { thread, .. } => thread,
+            _ => 0,
+        };
+        // Each sync record where its instruction is: before instruction k, between the
+        // references of instructions before k and k's own; after k, right after k's.
+        let place = |m: &Marker| match *m {
+            Marker::Sync { insn: Some(k), after, .. } => 2 * k as u32 + after as u32,
+            _ => u32::MAX,
+        };
+        syncs.sort_by_key(place);
+        let mut at = 0usize;
+        for m in syncs {
+            let p = place(&m);
+            let upto = if p == u32::MAX {
+                refs.len()
+            } else {
+                // References of instructions before k (before), or up to k (after).
+                at + refs[at..].iter().take_while(|r| 2 * (r.insn as u32) + 1 <= p).count()
+            };
+            if upto > at {
+                self.push(Ev::Refs(0), &refs[at..upto])?;
+            }
+            at = upto;
+            self.push(Ev::Marker(thread, m), &[])?;
+        }
+        if at < refs.len() {
+            self.push(Ev::Refs(0), &refs[at..])?;
+        }
+        Ok(())
+    }
+}
+
+impl Sink for ThreadFeed<'_> {
+    fn block(&mut self, b: &BlockEvent) -> SinkResult {
+        self.release()?;
+        let ev = Ev::Block { thread: b.thread, addr: b.addr, id: b.id, executed: b.executed, interrupted: b.interrupted };
+        let atomic = b.id.and_then(|id| self.plans.get_plan(id)).is_some_and(|p| p.insns.iter().any(|i| i.atomic));
+        if atomic {
+            self.held = Some((ev, Vec::new(), Vec::new()));
+            Ok(())
+        } else {
+            self.push(ev, &[])
+        }
+    }
+    fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
+        match &mut self.held {
+            Some((_, held, _)) => {
+                held.extend_from_slice(refs);
+                Ok(())
+            }
+            None => self.push(Ev::Refs(0), refs),
+        }
+    }
+    fn marker(&mut self, thread: u32, m: Marker) -> SinkResult {
+        match (&mut self.held, m) {
+            (Some((_, _, syncs)), Marker::Sync { .. }) => {
+                syncs.push(m);
+                Ok(())
+            }
+            _ => {
+                self.release()?;
+                self.push(Ev::Marker(thread, m), &[])
+            }
+        }
+    }
+    fn finish(&mut self) -> SinkResult {
+        self.release()?;
+        if !self.batch.evs.is_empty() {
+            let full = std::mem::take(&mut self.batch);
+            self.tx.send(full).map_err(|_| SinkError::Stop)?;
+        }
+        Ok(())
+    }
+}
+
+/// Feeds every thread's events to `fwd` in an order the sync records allow: each thread's
+/// segments (its events between two of its sync points) whole, in the order of the numbers
+/// that begin them. A write in a segment that ended before another began precedes all of
+/// that one, so the engine can tell ordered writes from concurrent ones; and each segment
+/// streams, so memory stays bounded however long a segment runs. Each thread is recovered
+/// by a producer of its own into a bounded channel. Profiles without sync records give
+/// each thread one segment: threads one after another.
+fn linearize(rec: &Recovery, fwd: &mut Forward) -> Result<(), RecoverError> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let threads = &rec.profile.threads;
+    std::thread::scope(|s| -> Result<(), RecoverError> {
+        let mut inputs = Vec::new();
+        let mut producers = Vec::new();
+        for t in threads {
+            let (tx, rx) = crossbeam::channel::bounded::<Batch>(4);
+            let chunks = t.chunks.clone();
+            producers.push(s.spawn(move || -> Result<(), RecoverError> {
+                let mut feed = ThreadFeed { plans: &rec.plans, batch: Batch::default(), tx, held: None };
+                for c in &chunks {
+                    if !rec.run_chunk(Source::Dep, c, &mut feed)? {
+                        return Ok(());
+                    }
+                }
+                fed(feed.finish())
+            }));
+            inputs.push((rx, None::<(Batch, usize, usize)>));
+        }
+        // (segment start, thread)
+        let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..inputs.len()).map(|t| Reverse((0, t))).collect();
+        let mut result = Ok(());
+        'segments: while let Some(Reverse((_, t))) = heap.pop() {
+            loop {
+                let (rx, cur) = &mut inputs[t];
+                if cur.is_none() {
+                    match rx.recv() {
+                        Ok(b) => *cur = Some((b, 0, 0)),
+                        Err(_) => continue 'segments, // this thread is done
+                    }
+                }
+                let (batch, ev_at, ref_at) = cur.as_mut().expect("set");
+                while *ev_at < batch.evs.len() {
+                    let ev = &batch.evs[*ev_at];
+                    *ev_at += 1;
+                    let r = match *ev {
+                        Ev::Block { thread, addr, id, executed, interrupted } => {
+                            fwd.block(&BlockEvent { thread, addr, version: 0, id, plan: None, executed, interrupted })
+                        }
+                        Ev::Refs(n) => {
+                            let r = fwd.refs(&batch.refs[*ref_at..*ref_at + n as usize]);
+                            *ref_at += n as usize;
+                            r
+                        }
+                        Ev::Marker(thread, m) => {
+                            let r = fwd.marker(thread, m);
+                            if let Marker::Sync { seq, .. } = m {
+                                if let Err(e) = r {
+                                    result = fed(Err(e));
+                                    break 'segments;
+                                }
+                                heap.push(Reverse((seq, t)));
+                                continue 'segments;
+                            }
+                            r
+                        }
+                    };
+                    if let Err(e) = r {
+                        result = fed(Err(e));
+                        break 'segments;
+                    }
+                }
+                *cur = None;
+            }
+        }
+        // Unblock producers still sending (after an error), then collect theirs.
+        drop(inputs);
+        for p in producers {
+            p.join().expect("WET producer panicked")?;
+        }
+        result
+    })
+}
+
 /// Recovers on this thread and runs the engine on another.
 fn run_pipelined(rec: &Recovery, engine: &mut Engine) -> Result<(), WetError> {
     let (tx, rx) = crossbeam::channel::bounded::<Batch>(16);
@@ -347,7 +550,7 @@ fn run_pipelined(rec: &Recovery, engine: &mut Engine) -> Result<(), WetError> {
             engine.finish()
         });
         let mut fwd = Forward { batch: Batch::default(), tx, free: free_rx };
-        let recovered = rec.run(Source::Dep, &mut fwd);
+        let recovered = linearize(rec, &mut fwd).and_then(|()| fed(fwd.finish()));
         drop(fwd);
         let engined = consumer.join().expect("WET engine panicked");
         engined?;

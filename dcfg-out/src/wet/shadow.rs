@@ -135,13 +135,55 @@ impl Flags {
 const PAGE_BITS: u32 = 12;
 const PAGE: usize = 1 << PAGE_BITS;
 
-/// Memory byte by byte, in pages allocated on first write.
+/// The stretch of one thread's execution between two of its sync points: which thread,
+/// and the sequence number that ends it (`u64::MAX` while it runs).
+#[derive(Clone, Copy, Debug)]
+pub struct Segment {
+    pub thread: u32,
+    pub end: u64,
+}
+
+/// Marks a byte whose last write is not ordered after an earlier write to it by another
+/// thread: which of them was last is unknown, so a read of it depends on neither.
+const AMBIGUOUS: u32 = 1 << 31;
+
+/// Where an access happens: its thread, its segment and the sequence number that began it.
+#[derive(Clone, Copy, Debug)]
+pub struct At {
+    pub thread: u32,
+    pub seg: u32,
+    pub start: u64,
+}
+
+impl At {
+    /// Whether a write in segment `w` comes before this point: in the same thread (program
+    /// order), or in a segment that ended before this one began (the sequence numbers order
+    /// the two threads' sync points).
+    #[inline]
+    fn after(&self, w: u32, segs: &[Segment]) -> bool {
+        w == self.seg || {
+            let s = segs[w as usize];
+            s.thread == self.thread || s.end < self.start
+        }
+    }
+}
+
+struct Page {
+    defs: [Def; PAGE],
+    segs: [u32; PAGE],
+}
+
+/// Memory byte by byte, for all threads, in pages allocated on first write: each byte's
+/// last writer and the segment it wrote in.
 #[derive(Default)]
 pub struct Memory {
     index: FxHashMap<u64, u32>,
-    pages: Vec<Box<[Def; PAGE]>>,
+    pages: Vec<Box<Page>>,
     /// The page looked up last, and its index.
     last: Option<(u64, u32)>,
+    /// For ambiguous bytes: the latest end of the segments whose writes made them so; a
+    /// write ordered after it (and after the last writer) settles the byte again.
+    horizon: FxHashMap<u64, u64>,
 }
 
 impl Memory {
@@ -156,7 +198,7 @@ impl Memory {
             Some(&k) => k,
             None if create => {
                 let k = self.pages.len() as u32;
-                self.pages.push(Box::new([NONE; PAGE]));
+                self.pages.push(Box::new(Page { defs: [NONE; PAGE], segs: [0; PAGE] }));
                 self.index.insert(p, k);
                 k
             }
@@ -166,34 +208,68 @@ impl Memory {
         Some(k)
     }
 
-    /// The definitions of bytes `addr..addr + size`, appended to `out`.
+    /// The definitions of bytes `addr..addr + size` that a read `at` depends on: the last
+    /// writer of each byte, where that write is ordered before the read.
     #[inline]
-    pub fn read(&mut self, addr: u64, size: u32, out: &mut Vec<Def>) {
+    pub fn read(&mut self, addr: u64, size: u32, at: At, segs: &[Segment], out: &mut Vec<Def>) {
         let mut a = addr;
-        let end = addr.wrapping_add(size as u64);
         let mut left = size as u64;
         while left > 0 {
             let off = (a & (PAGE as u64 - 1)) as usize;
             let n = (left as usize).min(PAGE - off);
             if let Some(k) = self.page(a >> PAGE_BITS, false) {
-                distinct(&self.pages[k as usize][off..off + n], out);
+                let page = &self.pages[k as usize];
+                let mut last = NONE;
+                for j in off..off + n {
+                    let d = page.defs[j];
+                    if d == NONE || d == last {
+                        continue;
+                    }
+                    let w = page.segs[j];
+                    if w & AMBIGUOUS == 0 && at.after(w, segs) && !out.contains(&d) {
+                        out.push(d);
+                    }
+                    last = d;
+                }
             }
             a = a.wrapping_add(n as u64);
             left -= n as u64;
         }
-        debug_assert_eq!(a, end);
     }
 
-    /// `d` defines bytes `addr..addr + size`.
+    /// `d` (at `at`) defines bytes `addr..addr + size`.
     #[inline]
-    pub fn write(&mut self, addr: u64, size: u32, d: Def) {
+    pub fn write(&mut self, addr: u64, size: u32, d: Def, at: At, segs: &[Segment]) {
         let mut a = addr;
         let mut left = size as u64;
         while left > 0 {
             let off = (a & (PAGE as u64 - 1)) as usize;
             let n = (left as usize).min(PAGE - off);
             let k = self.page(a >> PAGE_BITS, true).expect("created");
-            self.pages[k as usize][off..off + n].fill(d);
+            let page = &mut self.pages[k as usize];
+            for j in off..off + n {
+                let (old, w) = (page.defs[j], page.segs[j]);
+                let mut seg = at.seg;
+                if old != NONE && w != at.seg {
+                    let byte = (a & !(PAGE as u64 - 1)) + j as u64;
+                    let ordered = at.after(w & !AMBIGUOUS, segs);
+                    let unordered_end = if ordered { 0 } else { segs[(w & !AMBIGUOUS) as usize].end };
+                    if w & AMBIGUOUS != 0 {
+                        let h = self.horizon.get(&byte).copied().unwrap_or(u64::MAX).max(unordered_end);
+                        if ordered && at.start > h {
+                            self.horizon.remove(&byte);
+                        } else {
+                            self.horizon.insert(byte, h);
+                            seg |= AMBIGUOUS;
+                        }
+                    } else if !ordered {
+                        self.horizon.insert(byte, unordered_end);
+                        seg |= AMBIGUOUS;
+                    }
+                }
+                page.defs[j] = d;
+                page.segs[j] = seg;
+            }
             a = a.wrapping_add(n as u64);
             left -= n as u64;
         }
@@ -201,7 +277,7 @@ impl Memory {
 
     /// Bytes of shadow held.
     pub fn bytes(&self) -> usize {
-        self.pages.len() * PAGE * 8
+        self.pages.len() * PAGE * 12 + self.horizon.len() * 16
     }
 }
 
@@ -229,20 +305,60 @@ mod tests {
     #[test]
     fn memory_bytes_across_a_page_boundary() {
         let mut m = Memory::default();
-        m.write(0xfff, 2, pack(1, 0));
-        m.write(0x1000, 1, pack(2, 5));
+        let segs = [Segment { thread: 0, end: u64::MAX }];
+        let at = At { thread: 0, seg: 0, start: 0 };
+        m.write(0xfff, 2, pack(1, 0), at, &segs);
+        m.write(0x1000, 1, pack(2, 5), at, &segs);
         let mut out = vec![];
-        m.read(0xffe, 4, &mut out);
+        m.read(0xffe, 4, at, &segs, &mut out);
         assert_eq!(out, vec![pack(1, 0), pack(2, 5)]);
         out.clear();
-        m.read(0x5000, 8, &mut out);
+        m.read(0x5000, 8, at, &segs, &mut out);
         assert!(out.is_empty());
         let mut f = Flags::default();
+        let mut out = vec![];
         f.define(0b11, pack(4, 1));
         f.define(0b10, pack(5, 1));
-        out.clear();
         f.read(0b111, &mut out);
         assert_eq!(out, vec![pack(4, 1), pack(5, 1)]);
         assert_eq!((id_of(pack(5, 9)), inst_of(pack(5, 9))), (5, 9));
+    }
+
+    /// Across threads, a read depends on a write only when the sync order puts the write's
+    /// segment before the read's; two unordered writes leave the byte ambiguous until a
+    /// write ordered after both.
+    #[test]
+    fn writes_of_other_threads_count_only_when_ordered() {
+        let mut m = Memory::default();
+        // Thread 0's segment 0 ends at sequence 10; thread 1's segment 1 runs from 5 to 20;
+        // thread 1's segment 2 starts at 11; thread 2's segment 3 starts at 30.
+        let segs = [
+            Segment { thread: 0, end: 10 },
+            Segment { thread: 1, end: 20 },
+            Segment { thread: 1, end: u64::MAX },
+            Segment { thread: 2, end: u64::MAX },
+        ];
+        let (t0, t1a, t1b, t2) = (
+            At { thread: 0, seg: 0, start: 0 },
+            At { thread: 1, seg: 1, start: 5 },
+            At { thread: 1, seg: 2, start: 21 },
+            At { thread: 2, seg: 3, start: 30 },
+        );
+        let mut out = vec![];
+        m.write(0x100, 8, pack(1, 0), t0, &segs);
+        m.read(0x100, 8, t1a, &segs, &mut out);
+        assert!(out.is_empty(), "segment 1 began at 5, before thread 0's write was ordered (10)");
+        m.read(0x100, 8, t1b, &segs, &mut out);
+        assert_eq!(out, vec![pack(1, 0)], "segment 2 began at 21, after 10");
+        // A write by thread 1 unordered with thread 0's: ambiguous for everyone after.
+        m.write(0x200, 1, pack(1, 1), t0, &segs);
+        m.write(0x200, 1, pack(2, 0), t1a, &segs);
+        out.clear();
+        m.read(0x200, 1, t2, &segs, &mut out);
+        assert!(out.is_empty(), "two unordered writers: neither is the known last");
+        // Thread 2 writes after both segments ended (30 > 20): settled again.
+        m.write(0x200, 1, pack(3, 0), t2, &segs);
+        m.read(0x200, 1, t2, &segs, &mut out);
+        assert_eq!(out, vec![pack(3, 0)]);
     }
 }
