@@ -381,7 +381,7 @@ impl ThreadFeed<'_> {
                 refs.len()
             } else {
                 // References of instructions before k (before), or up to k (after).
-                at + refs[at..].iter().take_while(|r| 2 * (r.insn as u32) + 1 <= p).count()
+                at + refs[at..].iter().take_while(|r| 2 * (r.insn as u32) < p).count()
             };
             if upto > at {
                 self.push(Ev::Refs(0), &refs[at..upto])?;
