@@ -46,19 +46,14 @@ pub struct Written {
 /// Writes `rec`'s profile as Callgrind profile `output` (or one file per thread).
 pub fn write_profile(rec: &Recovery, symbols: &Symbolizer, opts: &Options, output: &Path) -> Result<Written, CallgrindError> {
     let plans = &rec.plans;
+    // Each block's function: the symbol naming its first address, interned.
     let mut fn_ids: FxHashMap<String, u32> = FxHashMap::default();
-    let names: Vec<String> = (0..plans.len() as u32).map(|b| plans.get_plan(b).map_or(String::new(), |p| symbols.symbol(p.addr))).collect();
-    let ids: Vec<u32> = names
-        .iter()
-        .map(|n| {
-            let k = fn_ids.len() as u32;
-            *fn_ids.entry(n.clone()).or_insert(k)
-        })
-        .collect();
     let mut by_addr: FxHashMap<u64, u32> = FxHashMap::default();
     for b in 0..plans.len() as u32 {
         if let Some(p) = plans.get_plan(b) {
-            by_addr.insert(p.addr, ids[b as usize]);
+            let k = fn_ids.len() as u32;
+            let id = *fn_ids.entry(symbols.symbol(p.addr)).or_insert(k);
+            by_addr.insert(p.addr, id);
         }
     }
     let tables =
