@@ -388,6 +388,12 @@ mod tests {
         push_escape(Escape::Interrupted { insn: 3 }, &mut w);
         push_escape(Escape::CodeVersion { version: 7 }, &mut w);
         assert_eq!(w, [0, 0xfff1, 2, 1, 0, 0xfff4, 11, 0, 0xfff6, 3, 0, 0xfff7, 7, 0]);
+        // FORMAT.md: `0000 fff9 p q0 q1 q2 q3`, the sequence number little-end first.
+        w.clear();
+        push_escape(Escape::Sync { at: SYNC_AFTER | 5, seq: 0x0004_0003_0002_0001 }, &mut w);
+        assert_eq!(w, [0, 0xfff9, 0x8005, 1, 2, 3, 4]);
+        let d: Vec<_> = TagDecoder::new(Width::W64, &words_to_bytes(&w), 0).unwrap().collect::<Result<_, _>>().unwrap();
+        assert_eq!(d, [TagItem::Escape(Escape::Sync { at: 0x8005, seq: 0x0004_0003_0002_0001 })]);
     }
 
     #[test]
@@ -411,6 +417,7 @@ mod tests {
             any::<u16>().prop_map(|insn| Escape::Interrupted { insn }),
             any::<u32>().prop_map(|version| Escape::CodeVersion { version }),
             Just(Escape::ExpireAll),
+            (any::<u16>(), any::<u64>()).prop_map(|(at, seq)| Escape::Sync { at, seq }),
         ]
     }
 
