@@ -102,19 +102,29 @@ impl Symbolizer {
         self.symbol_in(addr).2
     }
 
-    /// The module holding `addr`, its file if readable, and the symbol naming `addr`.
-    fn symbol_in(&self, addr: u64) -> (Option<&Module>, Option<&File>, String) {
-        let Some(m) = self.module(addr) else { return (None, None, "[jit]".into()) };
-        let fallback = format!("{}+{:#x}", short(&m.path), addr - m.base);
-        let Some(file) = m.file.get_or_init(|| self.open(m)) else { return (Some(m), None, fallback) };
+    /// The module holding `addr`, its file if readable, the symbol naming `addr`, and
+    /// whether a symbol (or a PLT stub) names it rather than its module and offset.
+    fn symbol_in(&self, addr: u64) -> (Option<&Module>, Option<&File>, String, bool) {
+        let Some(m) = self.module(addr) else { return (None, None, "[jit]".into(), false) };
+        let fallback = || format!("{}+{:#x}", short(&m.path), addr - m.base);
+        let Some(file) = m.file.get_or_init(|| self.open(m)) else { return (Some(m), None, fallback(), false) };
         let probe = addr.wrapping_sub(file.bias);
         if let Some(name) = file.plt_stub(probe) {
-            return (Some(m), Some(file), name.to_string());
+            return (Some(m), Some(file), name.to_string(), true);
         }
         let i = file.functions.partition_point(|(a, _, _)| *a <= probe);
         let covers = |&(a, size, _): &(u64, u64, String)| size == 0 || probe < (a + size).next_multiple_of(FUNCTION_ALIGN);
-        let name = i.checked_sub(1).map(|i| &file.functions[i]).filter(|f| covers(f)).map_or(fallback, |f| f.2.clone());
-        (Some(m), Some(file), name)
+        match i.checked_sub(1).map(|i| &file.functions[i]).filter(|f| covers(f)) {
+            Some(f) => (Some(m), Some(file), f.2.clone(), true),
+            None => (Some(m), Some(file), fallback(), false),
+        }
+    }
+
+    /// The readable module file holding `addr`, and `addr` as that file's address.
+    fn file_at(&self, addr: u64) -> Option<(&File, u64)> {
+        let m = self.module(addr)?;
+        let file = m.file.get_or_init(|| self.open(m)).as_ref()?;
+        Some((file, addr.wrapping_sub(file.bias)))
     }
 
     /// The module holding `addr`: its path, and what to subtract from a run-time address to
@@ -127,43 +137,38 @@ impl Symbolizer {
 
     /// Whether a symbol (or a PLT stub) names `addr`, rather than its module and offset.
     pub fn covered(&self, addr: u64) -> bool {
-        let (m, file, name) = self.symbol_in(addr);
-        match (m, file) {
-            (Some(m), Some(_)) => name != format!("{}+{:#x}", short(&m.path), addr - m.base),
-            _ => false,
-        }
+        self.symbol_in(addr).3
     }
 
     /// Whether `addr` is in a PLT section (stubs, and the lazy binder's first entry).
     pub fn in_plt(&self, addr: u64) -> bool {
-        let Some(m) = self.module(addr) else { return false };
-        let Some(file) = m.file.get_or_init(|| self.open(m)) else { return false };
-        let probe = addr.wrapping_sub(file.bias);
-        file.plt_sections.iter().any(|&(a, b)| (a..b).contains(&probe))
+        self.file_at(addr).is_some_and(|(file, probe)| file.plt_sections.iter().any(|&(a, b)| (a..b).contains(&probe)))
     }
 
     /// Whether a function symbol (or a PLT stub) starts exactly at `addr`.
     pub fn is_function_start(&self, addr: u64) -> bool {
-        let Some(m) = self.module(addr) else { return false };
-        let Some(file) = m.file.get_or_init(|| self.open(m)) else { return false };
-        let probe = addr.wrapping_sub(file.bias);
-        file.functions.binary_search_by_key(&probe, |f| f.0).is_ok() || file.plt.binary_search_by_key(&probe, |p| p.0).is_ok()
+        self.file_at(addr).is_some_and(|(file, probe)| {
+            file.functions.binary_search_by_key(&probe, |f| f.0).is_ok() || file.plt.binary_search_by_key(&probe, |p| p.0).is_ok()
+        })
     }
 
     /// The module file's code from run-time address `addr` to the end of its executable
     /// section: for decoding code the run never reached (what ran is in the profile).
     pub fn code(&self, addr: u64) -> Option<&[u8]> {
-        let m = self.module(addr)?;
-        let file = m.file.get_or_init(|| self.open(m)).as_ref()?;
-        let probe = addr.wrapping_sub(file.bias);
+        let (file, probe) = self.file_at(addr)?;
         let i = file.text.partition_point(|(a, _)| *a <= probe).checked_sub(1)?;
         let (start, bytes) = &file.text[i];
         bytes.get((probe - start) as usize..).filter(|b| !b.is_empty())
     }
 
+    /// Where each of `addrs` is ([`place`](Self::place)), looked up on all cores.
+    pub fn places(&self, addrs: &[u64]) -> Vec<Place> {
+        on_all_cores(addrs, |a| self.place(a))
+    }
+
     /// Where `addr` is: function and, with DWARF, file and line.
     pub fn place(&self, addr: u64) -> Place {
-        let (m, file, symbol) = self.symbol_in(addr);
+        let (m, file, symbol, _) = self.symbol_in(addr);
         let mut place = Place { module: m.map(|m| m.path.clone()), symbol: symbol.clone(), function: symbol, file: None, line: None };
         let Some(file) = file else { return place };
         let probe = addr.wrapping_sub(file.bias);
@@ -212,6 +217,18 @@ impl Symbolizer {
             }
         }
     }
+}
+
+/// `f` of each of `addrs`, in order, computed on all cores (symbol lookups read DWARF
+/// and are worth spreading).
+pub fn on_all_cores<T: Send>(addrs: &[u64], f: impl Fn(u64) -> T + Sync) -> Vec<T> {
+    let workers = std::thread::available_parallelism().map_or(1, |w| w.get());
+    let per = addrs.len().div_ceil(workers).max(1);
+    let f = &f;
+    std::thread::scope(|s| {
+        let parts: Vec<_> = addrs.chunks(per).map(|part| s.spawn(move || part.iter().map(|&a| f(a)).collect::<Vec<T>>())).collect();
+        parts.into_iter().flat_map(|h| h.join().expect("symbolizer thread panicked")).collect()
+    })
 }
 
 /// Functions start at most this far apart in padding (compilers align to 16 or 64 bytes).

@@ -82,6 +82,23 @@ fn sub(a: Cost, b: Cost) -> Cost {
     [a[0] - b[0], a[1] - b[1], a[2] - b[2]]
 }
 
+/// What a return to `to` closes, the same for a chunk's own frames and a thread's: the
+/// innermost frame above the innermost signal handler's whose return address it is, with
+/// the tail calls beneath it that return there too. Returns where the handler's frames
+/// begin (None without a handler) and the first frame to close (None: no frame matches).
+fn return_to(frames: &[Frame], to: u64) -> (Option<usize>, Option<usize>) {
+    let floor = frames.iter().rposition(|f| f.signal).map(|k| k + 1);
+    let lo = floor.unwrap_or(0);
+    let k = frames[lo..].iter().rposition(|f| f.ret == to).map(|k| {
+        let mut k = k + lo;
+        while k > lo && frames[k - 1].ret == to {
+            k -= 1;
+        }
+        k
+    });
+    (floor, k)
+}
+
 impl Local {
     /// Hands every local frame and the arcs so far to the thread's stack.
     fn flush(&mut self) {
@@ -98,9 +115,7 @@ impl Local {
         if f.signal {
             let d = sub(now, f.at);
             for g in &mut self.frames {
-                for k in 0..3 {
-                    g.at[k] += d[k];
-                }
+                g.at = add(g.at, d);
             }
             self.ops.push(Op::Shift(d));
             return;
@@ -142,18 +157,11 @@ impl Local {
                 }
             },
             CallEvent::Return { to, cost } => {
-                let floor = self.frames.iter().rposition(|f| f.signal).map(|k| k + 1);
-                let lo = floor.unwrap_or(0);
-                match self.frames[lo..].iter().rposition(|f| f.ret == to).map(|k| k + lo) {
-                    Some(mut k) => {
-                        while k > lo && self.frames[k - 1].ret == to {
-                            k -= 1;
-                        }
-                        self.pop_to(k, cost, t);
-                    }
+                match return_to(&self.frames, to) {
+                    (_, Some(k)) => self.pop_to(k, cost, t),
                     // Confined above a handler of this chunk: nothing to pop.
-                    None if floor.is_some() => {}
-                    None => {
+                    (Some(_), None) => {}
+                    (None, None) => {
                         self.flush();
                         self.ops.push(Op::Event(e));
                     }
@@ -201,10 +209,9 @@ impl Stack {
         if f.signal {
             // A handler's cost is its own, not that of the calls it interrupted (Callgrind
             // runs a handler on a call stack of its own): they start that much later.
+            let d = sub(now, f.at);
             for g in &mut self.frames {
-                for k in 0..3 {
-                    g.at[k] += now[k] - f.at[k];
-                }
+                g.at = add(g.at, d);
             }
             return;
         }
@@ -216,9 +223,7 @@ impl Stack {
         let arc = arcs.entry((f.site, f.callee)).or_default();
         arc.count += 1;
         if d == 0 {
-            for k in 0..3 {
-                arc.cost[k] += now[k] - f.at[k];
-            }
+            arc.cost = add(arc.cost, sub(now, f.at));
         }
     }
 
@@ -250,13 +255,8 @@ impl Stack {
                 self.push(Frame { site, callee: to, ret, at: add(self.base, cost), signal: false }, t)
             }
             CallEvent::Return { to, cost } => {
-                let now = add(self.base, cost);
-                let floor = self.frames.iter().rposition(|f| f.signal).map_or(0, |k| k + 1);
-                if let Some(mut k) = self.frames[floor..].iter().rposition(|f| f.ret == to).map(|k| k + floor) {
-                    while k > floor && self.frames[k - 1].ret == to {
-                        k -= 1;
-                    }
-                    self.pop_to(k, now, t, arcs);
+                if let (_, Some(k)) = return_to(&self.frames, to) {
+                    self.pop_to(k, add(self.base, cost), t, arcs);
                 }
             }
             CallEvent::Signal { cost } => {
@@ -275,17 +275,8 @@ impl Stack {
     pub fn chunk(&mut self, c: &mut ChunkCosts, t: &Tables, tot: &mut Totals) {
         if let (Some(last), Some(first)) = (self.carry, c.first) {
             *tot.trans.entry((last, first)).or_default() += 1;
-            let to_addr = t.pc[t.first[first as usize] as usize];
-            let cost = [0; 3];
-            match t.exit[last as usize] {
-                super::costs::Exit::Call { site, ret } => self.apply(CallEvent::Call { site, ret, to: first, cost }, t, &mut tot.arcs),
-                super::costs::Exit::Return => self.apply(CallEvent::Return { to: to_addr, cost }, t, &mut tot.arcs),
-                super::costs::Exit::Jump { site, .. } => {
-                    if t.entry[first as usize] && t.func[first as usize] != t.func[last as usize] {
-                        self.apply(CallEvent::TailJump { site, to: first, cost }, t, &mut tot.arcs);
-                    }
-                }
-                super::costs::Exit::Other => {}
+            if let Some(e) = t.transition(last, first, [0; 3]) {
+                self.apply(e, t, &mut tot.arcs);
             }
         }
         for op in std::mem::take(&mut c.local.ops) {

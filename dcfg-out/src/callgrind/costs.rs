@@ -158,6 +158,21 @@ impl Tables {
         (self.reads[k], self.writes[k])
     }
 
+    /// The call-stack event of control going from block `p`, run whole, to block `b` with
+    /// the running cost `cost`: a call, a return, a tail call (a jump into another
+    /// function's entry), or none.
+    #[inline]
+    pub fn transition(&self, p: u32, b: u32, cost: Cost) -> Option<CallEvent> {
+        match self.exit[p as usize] {
+            Exit::Call { site, ret } => Some(CallEvent::Call { site, ret, to: b, cost }),
+            Exit::Return => Some(CallEvent::Return { to: self.pc[self.first[b as usize] as usize], cost }),
+            Exit::Jump { site, .. } if self.entry[b as usize] && self.func[b as usize] != self.func[p as usize] => {
+                Some(CallEvent::TailJump { site, to: b, cost })
+            }
+            Exit::Jump { .. } | Exit::Other => None,
+        }
+    }
+
     /// Instructions of block `b`.
     #[inline]
     pub fn len(&self, b: u32) -> u32 {
@@ -235,12 +250,29 @@ pub struct ChunkCosts {
     in_plt: Option<(u64, Option<u64>)>,
 }
 
+/// A chunk's dense arrays (whole runs, successors), handed on for reuse.
+pub type Spare = (Vec<u64>, Vec<(u32, u64)>);
+
 impl ChunkCosts {
     /// An empty contribution for a table of `blocks` blocks, in `spare` dense arrays (zeroed)
     /// if there are some.
-    pub fn new(blocks: usize, spare: Option<(Vec<u64>, Vec<(u32, u64)>)>) -> ChunkCosts {
+    pub fn new(blocks: usize, spare: Option<Spare>) -> ChunkCosts {
         let (whole, next) = spare.unwrap_or_else(|| (vec![0; blocks], vec![(u32::MAX, 0); blocks]));
         ChunkCosts { whole, next, ..Default::default() }
+    }
+
+    /// Counts a transition from block `p` to block `id`.
+    #[inline]
+    fn count_transition(&mut self, p: u32, id: u32) {
+        let slot = &mut self.next[p as usize];
+        if slot.0 == id {
+            slot.1 += 1;
+        } else {
+            if slot.1 > 0 {
+                *self.trans.entry((p, slot.0)).or_default() += slot.1;
+            }
+            *slot = (id, 1);
+        }
     }
 
     /// Folds the successor counts still held per block into `trans` (leaving `next` as
@@ -256,7 +288,7 @@ impl ChunkCosts {
     }
 
     /// The dense arrays, zeroed, for the next chunk.
-    pub fn spare(&mut self) -> (Vec<u64>, Vec<(u32, u64)>) {
+    pub fn spare(&mut self) -> Spare {
         let mut whole = std::mem::take(&mut self.whole);
         whole.fill(0);
         (whole, std::mem::take(&mut self.next))
@@ -271,7 +303,7 @@ pub struct CostSink<'t> {
 
 impl CostSink<'_> {
     #[inline]
-    fn enter(&mut self, id: u32, addr: u64, executed: u32, whole: bool) {
+    fn enter(&mut self, id: u32, executed: u32, whole: bool) {
         let c = &mut self.c;
         if !c.seen_block {
             c.seen_block = true;
@@ -279,15 +311,7 @@ impl CostSink<'_> {
         }
         let plt = self.t.plt[id as usize];
         if let Some(p) = c.carry.last {
-            let slot = &mut c.next[p as usize];
-            if slot.0 == id {
-                slot.1 += 1;
-            } else {
-                if slot.1 > 0 {
-                    *c.trans.entry((p, slot.0)).or_default() += slot.1;
-                }
-                *slot = (id, 1);
-            }
+            c.count_transition(p, id);
             match (c.in_plt, self.t.exit[p as usize]) {
                 // Leaving PLT code: the call (or jump) that entered it goes here.
                 (Some((site, ret)), _) if !plt => {
@@ -300,14 +324,11 @@ impl CostSink<'_> {
                 (Some(_), _) => {}
                 (None, Exit::Call { site, ret }) if plt => c.in_plt = Some((site, Some(ret))),
                 (None, Exit::Jump { site, .. }) if plt => c.in_plt = Some((site, None)),
-                (None, Exit::Call { site, ret }) => c.local.event(CallEvent::Call { site, ret, to: id, cost: c.cost }, self.t),
-                (None, Exit::Return) => c.local.event(CallEvent::Return { to: addr, cost: c.cost }, self.t),
-                (None, Exit::Jump { site, .. }) => {
-                    if self.t.entry[id as usize] && self.t.func[id as usize] != self.t.func[p as usize] {
-                        c.local.event(CallEvent::TailJump { site, to: id, cost: c.cost }, self.t);
+                (None, _) => {
+                    if let Some(e) = self.t.transition(p, id, c.cost) {
+                        c.local.event(e, self.t);
                     }
                 }
-                (None, Exit::Other) => {}
             }
         } else {
             c.in_plt = None;
@@ -337,7 +358,7 @@ impl Sink for CostSink<'_> {
             Some(id) if (id as usize) < self.t.exit.len() => {
                 let n = self.t.len(id);
                 let executed = b.executed.min(n);
-                self.enter(id, b.addr, executed, !b.interrupted && executed == n);
+                self.enter(id, executed, !b.interrupted && executed == n);
             }
             _ => {
                 self.c.seen_block = true;
@@ -406,16 +427,7 @@ impl Sink for CostSink<'_> {
                 _ => false,
             };
             if fast {
-                let p = c.carry.last.expect("fast");
-                let slot = &mut c.next[p as usize];
-                if slot.0 == id {
-                    slot.1 += 1;
-                } else {
-                    if slot.1 > 0 {
-                        *c.trans.entry((p, slot.0)).or_default() += slot.1;
-                    }
-                    *slot = (id, 1);
-                }
+                c.count_transition(c.carry.last.expect("fast"), id);
                 c.whole[id as usize] += 1;
                 let f = t.full[id as usize];
                 c.cost[0] += f.0;
@@ -426,7 +438,7 @@ impl Sink for CostSink<'_> {
                 continue;
             }
             let n = t.len(id);
-            self.enter(id, b.addr, b.executed as u32, b.executed as u32 == n);
+            self.enter(id, b.executed as u32, b.executed as u32 == n);
             if !mine.is_empty() {
                 self.refs(mine)?;
             }

@@ -65,7 +65,7 @@ pub fn write_profile(rec: &Recovery, symbols: &Symbolizer, opts: &Options, outpu
     let mut last_thread: Option<u32> = None;
     // Dense per-chunk arrays go back for the next chunks once merged (fresh ones cost page
     // faults and zeroing on every chunk).
-    let spares: std::sync::Mutex<Vec<(Vec<u64>, Vec<(u32, u64)>)>> = std::sync::Mutex::new(Vec::new());
+    let spares: std::sync::Mutex<Vec<costs::Spare>> = std::sync::Mutex::new(Vec::new());
     rec.run_chunks(
         Source::Dep,
         |_| CostSink { t: &tables, c: ChunkCosts::new(plans.len(), spares.lock().ok().and_then(|mut s| s.pop())) },

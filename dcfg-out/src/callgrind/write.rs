@@ -251,27 +251,13 @@ pub fn write(tables: &Tables, tot: &Totals, symbols: &Symbolizer, h: &Header, ou
 
 /// Object, file, function and line of each address, on all cores.
 fn locate(addrs: &[u64], block_start: &FxHashMap<u64, u64>, symbols: &Symbolizer) -> Vec<Where> {
-    let workers = std::thread::available_parallelism().map_or(1, |w| w.get());
-    let per = addrs.len().div_ceil(workers).max(1);
-    std::thread::scope(|s| {
-        let parts: Vec<_> = addrs
-            .chunks(per)
-            .map(|part| {
-                s.spawn(move || {
-                    part.iter()
-                        .map(|&a| {
-                            let p = symbols.place(a);
-                            let (object, bias) = symbols.object(a).map_or(("???".to_string(), 0), |(o, b)| (o.to_string(), b));
-                            let function = match block_start.get(&a) {
-                                Some(&b) if !symbols.covered(a) => symbols.symbol(b),
-                                _ => p.symbol,
-                            };
-                            Where { object, bias, file: p.file.unwrap_or_else(|| "???".into()), function, line: p.line.unwrap_or(0) }
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        parts.into_iter().flat_map(|h| h.join().expect("symbolizer thread panicked")).collect()
+    crate::symbols::on_all_cores(addrs, |a| {
+        let p = symbols.place(a);
+        let (object, bias) = symbols.object(a).map_or(("???".to_string(), 0), |(o, b)| (o.to_string(), b));
+        let function = match block_start.get(&a) {
+            Some(&b) if !symbols.covered(a) => symbols.symbol(b),
+            _ => p.symbol,
+        };
+        Where { object, bias, file: p.file.unwrap_or_else(|| "???".into()), function, line: p.line.unwrap_or(0) }
     })
 }
