@@ -28,6 +28,16 @@ pub enum Out {
     History { ring: VecDeque<[u64; 4]>, cap: usize },
 }
 
+impl Out {
+    /// Instance `d` computed `v` (only the comprehensive format keeps values).
+    fn value(&mut self, st: &Statics, d: Def, v: u64) -> io::Result<()> {
+        match self {
+            Out::Store(s) => s.value(st.insns[id_of(d) as usize].value_seg(), inst_of(d), v),
+            Out::History { .. } => Ok(()),
+        }
+    }
+}
+
 /// The instance being executed.
 #[derive(Clone, Copy)]
 struct Cur {
@@ -373,8 +383,8 @@ impl<'a> Engine<'a> {
                 let (st, out) = (self.st, &mut self.out);
                 let mut res = Ok(());
                 self.t.values.learn(reg, v, &mut |d, v| {
-                    if let (Out::Store(s), Ok(())) = (&mut *out, &res) {
-                        res = s.value(st.insns[id_of(d) as usize].first_seg + st.insns[id_of(d) as usize].ports as u32, inst_of(d), v);
+                    if res.is_ok() {
+                        res = out.value(st, d, v);
                     }
                 });
                 res?;
@@ -408,8 +418,8 @@ impl<'a> Engine<'a> {
             let (st, out) = (self.st, &mut self.out);
             let mut res = Ok(());
             self.t.values.after(insn, c.def, whole, partial, &mut |d, v| {
-                if let (Out::Store(s), Ok(())) = (&mut *out, &res) {
-                    res = s.value(st.insns[id_of(d) as usize].first_seg + st.insns[id_of(d) as usize].ports as u32, inst_of(d), v);
+                if res.is_ok() {
+                    res = out.value(st, d, v);
                 }
             });
             res?;

@@ -169,31 +169,15 @@ pub fn port_names(st: &Statics, plans: &dep_recover::plans::Plans, counts: &[u64
     w.flush()
 }
 
-/// `file_name function_name line_num` of every executed instruction, on all cores.
+/// `file_name function_name line_num` of every executed instruction (empty for the
+/// others), looked up on all cores.
 fn static_places(st: &Statics, counts: &[u64], symbols: &Symbolizer) -> Vec<String> {
-    let n = st.insns.len();
-    let workers = std::thread::available_parallelism().map_or(1, |w| w.get());
-    let per = n.div_ceil(workers).max(1);
-    let mut places = vec![String::new(); n];
-    std::thread::scope(|s| {
-        for (k, part) in places.chunks_mut(per).enumerate() {
-            s.spawn(move || {
-                for (j, p) in part.iter_mut().enumerate() {
-                    let id = k * per + j;
-                    if counts[id] == 0 {
-                        continue;
-                    }
-                    let place = symbols.place(st.insns[id].pc);
-                    *p = format!(
-                        "{} {} {}",
-                        text::field(place.file.as_deref()),
-                        text::field(Some(&place.function)),
-                        place.line.unwrap_or(0)
-                    );
-                }
-            });
-        }
-    });
+    let ran: Vec<usize> = (0..st.insns.len()).filter(|&id| counts[id] > 0).collect();
+    let addrs: Vec<u64> = ran.iter().map(|&id| st.insns[id].pc).collect();
+    let mut places = vec![String::new(); st.insns.len()];
+    for (id, place) in ran.into_iter().zip(symbols.places(&addrs)) {
+        places[id] = format!("{} {} {}", text::field(place.file.as_deref()), text::field(Some(&place.function)), place.line.unwrap_or(0));
+    }
     places
 }
 
@@ -280,15 +264,34 @@ struct Forward {
 }
 
 impl Forward {
+    /// Events a batch holds at most, and references.
+    const EVENTS: usize = 4096;
+    const REFS: usize = 16384;
+
     fn send(&mut self) -> SinkResult {
         let next = self.free.try_recv().unwrap_or_default();
         let full = std::mem::replace(&mut self.batch, next);
         self.tx.send(full).map_err(|_| SinkError::Stop)
     }
 
+    /// Adds an event (for `Ev::Refs`, the references `refs`), sending the batch when full.
+    fn push(&mut self, ev: Ev, refs: &[MemEvent]) -> SinkResult {
+        if let Ev::Refs(_) = ev {
+            for part in refs.chunks(Self::REFS) {
+                self.batch.refs.extend_from_slice(part);
+                self.batch.evs.push(Ev::Refs(part.len() as u32));
+                self.check()?;
+            }
+            Ok(())
+        } else {
+            self.batch.evs.push(ev);
+            self.check()
+        }
+    }
+
     #[inline]
     fn check(&mut self) -> SinkResult {
-        if self.batch.evs.len() >= 4096 || self.batch.refs.len() >= 16384 {
+        if self.batch.evs.len() >= Self::EVENTS || self.batch.refs.len() >= Self::REFS {
             self.send()?;
         }
         Ok(())
@@ -297,20 +300,13 @@ impl Forward {
 
 impl Sink for Forward {
     fn block(&mut self, b: &BlockEvent) -> SinkResult {
-        self.batch.evs.push(Ev::Block { thread: b.thread, addr: b.addr, id: b.id, executed: b.executed, interrupted: b.interrupted });
-        self.check()
+        self.push(Ev::Block { thread: b.thread, addr: b.addr, id: b.id, executed: b.executed, interrupted: b.interrupted }, &[])
     }
     fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
-        for part in refs.chunks(16384) {
-            self.batch.refs.extend_from_slice(part);
-            self.batch.evs.push(Ev::Refs(part.len() as u32));
-            self.check()?;
-        }
-        Ok(())
+        self.push(Ev::Refs(0), refs)
     }
     fn marker(&mut self, thread: u32, m: Marker) -> SinkResult {
-        self.batch.evs.push(Ev::Marker(thread, m));
-        self.check()
+        self.push(Ev::Marker(thread, m), &[])
     }
     fn finish(&mut self) -> SinkResult {
         if !self.batch.evs.is_empty() {
@@ -334,8 +330,7 @@ fn fed(r: SinkResult) -> Result<(), RecoverError> {
 /// and its own (recovery gives it after its block), so that a segment ends exactly there.
 struct ThreadFeed<'p> {
     plans: &'p dep_recover::plans::Plans,
-    batch: Batch,
-    tx: crossbeam::channel::Sender<Batch>,
+    out: Forward,
     /// The block whose events are held until its sync records are known, with its refs
     /// and the sync markers that came after it.
     held: Option<(Ev, Vec<MemEvent>, Vec<Marker>)>,
@@ -343,19 +338,7 @@ struct ThreadFeed<'p> {
 
 impl ThreadFeed<'_> {
     fn push(&mut self, ev: Ev, refs: &[MemEvent]) -> SinkResult {
-        if let Ev::Refs(_) = ev {
-            for part in refs.chunks(16384) {
-                self.batch.refs.extend_from_slice(part);
-                self.batch.evs.push(Ev::Refs(part.len() as u32));
-            }
-        } else {
-            self.batch.evs.push(ev);
-        }
-        if self.batch.evs.len() >= 4096 || self.batch.refs.len() >= 16384 {
-            let full = std::mem::take(&mut self.batch);
-            self.tx.send(full).map_err(|_| SinkError::Stop)?;
-        }
-        Ok(())
+        self.out.push(ev, refs)
     }
 
     /// Emits the held block: its references, with each sync marker of an instruction
@@ -431,11 +414,7 @@ impl Sink for ThreadFeed<'_> {
     }
     fn finish(&mut self) -> SinkResult {
         self.release()?;
-        if !self.batch.evs.is_empty() {
-            let full = std::mem::take(&mut self.batch);
-            self.tx.send(full).map_err(|_| SinkError::Stop)?;
-        }
-        Ok(())
+        self.out.finish()
     }
 }
 
@@ -457,7 +436,9 @@ fn linearize(rec: &Recovery, fwd: &mut Forward) -> Result<(), RecoverError> {
             let (tx, rx) = crossbeam::channel::bounded::<Batch>(4);
             let chunks = t.chunks.clone();
             producers.push(s.spawn(move || -> Result<(), RecoverError> {
-                let mut feed = ThreadFeed { plans: &rec.plans, batch: Batch::default(), tx, held: None };
+                // (No recycled batches come back to a producer.)
+                let out = Forward { batch: Batch::default(), tx, free: crossbeam::channel::never() };
+                let mut feed = ThreadFeed { plans: &rec.plans, out, held: None };
                 for c in &chunks {
                     if !rec.run_chunk(Source::Dep, c, &mut feed)? {
                         return Ok(());
@@ -481,33 +462,23 @@ fn linearize(rec: &Recovery, fwd: &mut Forward) -> Result<(), RecoverError> {
                 }
                 let (batch, ev_at, ref_at) = cur.as_mut().expect("set");
                 while *ev_at < batch.evs.len() {
-                    let ev = &batch.evs[*ev_at];
+                    let ev = batch.evs[*ev_at];
                     *ev_at += 1;
-                    let r = match *ev {
-                        Ev::Block { thread, addr, id, executed, interrupted } => {
-                            fwd.block(&BlockEvent { thread, addr, version: 0, id, plan: None, executed, interrupted })
-                        }
+                    let refs: &[MemEvent] = match ev {
                         Ev::Refs(n) => {
-                            let r = fwd.refs(&batch.refs[*ref_at..*ref_at + n as usize]);
                             *ref_at += n as usize;
-                            r
+                            &batch.refs[*ref_at - n as usize..*ref_at]
                         }
-                        Ev::Marker(thread, m) => {
-                            let r = fwd.marker(thread, m);
-                            if let Marker::Sync { seq, .. } = m {
-                                if let Err(e) = r {
-                                    result = fed(Err(e));
-                                    break 'segments;
-                                }
-                                heap.push(Reverse((seq, t)));
-                                continue 'segments;
-                            }
-                            r
-                        }
+                        _ => &[],
                     };
-                    if let Err(e) = r {
+                    if let Err(e) = fwd.push(ev, refs) {
                         result = fed(Err(e));
                         break 'segments;
+                    }
+                    // A sync point ends the thread's segment: the next one waits its turn.
+                    if let Ev::Marker(_, Marker::Sync { seq, .. }) = ev {
+                        heap.push(Reverse((seq, t)));
+                        continue 'segments;
                     }
                 }
                 *cur = None;

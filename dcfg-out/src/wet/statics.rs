@@ -35,6 +35,13 @@ pub struct StaticInsn {
     pub first_seg: u32,
 }
 
+impl StaticInsn {
+    /// Its store segment for values, after its use ports'.
+    pub fn value_seg(&self) -> u32 {
+        self.first_seg + self.ports as u32
+    }
+}
+
 /// Ids, ports and control-flow facts of every instruction of a block table.
 pub struct Statics {
     /// Per block id, where its instructions start in `ids` and `node_at` (len: blocks + 1).

@@ -137,7 +137,7 @@ pub fn comprehensive(
                         Ok(())
                     })?;
                 }
-                reader.values(s.first_seg + s.ports as u32, &mut values)?;
+                reader.values(s.value_seg(), &mut values)?;
                 if values.is_empty() {
                     batch.push(Item::NoValues);
                 } else {
