@@ -97,6 +97,9 @@ pub fn dump(p: &Profile, out: &mut dyn Write, opts: DumpOptions) -> Result<(), D
         }
         let fmt_t = |x: Option<u64>| x.map(|v| format!("{v} ns")).unwrap_or_else(|| "-".into());
         writeln!(out, "  thread {} tid {} start {} end {} chunks {}", t.index, t.tid, fmt_t(t.start_ns), fmt_t(t.end_ns), t.chunks.len())?;
+        if let Some(s) = t.spawn {
+            writeln!(out, "    created by thread {} after sync {}, TLS {:#x}", s.parent, s.seq, s.tls)?;
+        }
         for s in Section::ALL {
             let (raw, comp) = sizes[s as usize];
             writeln!(out, "    {:6} {raw} bytes raw, {comp} bytes compressed", s.name())?;

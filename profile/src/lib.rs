@@ -5,6 +5,7 @@
 
 pub mod archregs;
 pub mod blocks;
+pub mod calls;
 pub mod container;
 pub mod dump;
 pub mod packing;

@@ -9,7 +9,7 @@
 //! | `0x0000`                     | block whose L-tag is 0 (paper)                           |
 //! | `H` in `0x0001..=0xffef`     | bits 16..31 of the H-tag become `H` (paper's H change)   |
 //! | `0xfff0` + 1 or 3 words      | the whole H-tag (32-bit: 1 word; 64-bit: 3 words)        |
-//! | `0xfff1..=0xfff9` + payload  | escape records, see [`Escape`]                           |
+//! | `0xfff1..=0xfffb` + payload  | escape records, see [`Escape`]                           |
 //!
 //! For 32-bit programs this is exactly the paper's scheme for every H-tag below `0xfff0`.
 //! `profile/FORMAT.md` documents the layout byte by byte.
@@ -41,6 +41,11 @@ pub const CTL_CODE_VERSION: u16 = 0xfff7;
 pub const CTL_EXPIRE_ALL: u16 = 0xfff8;
 /// Control word: a synchronisation point, 1-word place and 4-word global sequence follow.
 pub const CTL_SYNC: u16 = 0xfff9;
+
+/// Control word: a watched function was entered, 1-word function and 3 values follow.
+pub const CTL_CALL: u16 = 0xfffa;
+/// Control word: a watched function returns, 1-word function and a value follow.
+pub const CTL_RETURN: u16 = 0xfffb;
 
 /// [`Escape::Sync`] place: the point is not an instruction (thread start or end, signal
 /// delivery, chunk hand-off).
@@ -74,6 +79,13 @@ pub enum Escape {
     /// [`SYNC_AFTER`] (a system call's return); [`SYNC_NO_INSN`] for points that are no
     /// instruction. Format version 3.
     Sync { at: u16, seq: u64 },
+    /// The block last named is the entry of watched function `func` (a
+    /// [`calls::Func`](crate::calls::Func) number): `args` are rdi and rsi there, `ret` the
+    /// return address on the stack. Format version 4.
+    Call { func: u16, args: [u64; 2], ret: u64 },
+    /// The block last named ends with a `ret` of watched function `func`, which returns
+    /// `value` (rax). Format version 4.
+    Return { func: u16, value: u64 },
 }
 
 /// One decoded item of DEP_c.
@@ -190,8 +202,26 @@ pub fn push_escape(e: Escape, out: &mut Vec<u16>) {
         Escape::Interrupted { insn } => out.extend([ESC, CTL_INTERRUPTED, insn]),
         Escape::CodeVersion { version } => out.extend([ESC, CTL_CODE_VERSION, version as u16, (version >> 16) as u16]),
         Escape::ExpireAll => out.extend([ESC, CTL_EXPIRE_ALL]),
-        Escape::Sync { at, seq } => out.extend([ESC, CTL_SYNC, at, seq as u16, (seq >> 16) as u16, (seq >> 32) as u16, (seq >> 48) as u16]),
+        Escape::Sync { at, seq } => {
+            out.extend([ESC, CTL_SYNC, at]);
+            push_u64(seq, out);
+        }
+        Escape::Call { func, args, ret } => {
+            out.extend([ESC, CTL_CALL, func]);
+            for v in [args[0], args[1], ret] {
+                push_u64(v, out);
+            }
+        }
+        Escape::Return { func, value } => {
+            out.extend([ESC, CTL_RETURN, func]);
+            push_u64(value, out);
+        }
     }
+}
+
+/// Four words, the least significant first.
+fn push_u64(v: u64, out: &mut Vec<u16>) {
+    out.extend([v as u16, (v >> 16) as u16, (v >> 32) as u16, (v >> 48) as u16]);
 }
 
 /// Decodes DEP_c bytes (little-endian words) into items, tracking the H-tag.
@@ -260,6 +290,14 @@ impl<'a> TagDecoder<'a> {
         }
     }
 
+    fn u64(&mut self, start: usize) -> Result<u64, TagError> {
+        let mut v = 0u64;
+        for k in 0..4 {
+            v |= (self.word(start)? as u64) << (16 * k);
+        }
+        Ok(v)
+    }
+
     /// The next item, `None` at the end of the stream; the one-word block is decoded inline.
     #[inline(always)]
     pub fn next_item(&mut self) -> Result<Option<TagItem>, TagError> {
@@ -318,11 +356,16 @@ impl<'a> TagDecoder<'a> {
                 CTL_EXPIRE_ALL => TagItem::Escape(Escape::ExpireAll),
                 CTL_SYNC => {
                     let at = self.word(start)?;
-                    let mut seq = 0u64;
-                    for k in 0..4 {
-                        seq |= (self.word(start)? as u64) << (16 * k);
-                    }
-                    TagItem::Escape(Escape::Sync { at, seq })
+                    TagItem::Escape(Escape::Sync { at, seq: self.u64(start)? })
+                }
+                CTL_CALL => {
+                    let func = self.word(start)?;
+                    let args = [self.u64(start)?, self.u64(start)?];
+                    TagItem::Escape(Escape::Call { func, args, ret: self.u64(start)? })
+                }
+                CTL_RETURN => {
+                    let func = self.word(start)?;
+                    TagItem::Escape(Escape::Return { func, value: self.u64(start)? })
                 }
                 word => return Err(TagError::UnknownControl { word, offset: start / 2 }),
             };
@@ -394,6 +437,19 @@ mod tests {
         assert_eq!(w, [0, 0xfff9, 0x8005, 1, 2, 3, 4]);
         let d: Vec<_> = TagDecoder::new(Width::W64, &words_to_bytes(&w), 0).unwrap().collect::<Result<_, _>>().unwrap();
         assert_eq!(d, [TagItem::Escape(Escape::Sync { at: 0x8005, seq: 0x0004_0003_0002_0001 })]);
+        // FORMAT.md: `0000 fffa f a0 a1 ret` and `0000 fffb f v`, each value in 4 words.
+        let mut w = Vec::new();
+        push_escape(Escape::Call { func: 4, args: [0x0004_0003_0002_0001, 5], ret: 0x7f00_0000_1234 }, &mut w);
+        push_escape(Escape::Return { func: 6, value: 0x10 }, &mut w);
+        assert_eq!(w, [0, 0xfffa, 4, 1, 2, 3, 4, 5, 0, 0, 0, 0x1234, 0, 0x7f00, 0, 0, 0xfffb, 6, 0x10, 0, 0, 0]);
+        let d: Vec<_> = TagDecoder::new(Width::W64, &words_to_bytes(&w), 0).unwrap().collect::<Result<_, _>>().unwrap();
+        assert_eq!(
+            d,
+            [
+                TagItem::Escape(Escape::Call { func: 4, args: [0x0004_0003_0002_0001, 5], ret: 0x7f00_0000_1234 }),
+                TagItem::Escape(Escape::Return { func: 6, value: 0x10 })
+            ]
+        );
     }
 
     #[test]
@@ -418,6 +474,8 @@ mod tests {
             any::<u32>().prop_map(|version| Escape::CodeVersion { version }),
             Just(Escape::ExpireAll),
             (any::<u16>(), any::<u64>()).prop_map(|(at, seq)| Escape::Sync { at, seq }),
+            (any::<u16>(), any::<[u64; 2]>(), any::<u64>()).prop_map(|(func, args, ret)| Escape::Call { func, args, ret }),
+            (any::<u16>(), any::<u64>()).prop_map(|(func, value)| Escape::Return { func, value }),
         ]
     }
 

@@ -38,7 +38,7 @@ fn write_sample(path: &std::path::Path) {
     w.block(&BlockEntry { addr: 0x40_0100, version: 0, insn_count: 2, code: vec![0x50, 0xc3] }).unwrap();
     w.block(&BlockEntry { addr: 0x40_0100, version: 1, insn_count: 1, code: vec![0xc3] }).unwrap();
     for t in 0..2u32 {
-        w.thread(&ThreadEvent { event: "start".into(), index: t, tid: 100 + t, time_ns: 5 }).unwrap();
+        w.thread(&ThreadEvent { event: "start".into(), index: t, tid: 100 + t, time_ns: 5, ..Default::default() }).unwrap();
     }
     for seq in 0..2u32 {
         let mut tags = TagEncoder::new(Width::W64, 0);
@@ -72,7 +72,10 @@ fn write_sample(path: &std::path::Path) {
         truth: &[],
     })
     .unwrap();
-    w.thread(&ThreadEvent { event: "end".into(), index: 1, tid: 101, time_ns: 9 }).unwrap();
+    w.thread(&ThreadEvent { event: "end".into(), index: 1, tid: 101, time_ns: 9, ..Default::default() }).unwrap();
+    // Thread 0 created thread 1 (kernel id 101) at its sync record 7.
+    let spawn = ThreadEvent { event: "spawn".into(), index: 0, tid: 100, time_ns: 6, child_tid: Some(101), seq: Some(7), tls: Some(0x7f00) };
+    w.thread(&spawn).unwrap();
     w.end(&EndInfo { exit_status: 0, end_time_ns: 10, lost_bytes: 0 }).unwrap();
     w.flush().unwrap();
 }
@@ -94,6 +97,8 @@ fn round_trip() {
     assert_eq!(prof.threads[0].chunks.len(), 2);
     assert_eq!(prof.threads[1].tid, 101);
     assert_eq!(prof.threads[1].end_ns, Some(9));
+    assert_eq!(prof.threads[1].spawn, Some(dep_profile::container::Spawn { parent: 0, seq: 7, tls: 0x7f00 }));
+    assert_eq!(prof.threads[0].spawn, None);
     assert_eq!(prof.end.as_ref().unwrap().exit_status, 0);
     assert_eq!(prof.truncated_at, None);
     let c = prof.chunk(&prof.threads[0].chunks[1]).unwrap();
@@ -111,7 +116,7 @@ fn exact_header_bytes() {
     let mut out = Vec::new();
     let mut w = ProfileWriter::new(&mut out, Width::W64, 1).unwrap();
     w.record(RecordKind::End, b"{}").unwrap();
-    assert_eq!(&out[..16], b"DEPPROF\0\x03\x00\x40\x00\x00\x00\x00\x00");
+    assert_eq!(&out[..16], b"DEPPROF\0\x04\x00\x40\x00\x00\x00\x00\x00");
     assert_eq!(&out[16..20], &[0x9f, 0xde, 6, 0]);
     assert_eq!(&out[20..24], &crc32fast::hash(b"{}").to_le_bytes());
     assert_eq!(&out[24..32], &2u64.to_le_bytes());
@@ -140,7 +145,7 @@ fn bad_inputs_are_named() {
     assert_eq!(open_err(b"#!/bin/sh\necho hello world\n"), "P: not a DEP profile (bad magic)");
     let mut v = good.clone();
     v[8] = 9;
-    assert_eq!(open_err(&v), "P: unknown format version 9 (this dep reads versions 1 to 3)");
+    assert_eq!(open_err(&v), "P: unknown format version 9 (this dep reads versions 1 to 4)");
     // the metadata record's payload flipped: its checksum catches it
     let mut v = good.clone();
     v[40] ^= 0x20;

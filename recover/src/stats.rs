@@ -346,7 +346,7 @@ impl Sink for StatsSink<'_> {
                 t.count_edges(wb)?;
             }
             Marker::ThreadEnd => t.close(wb)?,
-            Marker::ThreadStart | Marker::ChunkStart(_) | Marker::Sync { .. } => {}
+            Marker::ThreadStart | Marker::ChunkStart(_) | Marker::Sync { .. } | Marker::Call { .. } | Marker::Return { .. } => {}
         }
         Ok(())
     }

@@ -227,6 +227,8 @@ fn control(e: Escape, chunk: &ChunkView, word: usize) -> Result<Control, ChunkFa
         Escape::SignalReturn => Control::Marker(Marker::SignalReturn),
         Escape::ExpireAll => Control::ExpireAll,
         Escape::Sync { at, seq } => Control::Marker(sync_marker(at, seq)),
+        Escape::Call { func, args, ret } => Control::Marker(Marker::Call { func, args, ret }),
+        Escape::Return { func, value } => Control::Marker(Marker::Return { func, value }),
     })
 }
 
@@ -258,7 +260,7 @@ fn block_at(
         Err(PlanMiss::Undecodable(why)) => return Err(ChunkFault::BadBlock { word, addr, why: why.to_string() }),
     };
     // An interrupted block is followed by the record saying where it stopped, and by the
-    // sync records of its instructions, before or after that record.
+    // sync and call records of its instructions, before or after that record.
     let mut stop = None;
     syncs.clear();
     let n = plans.flat.blocks[id as usize].insns;
@@ -285,6 +287,8 @@ fn block_at(
                 }
                 syncs.push(m);
             }
+            Ok(Some(TagItem::Escape(Escape::Call { func, args, ret }))) => syncs.push(Marker::Call { func, args, ret }),
+            Ok(Some(TagItem::Escape(Escape::Return { func, value }))) => syncs.push(Marker::Return { func, value }),
             Ok(next) => {
                 *pending = next;
                 break;

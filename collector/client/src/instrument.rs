@@ -351,6 +351,19 @@ pub unsafe extern "C" fn insertion(
                 info.pending_post = Some(r.post);
             }
         }
+        // Watched library functions: their entry and their returns.
+        if !info.expanded && !opts().no_sync {
+            if let Some(f) = crate::watch::entry_at(pc) {
+                let flags = dr_cleancall_save_t_DR_CLEANCALL_READS_APP_CONTEXT;
+                dr_insert_clean_call_ex(dc, bb, inst, crate::call_cc as *mut c_void, flags, 2, imm32(f as u32), imm32(k as u32));
+            }
+            if instr_is_return(inst) != 0 {
+                if let Some(f) = crate::watch::function_holding(pc) {
+                    let flags = dr_cleancall_save_t_DR_CLEANCALL_READS_APP_CONTEXT;
+                    dr_insert_clean_call_ex(dc, bb, inst, crate::return_cc as *mut c_void, flags, 1, imm32(f as u32));
+                }
+            }
+        }
         // Synchronisation points: atomics, and system calls (which the callee sorts out).
         let insn = &info.plan.insns[k];
         if !info.expanded && !opts().no_sync && k < crate::state::MAX_SYNC_INSNS {

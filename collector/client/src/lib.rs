@@ -12,6 +12,7 @@ mod observe;
 mod standalone;
 mod state;
 mod table;
+mod watch;
 
 use core::ffi::{c_char, c_int, c_void};
 use dep_collector::wire;
@@ -73,7 +74,7 @@ fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
 }
 
 unsafe fn thread_event(pt: &PerThread, event: &str) {
-    let e = ThreadEvent { event: event.into(), index: pt.index, tid: pt.tid, time_ns: now_ns() };
+    let e = ThreadEvent { event: event.into(), index: pt.index, tid: pt.tid, time_ns: now_ns(), ..Default::default() };
     send(wire::THREAD, pt.index, &[&json(&e)]);
 }
 
@@ -136,6 +137,11 @@ unsafe fn module_event(info: *const module_data_t, event: &str) {
         entry: (event == "load").then_some(m.entry_point as u64),
     };
     send(wire::MODULE, 0, &[&json(&e)]);
+    if event == "load" {
+        watch::module_loaded(&e.path, base);
+    } else {
+        watch::module_unloaded(base, m.end as u64);
+    }
     let _g = Spin::lock(&MODULES_LOCK);
     if event == "load" {
         MODULES.push(e);
@@ -292,7 +298,42 @@ unsafe extern "C" fn post_syscall(dc: *mut c_void, sysnum: c_int) {
         if let Some(k) = (*pt).sync_syscall.take() {
             push_sync(&mut *pt, dep_profile::tags::SYNC_AFTER | k);
         }
+        if let Some((seq, tls)) = (*pt).cloning.take() {
+            let child = dr_syscall_get_result(dc) as i64;
+            if child > 0 {
+                let e = ThreadEvent {
+                    event: "spawn".into(),
+                    index: (*pt).index,
+                    tid: (*pt).tid,
+                    time_ns: now_ns(),
+                    child_tid: Some(child as u32),
+                    seq: Some(seq),
+                    tls: (tls != 0).then_some(tls),
+                };
+                send(wire::THREAD, (*pt).index, &[&json(&e)]);
+            }
+        }
     }
+}
+
+const SYS_CLONE: c_int = 56;
+const SYS_CLONE3: c_int = 435;
+const CLONE_SETTLS: u64 = 0x0008_0000;
+
+/// A thread-creating call's TLS pointer (0 if it sets none): clone's fifth argument, or
+/// the `tls` field (offset 56) of clone3's `struct clone_args`.
+unsafe fn clone_tls(dc: *mut c_void, sysnum: c_int) -> u64 {
+    if sysnum == SYS_CLONE {
+        let flags = dr_syscall_get_param(dc, 0) as u64;
+        return if flags & CLONE_SETTLS != 0 { dr_syscall_get_param(dc, 4) as u64 } else { 0 };
+    }
+    let mut args = [0u64; 8];
+    let mut got = 0usize;
+    let p = dr_syscall_get_param(dc, 0) as *const c_void;
+    if dr_safe_read(p, 64, args.as_mut_ptr() as *mut c_void, &mut got) == 0 || got != 64 {
+        return 0;
+    }
+    if args[0] & CLONE_SETTLS != 0 { args[7] } else { 0 }
 }
 
 /// System calls that order threads or processes: futexes (every lock, condition variable
@@ -330,23 +371,27 @@ pub const SYS_SYNC: &[c_int] = &[
     449, /* futex_waitv */
 ];
 
+/// The application's registers in a clean call (which must read the app context), if the
+/// thread is recorded.
+unsafe fn app_regs(dc: *mut c_void, pt: *mut PerThread, flags: dr_mcontext_flags_t) -> Option<[u64; dep_profile::NUM_REGS]> {
+    if pt.is_null() {
+        return None;
+    }
+    let mut mc: dr_mcontext_t = core::mem::zeroed();
+    mc.size = core::mem::size_of::<dr_mcontext_t>();
+    mc.flags = flags;
+    (dr_get_mcontext(dc, &mut mc) != 0).then(|| mcontext_regs(&mc))
+}
+
 /// Clean-call target before every system call instruction `k` of its block: stamps the
 /// synchronising ones (the number is in rax).
 pub unsafe extern "C" fn syscall_cc(k: u32) {
     let dc = dr_get_current_drcontext();
     let pt = get(dc);
-    if pt.is_null() {
-        return;
-    }
-    let mut mc: dr_mcontext_t = core::mem::zeroed();
-    mc.size = core::mem::size_of::<dr_mcontext_t>();
-    mc.flags = dr_mcontext_flags_t::DR_MC_INTEGER;
-    if dr_get_mcontext(dc, &mut mc) == 0 {
-        return;
-    }
-    let nr = mcontext_regs(&mc)[0] as i64;
+    let Some(r) = app_regs(dc, pt, dr_mcontext_flags_t::DR_MC_INTEGER) else { return };
+    let nr = r[0] as i64;
     if SYS_SYNC.contains(&(nr as c_int)) && nr >= 0 && nr < 1024 {
-        push_sync(&mut *pt, k as u16);
+        (*pt).syscall_seq = push_sync(&mut *pt, k as u16);
         (*pt).sync_syscall = Some(k as u16);
     }
 }
@@ -365,6 +410,37 @@ pub unsafe extern "C" fn atomic_cc(k: u32) {
     if !pt.is_null() {
         push_sync(&mut *pt, k as u16);
     }
+}
+
+/// Clean-call target at the entry of watched function `func` (instruction `k` of its
+/// block): a sync record, then the call with rdi, rsi and the return address. A jump back
+/// to the entry within the same call (a spin loop) records nothing.
+pub unsafe extern "C" fn call_cc(func: u32, k: u32) {
+    let dc = dr_get_current_drcontext();
+    let pt = get(dc);
+    let Some(r) = app_regs(dc, pt, dr_mcontext_flags_t::DR_MC_INTEGER | dr_mcontext_flags_t::DR_MC_CONTROL) else { return };
+    // rax..r15 in the machine's order: rsp is 4, rsi 6, rdi 7.
+    let (rsp, rsi, rdi) = (r[4], r[6], r[7]);
+    let pt = &mut *pt;
+    if pt.in_call == Some((func as u16, rsp)) {
+        return;
+    }
+    pt.in_call = Some((func as u16, rsp));
+    let mut ret = 0u64;
+    let mut got = 0usize;
+    dr_safe_read(rsp as *const c_void, 8, &mut ret as *mut u64 as *mut c_void, &mut got);
+    push_sync(pt, k as u16);
+    push_in_block(pt, Escape::Call { func: func as u16, args: [rdi, rsi], ret });
+}
+
+/// Clean-call target before a `ret` inside watched function `func`: its return value.
+pub unsafe extern "C" fn return_cc(func: u32) {
+    let dc = dr_get_current_drcontext();
+    let pt = get(dc);
+    let Some(r) = app_regs(dc, pt, dr_mcontext_flags_t::DR_MC_INTEGER) else { return };
+    let pt = &mut *pt;
+    pt.in_call = None;
+    push_in_block(pt, Escape::Return { func: func as u16, value: r[0] });
 }
 
 /// Keeps the launcher connection alive when the program closes or reuses descriptors
@@ -421,6 +497,11 @@ unsafe extern "C" fn pre_syscall(dc: *mut c_void, sysnum: c_int) -> bool_ {
             ensure_room(pt);
         }
         SYS_EXECVE | SYS_EXECVEAT => flush(pt, false),
+        SYS_CLONE | SYS_CLONE3 => {
+            if let Some(seq) = pt.syscall_seq.take() {
+                pt.cloning = Some((seq, clone_tls(dc, sysnum)));
+            }
+        }
         SYS_EXIT_GROUP => {
             let status = dr_syscall_get_param(dc, 0) as i32;
             send(wire::EXIT, 0, &[&status.to_le_bytes()]);

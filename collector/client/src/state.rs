@@ -28,7 +28,10 @@ pub const TAG_BUF: usize = 2 << 20;
 /// Room a block's entry code, the sync records of its instructions (two per instruction
 /// at most, 14 bytes each, in blocks of at most `MAX_SYNC_INSNS` instructions that have
 /// them) and the escapes a signal adds may use past the limit.
-pub const TAG_SLACK: usize = 128 + 2 * 14 * MAX_SYNC_INSNS;
+pub const TAG_SLACK: usize = 128 + 2 * 14 * MAX_SYNC_INSNS + CALL_SLACK;
+/// A watched function's call record with its sync record (44 bytes) and a return record
+/// (14 bytes): a block holds at most one entry and one `ret`.
+pub const CALL_SLACK: usize = 64;
 /// Instructions with sync records a block may have (DynamoRIO's blocks are far shorter).
 pub const MAX_SYNC_INSNS: usize = 512;
 pub const VAL_BUF: usize = 8 << 20;
@@ -220,6 +223,13 @@ pub struct PerThread {
     pub sync_span: (*mut u8, *mut u8),
     /// The synchronising system call under way: its instruction in the current block.
     pub sync_syscall: Option<u16>,
+    /// The sync record number before the system call under way.
+    pub syscall_seq: Option<u64>,
+    /// A clone under way: the sync record before it and the new thread's TLS pointer.
+    pub cloning: Option<(u64, u64)>,
+    /// The watched call last entered (function, stack pointer): a jump back to the entry
+    /// (a spin loop) is the same call.
+    pub in_call: Option<(u16, u64)>,
 }
 
 /// The process-wide sequence every sync record takes its number from: one counter for all
@@ -227,19 +237,26 @@ pub struct PerThread {
 pub static SYNC_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Writes a sync record for the current block's instruction place `at` (see
-/// [`tags::Escape::Sync`]). The block's tag stays the last one C code can find
-/// (`sync_span`), so a fault later in the block is still marked on it.
-pub unsafe fn push_sync(pt: &mut PerThread, at: u16) {
+/// [`tags::Escape::Sync`]) and returns its number.
+pub unsafe fn push_sync(pt: &mut PerThread, at: u16) -> Option<u64> {
     if opts().no_sync {
-        return;
+        return None;
     }
     let seq = SYNC_SEQ.fetch_add(1, Ordering::SeqCst);
+    push_in_block(pt, Escape::Sync { at, seq });
+    Some(seq)
+}
+
+/// Writes a record about the current block's instructions after its tag. The block's tag
+/// stays the last one C code can find (`sync_span`), so a fault later in the block is
+/// still marked on it.
+pub unsafe fn push_in_block(pt: &mut PerThread, e: Escape) {
     let mut p = *slot(pt, S_TAGPTR) as *mut u8;
     if pt.sync_span.1 != p {
         pt.sync_span.0 = p;
     }
-    let mut w = Vec::with_capacity(7);
-    tags::push_escape(Escape::Sync { at, seq }, &mut w);
+    let mut w = Vec::with_capacity(16);
+    tags::push_escape(e, &mut w);
     for x in w {
         (p as *mut u16).write_unaligned(x);
         p = p.add(2);
@@ -348,6 +365,9 @@ pub unsafe fn new_thread(dc: *mut c_void) -> *mut PerThread {
         rep_pending: None,
         sync_span: (core::ptr::null_mut(), core::ptr::null_mut()),
         sync_syscall: None,
+        syscall_seq: None,
+        cloning: None,
+        in_call: None,
     }));
     *slot(&*pt, S_PREVHI) = 0;
     begin_chunk(&mut *pt);

@@ -398,7 +398,7 @@ impl Sink for CostSink<'_> {
             Marker::SignalReturn => Some(CallEvent::SignalReturn { cost: c.cost }),
             Marker::ThreadEnd => Some(CallEvent::End { cost: c.cost }),
             Marker::ThreadStart => None,
-            Marker::ChunkStart(_) | Marker::Sync { .. } => return Ok(()),
+            Marker::ChunkStart(_) | Marker::Sync { .. } | Marker::Call { .. } | Marker::Return { .. } => return Ok(()),
         };
         if let Some(e) = ev {
             c.local.event(e, self.t);

@@ -235,7 +235,7 @@ impl<'a> Engine<'a> {
     pub fn marker(&mut self, thread: u32, m: Marker) -> Result<(), EngineError> {
         self.thread(thread)?;
         match m {
-            Marker::ChunkStart(_) => {}
+            Marker::ChunkStart(_) | Marker::Call { .. } | Marker::Return { .. } => {}
             // The thread's segment ends here and its next one begins; a sync point inside
             // a block comes between its instructions' references (the hand-over puts it
             // there), so the block goes on in the new segment.

@@ -214,7 +214,7 @@ fn indirect_targets(rec: &Recovery) -> Result<FxHashSet<(u32, u32)>, RecoverErro
             Ok(())
         }
         fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
-            if !matches!(m, Marker::ChunkStart(_) | Marker::Sync { .. }) {
+            if !matches!(m, Marker::ChunkStart(_) | Marker::Sync { .. } | Marker::Call { .. } | Marker::Return { .. }) {
                 self.first.get_or_insert(None);
                 self.last = None;
             }

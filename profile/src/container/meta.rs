@@ -51,9 +51,9 @@ pub struct ModuleEvent {
 }
 
 /// A thread started or ended.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadEvent {
-    /// "start" or "end".
+    /// "start" or "end"; "spawn" (format 4): thread `index` created a thread.
     pub event: String,
     /// Index in creation order, 0 for the first thread.
     pub index: u32,
@@ -61,6 +61,15 @@ pub struct ThreadEvent {
     pub tid: u32,
     /// Nanoseconds since the Unix epoch.
     pub time_ns: u64,
+    /// "spawn": the new thread's kernel id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_tid: Option<u32>,
+    /// "spawn": the sequence number of the sync record before the creating system call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    /// "spawn": the new thread's TLS pointer (its `pthread_t` under glibc), when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<u64>,
 }
 
 /// The end of the run.

@@ -15,15 +15,16 @@ pub mod writer;
 
 pub use chunk::{ChunkData, ChunkView, Codec, Decompression, Section, CHUNK_HEADER_LEN, PACKED_VALUES_LEVEL};
 pub use meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ParentLink, ThreadEvent};
-pub use reader::{ChunkRef, Profile, ThreadInfo};
+pub use reader::{Spawn, ChunkRef, Profile, ThreadInfo};
 pub use writer::ProfileWriter;
 
 use thiserror::Error;
 
 /// First 8 bytes of every profile.
 pub const MAGIC: &[u8; 8] = b"DEPPROF\0";
-/// The format version this library writes (3: DEP_c sync records).
-pub const VERSION: u16 = 3;
+/// The format version this library writes (3: DEP_c sync records; 4: call records and
+/// thread spawn events).
+pub const VERSION: u16 = 4;
 /// The oldest format version this library reads (version 1 has no packed DEP_m).
 pub const OLDEST_VERSION: u16 = 1;
 /// Bytes in the file header.

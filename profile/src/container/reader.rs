@@ -39,6 +39,17 @@ pub struct ThreadInfo {
     pub end_ns: Option<u64>,
     /// The thread's chunks in sequence order.
     pub chunks: Vec<ChunkRef>,
+    /// Who created it and where, when the profile says (format 4).
+    pub spawn: Option<Spawn>,
+}
+
+/// Where a thread was created: by thread `parent`, at its sync record `seq` (the one
+/// before the creating system call), with TLS pointer `tls` (0 if none was set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spawn {
+    pub parent: u32,
+    pub seq: u64,
+    pub tls: u64,
 }
 
 /// An open profile.
@@ -84,6 +95,7 @@ impl Profile {
         let mut meta = None;
         let mut modules = Vec::new();
         let mut threads: Vec<ThreadInfo> = Vec::new();
+        let mut spawns: Vec<(u32, Spawn)> = Vec::new();
         let mut blocks = Vec::new();
         let mut block_index = HashMap::new();
         let mut end = None;
@@ -134,12 +146,19 @@ impl Profile {
                 RecordKind::Module => modules.push(serde_json::from_slice::<ModuleEvent>(payload).map_err(json_err)?),
                 RecordKind::Thread => {
                     let t: ThreadEvent = serde_json::from_slice(payload).map_err(json_err)?;
-                    let i = thread_mut(&mut threads, t.index);
-                    threads[i].tid = t.tid;
-                    match t.event.as_str() {
-                        "start" => threads[i].start_ns = Some(t.time_ns),
-                        "end" => threads[i].end_ns = Some(t.time_ns),
-                        other => return Err(rec_err(off, format!("unknown thread event {other:?}"))),
+                    if t.event == "spawn" {
+                        let (Some(child), Some(seq)) = (t.child_tid, t.seq) else {
+                            return Err(rec_err(off, "spawn event without the new thread's id or sequence number".into()));
+                        };
+                        spawns.push((child, Spawn { parent: t.index, seq, tls: t.tls.unwrap_or(0) }));
+                    } else {
+                        let i = thread_mut(&mut threads, t.index);
+                        threads[i].tid = t.tid;
+                        match t.event.as_str() {
+                            "start" => threads[i].start_ns = Some(t.time_ns),
+                            "end" => threads[i].end_ns = Some(t.time_ns),
+                            other => return Err(rec_err(off, format!("unknown thread event {other:?}"))),
+                        }
                     }
                 }
                 RecordKind::End => end = Some(serde_json::from_slice::<EndInfo>(payload).map_err(json_err)?),
@@ -177,6 +196,13 @@ impl Profile {
         }
         let meta = meta.ok_or_else(|| ProfileError::NoMetadata { path: path.clone() })?;
         threads.sort_by_key(|t| t.index);
+        // Kernel ids are reused once a thread is gone: a spawn names the first thread after
+        // its parent with that id and no creator yet.
+        for (child, s) in spawns {
+            if let Some(t) = threads.iter_mut().find(|t| t.tid == child && t.index > s.parent && t.spawn.is_none()) {
+                t.spawn = Some(s);
+            }
+        }
         for t in &mut threads {
             t.chunks.sort_by_key(|c| c.seq);
             for (i, c) in t.chunks.iter().enumerate() {
