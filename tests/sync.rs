@@ -27,10 +27,25 @@ struct Stamps {
     /// Stamps that name an instruction that is neither atomic nor a system call.
     misplaced: Vec<String>,
     executed: u32,
+    /// The last stamp, until the next record says whether it was a watched call's (a call
+    /// record follows it): how it counted, to be taken back then.
+    last: Option<Counted>,
+    /// Watched calls, and those with their stamp.
+    calls: u64,
+    calls_stamped: u64,
+}
+
+#[derive(Clone, Copy)]
+enum Counted {
+    AtomicBefore,
+    AtomicAfter,
+    Misplaced,
+    Other,
 }
 
 impl Sink for Stamps {
     fn block(&mut self, b: &BlockEvent) -> SinkResult {
+        self.last = None;
         let plan = b.plan.expect("decodable blocks");
         self.atomics = plan.insns.iter().enumerate().filter(|(k, i)| i.atomic && (*k as u32) < b.executed).map(|(k, _)| k as u16).collect();
         self.atomic_runs += self.atomics.len() as u64;
@@ -42,25 +57,49 @@ impl Sink for Stamps {
         Ok(())
     }
     fn marker(&mut self, thread: u32, m: Marker) -> SinkResult {
+        if let Marker::Call { .. } = m {
+            self.calls += 1;
+            // The stamp before it was the call's, not what it was counted as.
+            let prev = self.last.take();
+            match prev {
+                Some(Counted::AtomicBefore) => self.atomic_stamped -= 1,
+                Some(Counted::AtomicAfter) => self.atomic_after -= 1,
+                Some(Counted::Misplaced) => drop(self.misplaced.pop()),
+                Some(Counted::Other) | None => {}
+            }
+            self.calls_stamped += prev.is_some() as u64;
+            return Ok(());
+        }
+        self.last = None;
         if let Marker::Sync { seq, insn, after } = m {
             let t = thread as usize;
             if self.seqs.len() <= t {
                 self.seqs.resize(t + 1, Vec::new());
             }
             self.seqs[t].push(seq);
-            match insn {
-                Some(k) if self.atomics.contains(&k) && !after => self.atomic_stamped += 1,
-                Some(k) if self.atomics.contains(&k) => self.atomic_after += 1,
+            self.last = Some(match insn {
+                Some(k) if self.atomics.contains(&k) && !after => {
+                    self.atomic_stamped += 1;
+                    Counted::AtomicBefore
+                }
+                Some(k) if self.atomics.contains(&k) => {
+                    self.atomic_after += 1;
+                    Counted::AtomicAfter
+                }
                 Some(k) if Some(k) == self.syscall => {
                     if after {
                         self.after_syscall += 1
                     } else {
                         self.before_syscall += 1
                     }
+                    Counted::Other
                 }
-                Some(k) => self.misplaced.push(format!("thread {thread} seq {seq} at instruction {k} after={after}")),
-                None => {}
-            }
+                Some(k) => {
+                    self.misplaced.push(format!("thread {thread} seq {seq} at instruction {k} after={after}"));
+                    Counted::Misplaced
+                }
+                None => Counted::Other,
+            });
         }
         Ok(())
     }
@@ -97,7 +136,10 @@ fn sync_stamps_order_threads() {
         );
         assert!(s.before_syscall > 0 && s.after_syscall > 0, "{prog}: no system call stamped");
         assert!(s.after_syscall <= s.before_syscall);
+        assert_eq!(s.calls_stamped, s.calls);
         if prog == "threads" {
+            // Its workers lock a mutex: watched calls, each stamped at its entry.
+            assert!(s.calls > 100, "threads: only {} watched calls", s.calls);
             assert!(s.atomic_runs > 1000, "threads: only {} atomics", s.atomic_runs);
             assert!(s.seqs.len() >= 9);
         }

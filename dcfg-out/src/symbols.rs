@@ -54,6 +54,8 @@ struct File {
     /// alignment padding: then the symbol tables do not cover it (a stripped module whose
     /// static functions are gone) and it is named by offset rather than wrongly.
     functions: Vec<(u64, u64, String)>,
+    /// Data symbols (variables) with a size: (address, size, demangled name), sorted.
+    objects: Vec<(u64, u64, String)>,
     /// Executable sections' bytes: (file address, bytes), sorted.
     text: Vec<(u64, Vec<u8>)>,
     /// The PLT sections (.plt, .plt.sec, .plt.got): file address ranges.
@@ -125,6 +127,25 @@ impl Symbolizer {
         let m = self.module(addr)?;
         let file = m.file.get_or_init(|| self.open(m)).as_ref()?;
         Some((file, addr.wrapping_sub(file.bias)))
+    }
+
+    /// The variable (data symbol) holding `addr` and the offset into it, as `nm -S` lists
+    /// them; None outside every sized data symbol.
+    pub fn variable(&self, addr: u64) -> Option<(String, u64)> {
+        let (file, probe) = self.file_at(addr)?;
+        let i = file.objects.partition_point(|(a, _, _)| *a <= probe).checked_sub(1)?;
+        let (a, size, name) = &file.objects[i];
+        (probe < a + size).then(|| (name.clone(), probe - a))
+    }
+
+    /// The run-time address and size of the variable named `name`, in the first module
+    /// (by load address) that defines it.
+    pub fn find_variable(&self, name: &str) -> Option<(u64, u64)> {
+        self.modules.iter().find_map(|m| {
+            let file = m.file.get_or_init(|| self.open(m)).as_ref()?;
+            let (a, size, _) = file.objects.iter().find(|(_, _, n)| n == name)?;
+            Some((a.wrapping_add(file.bias), *size))
+        })
     }
 
     /// The module holding `addr`: its path, and what to subtract from a run-time address to
@@ -272,6 +293,14 @@ fn read(m: &Module) -> Result<File, String> {
     // At one address, the symbol `nm` lists first among equals (sorted by name), sized.
     functions.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
     functions.dedup_by_key(|(a, _, _)| *a);
+    let mut objects: Vec<(u64, u64, String)> = obj
+        .symbols()
+        .chain(obj.dynamic_symbols())
+        .filter(|s| matches!(s.kind(), object::SymbolKind::Data) && s.is_definition() && s.size() > 0)
+        .filter_map(|s| Some((s.address(), s.size(), addr2line::demangle_auto(Cow::Borrowed(s.name().ok()?), None).into_owned())))
+        .collect();
+    objects.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
+    objects.dedup_by_key(|(a, _, _)| *a);
     let dwarf = addr2line::Loader::new(&m.path).map_err(|e| format!("cannot read its debugging information ({e})"))?;
     let mut text: Vec<(u64, Vec<u8>)> = obj
         .sections()
@@ -284,7 +313,7 @@ fn read(m: &Module) -> Result<File, String> {
         .filter(|s| matches!(s.name(), Ok(".plt" | ".plt.sec" | ".plt.got")))
         .map(|s| (s.address(), s.address() + s.size()))
         .collect();
-    Ok(File { bias, dwarf: Mutex::new(dwarf), plt, functions, text, plt_sections })
+    Ok(File { bias, dwarf: Mutex::new(dwarf), plt, functions, objects, text, plt_sections })
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -30,7 +30,7 @@ pub enum RecoverError {
 
 impl RecoverError {
     /// A sink's error as a run's (never [`SinkError::Stop`], which drivers take first).
-    fn from_sink(e: SinkError) -> Self {
+    pub fn from_sink(e: SinkError) -> Self {
         match e {
             SinkError::Io(e) => RecoverError::Output(e),
             SinkError::Failed(e) => RecoverError::Sink(e),

@@ -414,7 +414,8 @@ pub unsafe extern "C" fn atomic_cc(k: u32) {
 
 /// Clean-call target at the entry of watched function `func` (instruction `k` of its
 /// block): a sync record, then the call with rdi, rsi and the return address. A jump back
-/// to the entry within the same call (a spin loop) records nothing.
+/// to the entry within the same call (a spin loop) is recorded again: analyses tell it
+/// from a new call by its return address and the blocks between.
 pub unsafe extern "C" fn call_cc(func: u32, k: u32) {
     let dc = dr_get_current_drcontext();
     let pt = get(dc);
@@ -422,10 +423,6 @@ pub unsafe extern "C" fn call_cc(func: u32, k: u32) {
     // rax..r15 in the machine's order: rsp is 4, rsi 6, rdi 7.
     let (rsp, rsi, rdi) = (r[4], r[6], r[7]);
     let pt = &mut *pt;
-    if pt.in_call == Some((func as u16, rsp)) {
-        return;
-    }
-    pt.in_call = Some((func as u16, rsp));
     let mut ret = 0u64;
     let mut got = 0usize;
     dr_safe_read(rsp as *const c_void, 8, &mut ret as *mut u64 as *mut c_void, &mut got);
@@ -439,7 +436,6 @@ pub unsafe extern "C" fn return_cc(func: u32) {
     let pt = get(dc);
     let Some(r) = app_regs(dc, pt, dr_mcontext_flags_t::DR_MC_INTEGER) else { return };
     let pt = &mut *pt;
-    pt.in_call = None;
     push_in_block(pt, Escape::Return { func: func as u16, value: r[0] });
 }
 

@@ -227,9 +227,6 @@ pub struct PerThread {
     pub syscall_seq: Option<u64>,
     /// A clone under way: the sync record before it and the new thread's TLS pointer.
     pub cloning: Option<(u64, u64)>,
-    /// The watched call last entered (function, stack pointer): a jump back to the entry
-    /// (a spin loop) is the same call.
-    pub in_call: Option<(u16, u64)>,
 }
 
 /// The process-wide sequence every sync record takes its number from: one counter for all
@@ -367,7 +364,6 @@ pub unsafe fn new_thread(dc: *mut c_void) -> *mut PerThread {
         sync_syscall: None,
         syscall_seq: None,
         cloning: None,
-        in_call: None,
     }));
     *slot(&*pt, S_PREVHI) = 0;
     begin_chunk(&mut *pt);

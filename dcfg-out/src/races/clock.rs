@@ -1,0 +1,54 @@
+//! Vector clocks: one counter per thread, the happens-before order of the race analysis.
+
+/// A vector clock over the profile's threads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Clock(Vec<u32>);
+
+impl Clock {
+    /// All zero, for `n` threads.
+    pub fn new(n: usize) -> Clock {
+        Clock(vec![0; n])
+    }
+
+    /// Thread `t`'s component.
+    #[inline]
+    pub fn get(&self, t: usize) -> u32 {
+        self.0[t]
+    }
+
+    /// Advances thread `t`'s component.
+    #[inline]
+    pub fn tick(&mut self, t: usize) {
+        self.0[t] += 1;
+    }
+
+    /// Takes the later of each component of `self` and `other`.
+    pub fn join(&mut self, other: &Clock) {
+        for (a, &b) in self.0.iter_mut().zip(&other.0) {
+            *a = (*a).max(b);
+        }
+    }
+
+    /// Whether an event of thread `t` at clock `c` happened before a point with this clock.
+    #[inline]
+    pub fn saw(&self, t: usize, c: u32) -> bool {
+        c <= self.0[t]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn join_and_order() {
+        let mut a = Clock::new(3);
+        a.tick(0);
+        let mut b = Clock::new(3);
+        b.tick(1);
+        b.tick(1);
+        assert!(!b.saw(0, 1));
+        b.join(&a);
+        assert!(b.saw(0, 1) && b.get(1) == 2 && !b.saw(2, 1));
+    }
+}

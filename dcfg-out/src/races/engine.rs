@@ -1,0 +1,536 @@
+//! The hybrid race detector: Eraser's locksets refined by happens-before (vector clocks).
+//! Two accesses race when they are made by different threads to a common byte, at least
+//! one writes, no lock is held by both (exclusively by one of them), and neither happens
+//! before the other. Happens-before comes from the profile's order between threads: thread
+//! creation and join, lock release to acquire, condition variables, semaphores and
+//! barriers, and atomics: a locked instruction releases before it and acquires after it,
+//! and plain loads and stores of a location that locked instructions use are acquires and
+//! releases (the memory order cannot be seen in x86 code, so it is taken as the strongest).
+
+use super::clock::Clock;
+use super::feed::{Class, Ev};
+use super::shadow::{byte_mask, Shadow, Slot, SLOTS};
+use dep_profile::calls::{Func, LockOp};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
+
+/// An access's place: its pc and the return address of its function's frame (the call
+/// site one level up, 0 if unknown), whether it writes, and its size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Site {
+    pub pc: u64,
+    pub caller: u64,
+    pub write: bool,
+    pub size: u32,
+}
+
+/// One side of a race.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Side {
+    pub thread: u32,
+    pub site: Site,
+    /// Locks held (address, shared).
+    pub locks: Vec<(u64, bool)>,
+}
+
+/// A heap block from the C library's allocator: its size, and the caller and thread that
+/// allocated it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    pub size: u64,
+    pub caller: u64,
+    pub thread: u32,
+}
+
+/// A race between two sites, as first seen, and how often it was seen.
+#[derive(Clone, Debug)]
+pub struct Race {
+    /// The earlier access (in the analysis's order) and the later one.
+    pub first: Side,
+    pub second: Side,
+    pub addr: u64,
+    /// The heap block holding `addr` when first seen: (base, block).
+    pub block: Option<(u64, Block)>,
+    /// The thread whose stack holds `addr`, if one's does.
+    pub stack_of: Option<u32>,
+    pub count: u64,
+}
+
+/// A region the paper's check watches, with the accesses to it by site and lockset.
+pub struct Region {
+    pub start: u64,
+    pub end: u64,
+    /// (thread, site id, lockset id) → accesses.
+    pub seen: FxHashMap<(u32, u32, u32), u64>,
+}
+
+/// What the analysis counted.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stats {
+    /// Accesses checked against the shadow memory.
+    pub checked: u64,
+    /// Accesses not checked: thread-local storage, inside watched library calls, atomics.
+    pub skipped: u64,
+    /// Synchronisation operations applied.
+    pub syncs: u64,
+    /// Calls of watched functions.
+    pub calls: u64,
+}
+
+struct Pending {
+    func: Func,
+    args: [u64; 2],
+    ret: u64,
+}
+
+struct Thread {
+    clock: Clock,
+    started: bool,
+    held: Vec<(u64, bool)>,
+    locks: u32,
+    calls: Vec<Pending>,
+    /// Return addresses of the calls under way (the program's call stack, as far as seen).
+    frames: Vec<u64>,
+    push_next: u64,
+    /// Lowest and highest address reached through rsp.
+    stack: (u64, u64),
+    ended: bool,
+}
+
+/// Frames kept per thread; deeper recursion forgets the oldest.
+const MAX_FRAMES: usize = 4096;
+
+/// The analysis state of all threads.
+pub struct Engine<'a> {
+    threads: Vec<Thread>,
+    /// Sync objects (atomic locations, locks, condition variables, semaphores, barriers),
+    /// by 8-aligned address: the clock their releases left.
+    objects: FxHashMap<u64, Clock>,
+    /// Granules locked instructions touch, with their bytes.
+    atomic: &'a FxHashMap<u64, u8>,
+    /// Parent's sync record number → the thread it created.
+    spawned_at: FxHashMap<u64, u32>,
+    spawn_clock: Vec<Option<Clock>>,
+    end_clock: Vec<Option<Clock>>,
+    /// TLS pointer (pthread_t) → the threads created with it (a finished thread's TLS is
+    /// given to a later one).
+    by_tls: FxHashMap<u64, Vec<u32>>,
+    joined: Vec<bool>,
+    tls: Vec<u64>,
+    shadow: Shadow,
+    site_ids: FxHashMap<Site, u32>,
+    /// Interned sites, by id (id 0 unused).
+    pub sites: Vec<Site>,
+    lockset_ids: FxHashMap<Vec<(u64, bool)>, u32>,
+    /// Interned locksets, by id (0: none).
+    pub locksets: Vec<Vec<(u64, bool)>>,
+    disjoint: FxHashMap<(u32, u32), bool>,
+    /// Races by (site id, site id), the smaller first.
+    pub races: FxHashMap<(u32, u32), Race>,
+    blocks: BTreeMap<u64, Block>,
+    pub region: Option<Region>,
+    pub stats: Stats,
+}
+
+impl<'a> Engine<'a> {
+    /// An engine for `spawns.len()` threads; `spawns[t]` is (parent, parent's sync record
+    /// number, TLS pointer) where the profile says who created thread `t`.
+    pub fn new(spawns: &[Option<(u32, u64, u64)>], atomic: &'a FxHashMap<u64, u8>) -> Engine<'a> {
+        let n = spawns.len();
+        let threads = (0..n)
+            .map(|t| {
+                let mut clock = Clock::new(n);
+                clock.tick(t);
+                Thread {
+                    clock,
+                    started: false,
+                    held: Vec::new(),
+                    locks: 0,
+                    calls: Vec::new(),
+                    frames: Vec::new(),
+                    push_next: 0,
+                    stack: (u64::MAX, 0),
+                    ended: false,
+                }
+            })
+            .collect();
+        let mut spawned_at = FxHashMap::default();
+        let mut by_tls = FxHashMap::default();
+        let mut tls = vec![0; n];
+        for (t, s) in spawns.iter().enumerate() {
+            if let Some((_, seq, p)) = *s {
+                spawned_at.insert(seq, t as u32);
+                if p != 0 {
+                    by_tls.entry(p).or_insert_with(Vec::new).push(t as u32);
+                    tls[t] = p;
+                }
+            }
+        }
+        let mut lockset_ids = FxHashMap::default();
+        lockset_ids.insert(Vec::new(), 0);
+        Engine {
+            threads,
+            objects: FxHashMap::default(),
+            atomic,
+            spawned_at,
+            spawn_clock: vec![None; n],
+            end_clock: vec![None; n],
+            by_tls,
+            joined: vec![false; n],
+            tls,
+            shadow: Shadow::default(),
+            site_ids: FxHashMap::default(),
+            sites: vec![Site { pc: 0, caller: 0, write: false, size: 0 }],
+            lockset_ids,
+            locksets: vec![Vec::new()],
+            disjoint: FxHashMap::default(),
+            races: FxHashMap::default(),
+            blocks: BTreeMap::new(),
+            region: None,
+            stats: Stats::default(),
+        }
+    }
+
+    /// Whether `[addr, addr + size)` touches a location locked instructions use.
+    #[inline]
+    pub fn is_atomic(&self, addr: u64, size: u32) -> bool {
+        if self.atomic.is_empty() {
+            return false;
+        }
+        let end = addr + size.max(1) as u64;
+        let mut g = addr & !7;
+        while g < end {
+            if let Some(&m) = self.atomic.get(&g) {
+                if m & byte_mask(g, addr, end) != 0 {
+                    return true;
+                }
+            }
+            g += 8;
+        }
+        false
+    }
+
+    /// Bytes the shadow memory holds.
+    pub fn shadow_bytes(&self) -> usize {
+        self.shadow.bytes()
+    }
+
+    /// Thread `t` reached its sync record `seq`.
+    pub fn sync(&mut self, t: usize, seq: u64) {
+        self.stats.syncs += 1;
+        if !self.threads[t].started {
+            self.threads[t].started = true;
+            if let Some(c) = self.spawn_clock[t].take() {
+                self.threads[t].clock.join(&c);
+            }
+        }
+        if let Some(&child) = self.spawned_at.get(&seq) {
+            self.spawn_clock[child as usize] = Some(self.threads[t].clock.clone());
+            self.threads[t].clock.tick(t);
+        }
+    }
+
+    fn release(&mut self, t: usize, obj: u64) {
+        let n = self.threads.len();
+        let c = &mut self.threads[t].clock;
+        self.objects.entry(obj & !7).or_insert_with(|| Clock::new(n)).join(c);
+        c.tick(t);
+    }
+
+    fn acquire(&mut self, t: usize, obj: u64) {
+        if let Some(o) = self.objects.get(&(obj & !7)) {
+            self.threads[t].clock.join(o);
+        }
+    }
+
+    fn set_locks(&mut self, t: usize) {
+        let mut held = self.threads[t].held.clone();
+        held.sort_unstable();
+        let next = self.locksets.len() as u32;
+        let id = *self.lockset_ids.entry(held.clone()).or_insert(next);
+        if id == next {
+            self.locksets.push(held);
+        }
+        self.threads[t].locks = id;
+    }
+
+    fn lock(&mut self, t: usize, l: u64, shared: bool) {
+        self.acquire(t, l);
+        self.threads[t].held.push((l, shared));
+        self.set_locks(t);
+    }
+
+    fn unlock(&mut self, t: usize, l: u64) {
+        self.release(t, l);
+        let held = &mut self.threads[t].held;
+        if let Some(i) = held.iter().position(|&(a, _)| a == l) {
+            held.remove(i);
+        }
+        self.set_locks(t);
+    }
+
+    /// Whether no lock protects an access under lockset `a` from one under `b`.
+    fn disjoint(&mut self, a: u32, b: u32) -> bool {
+        if a == 0 || b == 0 {
+            return true;
+        }
+        let key = (a.min(b), a.max(b));
+        if let Some(&d) = self.disjoint.get(&key) {
+            return d;
+        }
+        let (x, y) = (&self.locksets[a as usize], &self.locksets[b as usize]);
+        let d = !x.iter().any(|&(l, xs)| y.iter().any(|&(m, ys)| l == m && !(xs && ys)));
+        self.disjoint.insert(key, d);
+        d
+    }
+
+    fn site(&mut self, s: Site) -> u32 {
+        let next = self.sites.len() as u32;
+        let id = *self.site_ids.entry(s).or_insert(next);
+        if id == next {
+            self.sites.push(s);
+        }
+        id
+    }
+
+    /// The next event of thread `t`.
+    pub fn event(&mut self, t: usize, ev: Ev) {
+        match ev {
+            Ev::Block { addr, call_ret } => self.block(t, addr, call_ret),
+            Ev::Access { pc, addr, size, write, class } => self.access(t, pc, addr, size, write, class),
+            Ev::Sync(seq) => self.sync(t, seq),
+            Ev::Release(a) => {
+                self.stats.syncs += 1;
+                self.release(t, a)
+            }
+            Ev::Acquire(a) => {
+                self.stats.syncs += 1;
+                self.acquire(t, a)
+            }
+            Ev::Call { func, args, ret } => self.call(t, func, args, ret),
+            Ev::Return { func, value } => self.ret(t, func, value),
+            Ev::Start => {}
+            Ev::End => self.end(t),
+        }
+    }
+
+    fn block(&mut self, t: usize, addr: u64, call_ret: u64) {
+        let th = &mut self.threads[t];
+        if !th.calls.is_empty() {
+            if let Some(i) = th.calls.iter().rposition(|p| p.ret == addr) {
+                // Returned without a return record (a tail call out of the symbol).
+                let done: Vec<Pending> = th.calls.drain(i..).collect();
+                for p in done.into_iter().rev() {
+                    self.complete(t, p, None);
+                }
+            }
+        }
+        let th = &mut self.threads[t];
+        if th.push_next != 0 {
+            if th.frames.len() >= MAX_FRAMES {
+                th.frames.remove(0);
+            }
+            th.frames.push(std::mem::take(&mut th.push_next));
+        }
+        let n = th.frames.len();
+        if let Some(i) = th.frames[n.saturating_sub(8)..].iter().rposition(|&r| r == addr) {
+            th.frames.truncate(n.saturating_sub(8) + i);
+        }
+        th.push_next = call_ret;
+    }
+
+    fn call(&mut self, t: usize, func: u16, args: [u64; 2], ret: u64) {
+        let Some(f) = Func::from_u16(func) else { return };
+        // A jump back to the entry (a spin loop) within the call under way.
+        if self.threads[t].calls.last().is_some_and(|p| p.func == f && p.ret == ret && p.args == args) {
+            return;
+        }
+        self.stats.calls += 1;
+        match f.lock_op() {
+            Some(LockOp::Release) => self.unlock(t, args[0]),
+            Some(LockOp::Wait) => self.unlock(t, args[1]),
+            _ => {}
+        }
+        match f {
+            Func::CondSignal | Func::CondBroadcast | Func::SemPost | Func::BarrierWait => self.release(t, args[0]),
+            Func::Free => self.free(args[0]),
+            _ => {}
+        }
+        self.threads[t].calls.push(Pending { func: f, args, ret });
+    }
+
+    fn ret(&mut self, t: usize, func: u16, value: u64) {
+        let calls = &mut self.threads[t].calls;
+        let Some(i) = calls.iter().rposition(|p| p.func as u16 == func) else { return };
+        let mut done: Vec<Pending> = calls.drain(i..).collect();
+        let this = done.remove(0);
+        for p in done.into_iter().rev() {
+            self.complete(t, p, None);
+        }
+        self.complete(t, this, Some(value));
+    }
+
+    /// A watched call returned, with `value` if the return was recorded.
+    fn complete(&mut self, t: usize, p: Pending, value: Option<u64>) {
+        let ok = value.is_none_or(|v| v == 0);
+        match p.func.lock_op() {
+            Some(LockOp::Acquire { shared, may_fail }) if ok || !may_fail => self.lock(t, p.args[0], shared),
+            Some(LockOp::Wait) => {
+                self.acquire(t, p.args[0]);
+                self.lock(t, p.args[1], false);
+            }
+            _ => {}
+        }
+        match p.func {
+            Func::SemWait | Func::SemTrywait | Func::SemTimedwait if ok => self.acquire(t, p.args[0]),
+            Func::BarrierWait => self.acquire(t, p.args[0]),
+            Func::Join if ok => {
+                // The thread with that pthread_t that ended and was not joined yet.
+                let j = self.by_tls.get(&p.args[0]).and_then(|ts| ts.iter().rev().find(|&&j| self.end_clock[j as usize].is_some() && !self.joined[j as usize]));
+                let mut c = self.threads[t].clock.clone();
+                match j {
+                    Some(&j) => {
+                        self.joined[j as usize] = true;
+                        c.join(self.end_clock[j as usize].as_ref().expect("ended"));
+                    }
+                    // Not known which thread: every thread that ended may be the one.
+                    None => self.end_clock.iter().flatten().for_each(|e| c.join(e)),
+                }
+                self.threads[t].clock = c;
+            }
+            Func::Malloc => self.alloc(t, value, p.args[0], p.ret),
+            Func::Calloc => self.alloc(t, value, p.args[0].saturating_mul(p.args[1]), p.ret),
+            Func::Realloc => {
+                if value.is_some_and(|v| v != 0) && p.args[0] != 0 {
+                    self.free(p.args[0]);
+                }
+                self.alloc(t, value, p.args[1], p.ret);
+            }
+            _ => {}
+        }
+    }
+
+    fn alloc(&mut self, t: usize, value: Option<u64>, size: u64, caller: u64) {
+        if let Some(base) = value.filter(|&v| v != 0) {
+            // Memory handed out again: what was done to it before is another object's.
+            self.shadow.forget(base, base.saturating_add(size));
+            self.blocks.insert(base, Block { size, caller, thread: t as u32 });
+        }
+    }
+
+    fn free(&mut self, base: u64) {
+        if let Some(b) = self.blocks.remove(&base) {
+            self.shadow.forget(base, base.saturating_add(b.size));
+        }
+    }
+
+    fn end(&mut self, t: usize) {
+        self.end_clock[t] = Some(self.threads[t].clock.clone());
+        let th = &mut self.threads[t];
+        th.ended = true;
+        // A thread's stack and TLS are reused for threads created later: forget them. The
+        // TLS block and the thread descriptor sit just above the stack (glibc).
+        if t > 0 && th.stack.0 <= th.stack.1 {
+            let lo = th.stack.0.saturating_sub(4096);
+            let mut hi = th.stack.1 + 4096;
+            let p = self.tls[t];
+            if p >= th.stack.0 && p - th.stack.0 < 1 << 26 {
+                hi = hi.max(p + 4096);
+            }
+            self.shadow.forget(lo, hi);
+        }
+    }
+
+    fn access(&mut self, t: usize, pc: u64, addr: u64, size: u32, write: bool, class: Class) {
+        let th = &mut self.threads[t];
+        if class == Class::Stack {
+            th.stack = (th.stack.0.min(addr), th.stack.1.max(addr + size as u64));
+        }
+        if matches!(class, Class::Tls | Class::Atomic | Class::Linker) || !th.calls.is_empty() || size == 0 {
+            self.stats.skipped += 1;
+            return;
+        }
+        let (caller, locks, clock) = (th.frames.last().copied().unwrap_or(0), th.locks, th.clock.get(t));
+        if self.is_atomic(addr, size) {
+            // A plain load or store of an atomic: an acquire or a release, never a race.
+            self.stats.skipped += 1;
+            self.stats.syncs += 1;
+            if write {
+                self.release(t, addr);
+            } else {
+                self.acquire(t, addr);
+            }
+            return;
+        }
+        self.stats.checked += 1;
+        let site = self.site(Site { pc, caller, write, size });
+        if let Some(r) = &mut self.region {
+            if addr < r.end && addr + size as u64 > r.start {
+                *r.seen.entry((t as u32, site, locks)).or_insert(0) += 1;
+            }
+        }
+        let end = addr + size as u64;
+        let mut g = addr & !7;
+        while g < end {
+            let mask = byte_mask(g, addr, end);
+            self.check(t, g, mask, Slot { clock, site, locks, thread: t as u16, mask, write }, addr);
+            g += 8;
+        }
+    }
+
+    /// Checks an access to one granule against those remembered, then remembers it.
+    fn check(&mut self, t: usize, g: u64, mask: u8, cur: Slot, addr: u64) {
+        let slots = *self.shadow.granule(g);
+        for s in slots.iter() {
+            if s.clock == 0 || s.mask & mask == 0 || s.thread as usize == t || !(s.write || cur.write) {
+                continue;
+            }
+            if self.threads[t].clock.saw(s.thread as usize, s.clock) || !self.disjoint(s.locks, cur.locks) {
+                continue;
+            }
+            self.race(*s, cur, addr.max(g));
+        }
+        let clock = &self.threads[t].clock;
+        let mut next = slots;
+        let mut free = None;
+        let mut same = None;
+        for (i, s) in next.iter_mut().enumerate() {
+            if s.clock != 0 && s.thread == cur.thread && s.write == cur.write && s.mask == cur.mask {
+                same = Some(i);
+                break;
+            }
+            // Superseded: covered by this access and ordered before it (a write), or the
+            // same thread's read (a read).
+            let covered = s.mask & !cur.mask == 0;
+            let ordered = clock.saw(s.thread as usize, s.clock);
+            if s.clock != 0 && covered && ((cur.write && ordered) || (!cur.write && !s.write && s.thread == cur.thread)) {
+                *s = Slot::default();
+            }
+            if s.clock == 0 && free.is_none() {
+                free = Some(i);
+            }
+        }
+        let i = same.or(free).unwrap_or_else(|| {
+            // Full: forget one of this thread's first, else one by turns.
+            next.iter().position(|s| s.thread == cur.thread).unwrap_or((cur.clock as usize + cur.site as usize) % SLOTS)
+        });
+        next[i] = cur;
+        *self.shadow.granule(g) = next;
+    }
+
+    fn side(&self, s: &Slot) -> Side {
+        Side { thread: s.thread as u32, site: self.sites[s.site as usize], locks: self.locksets[s.locks as usize].clone() }
+    }
+
+    fn race(&mut self, prev: Slot, cur: Slot, addr: u64) {
+        let key = (prev.site.min(cur.site), prev.site.max(cur.site));
+        if let Some(r) = self.races.get_mut(&key) {
+            r.count += 1;
+            return;
+        }
+        let block = self.blocks.range(..=addr).next_back().filter(|(&b, blk)| addr < b + blk.size.max(1)).map(|(&b, &blk)| (b, blk));
+        let stack_of = self.threads.iter().position(|th| th.stack.0 <= addr && addr < th.stack.1 && !th.ended).map(|t| t as u32);
+        let race = Race { first: self.side(&prev), second: self.side(&cur), addr, block, stack_of, count: 1 };
+        self.races.insert(key, race);
+    }
+}

@@ -1,0 +1,250 @@
+//! Data races (`dep races`), from the profile's order between threads and the lock state
+//! its call records give (paper section 6.3, and a hybrid detector beyond it): see
+//! [`engine`] for what counts as a race, [`report`] for what is said of one.
+//!
+//! Two passes over the profile. The first, on all cores, finds the locations locked
+//! instructions use (atomics) and each thread's sync record numbers. The second recovers
+//! each thread on a producer of its own and interleaves the threads' events by their sync
+//! records: a thread's events between two records are taken in the order of the record
+//! that begins them, so a release is seen before every acquire that follows it in the
+//! run. A plain load of an atomic location (an acquire with no record of its own) waits,
+//! with what follows it, for the record that ends its stretch (known from the first pass,
+//! so nothing is held back in memory), so that every store it may have read is seen first.
+
+pub mod clock;
+pub mod engine;
+pub mod feed;
+pub mod report;
+pub mod shadow;
+
+use dep_recover::events::{BlockEvent, Marker, MemEvent, Sink, SinkError, SinkResult};
+use dep_recover::{RecoverError, Recovery, Source};
+use engine::{Engine, Region};
+use feed::{Class, Ev, Facts, Feed};
+use rustc_hash::FxHashMap;
+use std::collections::{BinaryHeap, VecDeque};
+
+/// Why the analysis could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RacesError {
+    #[error(transparent)]
+    Recover(#[from] RecoverError),
+    #[error("the profile has no order between its threads or no lock calls (recorded with --no-sync, or by a dep before format 4): record it again")]
+    NoOrder,
+    #[error("no variable named {0:?} in the program's modules (a sized data symbol is needed; give ADDR:LEN instead)")]
+    NoSuchVariable(String),
+}
+
+/// The memory a region check watches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RegionSpec {
+    Range { start: u64, len: u64 },
+    Variable(String),
+}
+
+impl std::str::FromStr for RegionSpec {
+    type Err = String;
+    /// `ADDR:LEN` (hexadecimal with 0x, or decimal) or a variable's name.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let num = |x: &str| match x.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(h, 16).ok(),
+            None => x.parse().ok(),
+        };
+        match s.split_once(':') {
+            Some((a, l)) if num(a).is_some() => match (num(a), num(l)) {
+                (Some(start), Some(len)) if len > 0 => Ok(RegionSpec::Range { start, len }),
+                _ => Err(format!("{s:?} is not ADDR:LEN with a length above 0")),
+            },
+            _ if !s.is_empty() => Ok(RegionSpec::Variable(s.to_string())),
+            _ => Err("an empty region".into()),
+        }
+    }
+}
+
+/// What was found.
+pub struct Analysis {
+    pub races: Vec<engine::Race>,
+    pub sites: Vec<engine::Site>,
+    pub locksets: Vec<Vec<(u64, bool)>>,
+    /// The region checked: (start, end, its name), with its accesses by (thread, site id,
+    /// lockset id).
+    pub region: Option<(u64, u64, String, FxHashMap<(u32, u32, u32), u64>)>,
+    pub stats: engine::Stats,
+    pub threads: usize,
+    pub shadow_bytes: usize,
+}
+
+/// Runs the analysis over `rec`'s profile; `region` is resolved against `symbols`.
+pub fn analyse(rec: &Recovery, symbols: &crate::symbols::Symbolizer, region: Option<&RegionSpec>) -> Result<Analysis, RacesError> {
+    let threads = &rec.profile.threads;
+    let region = match region {
+        None => None,
+        Some(RegionSpec::Range { start, len }) => Some((*start, start.saturating_add(*len), format!("{start:#x}:{len}"))),
+        Some(RegionSpec::Variable(name)) => {
+            let (a, size) = symbols.find_variable(name).ok_or_else(|| RacesError::NoSuchVariable(name.clone()))?;
+            Some((a, a + size, name.clone()))
+        }
+    };
+    // Threads with no creator recorded: no sync records (--no-sync), or an older format.
+    if threads.len() > 1 && (rec.profile.meta.format_version < 4 || threads[1..].iter().all(|t| t.spawn.is_none())) {
+        return Err(RacesError::NoOrder);
+    }
+    let linker = |a: u64| symbols.in_plt(a) || symbols.object(a).is_some_and(|(path, _)| is_dynamic_linker(path));
+    let facts = Facts::new(&rec.plans, rec.profile.blocks().len(), &linker);
+    let (atomic, syncs) = first_pass(rec)?;
+    let spawns: Vec<Option<(u32, u64, u64)>> = threads.iter().map(|t| t.spawn.map(|s| (s.parent, s.seq, s.tls))).collect();
+    let mut engine = Engine::new(&spawns, &atomic);
+    if let Some((start, end, _)) = &region {
+        engine.region = Some(Region { start: *start, end: *end, seen: FxHashMap::default() });
+    }
+    interleave(rec, &facts, syncs, &mut engine)?;
+    let shadow_bytes = engine.shadow_bytes();
+    let mut races: Vec<engine::Race> = engine.races.into_values().collect();
+    races.sort_by_key(|r| std::cmp::Reverse(r.count));
+    Ok(Analysis {
+        races,
+        sites: engine.sites,
+        locksets: engine.locksets,
+        region: region.map(|(s, e, n)| (s, e, n, engine.region.map(|r| r.seen).unwrap_or_default())),
+        stats: engine.stats,
+        threads: threads.len(),
+        shadow_bytes,
+    })
+}
+
+/// Whether a module is the dynamic linker (whose lazy binding writes GOT slots that every
+/// thread's PLT stubs read: synchronised by design, not the program's).
+fn is_dynamic_linker(path: &str) -> bool {
+    let name = std::path::Path::new(path).file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name.starts_with("ld-linux") || name.starts_with("ld-musl") || name.starts_with("ld64.so") || name == "ld.so"
+}
+
+/// The granules locked instructions touch, with their bytes, and each thread's sync record
+/// numbers in order: one thread per core.
+fn first_pass(rec: &Recovery) -> Result<(FxHashMap<u64, u8>, Vec<Vec<u64>>), RecoverError> {
+    #[derive(Default)]
+    struct Atomics {
+        flags: Vec<bool>,
+        locs: FxHashMap<u64, u8>,
+        syncs: Vec<u64>,
+    }
+    impl Sink for Atomics {
+        fn block(&mut self, b: &BlockEvent) -> SinkResult {
+            self.flags.clear();
+            if let Some(p) = b.plan {
+                self.flags.extend(p.insns.iter().map(|i| i.atomic));
+            }
+            Ok(())
+        }
+        fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
+            for r in refs.iter().filter(|r| self.flags.get(r.insn as usize).copied().unwrap_or(false)) {
+                let end = r.addr + r.size.max(1) as u64;
+                let mut g = r.addr & !7;
+                while g < end {
+                    *self.locs.entry(g).or_insert(0) |= shadow::byte_mask(g, r.addr, end);
+                    g += 8;
+                }
+            }
+            Ok(())
+        }
+        fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
+            if let Marker::Sync { seq, .. } = m {
+                self.syncs.push(seq);
+            }
+            Ok(())
+        }
+    }
+    let parts = rec.run_threads(Source::Dep, |_| Atomics::default(), &|_| {})?;
+    let mut all = FxHashMap::default();
+    let mut syncs = Vec::with_capacity(parts.len());
+    for p in parts {
+        for (g, m) in p.locs {
+            *all.entry(g).or_insert(0) |= m;
+        }
+        syncs.push(p.syncs);
+    }
+    Ok((all, syncs))
+}
+
+/// One thread's events as the interleaver reads them.
+struct Input {
+    rx: crossbeam::channel::Receiver<Vec<Ev>>,
+    buf: VecDeque<Ev>,
+    /// The thread's sync record numbers, and how many of them were taken.
+    syncs: Vec<u64>,
+    taken: usize,
+    /// The current stretch (between two sync records) was held back already.
+    held: bool,
+}
+
+impl Input {
+    fn next(&mut self) -> Option<Ev> {
+        if self.buf.is_empty() {
+            self.buf.extend(self.rx.recv().ok()?);
+        }
+        self.buf.pop_front()
+    }
+
+    /// The number of the sync record that ends the current stretch (u64::MAX if none does).
+    fn next_sync(&self) -> u64 {
+        self.syncs.get(self.taken).copied().unwrap_or(u64::MAX)
+    }
+}
+
+/// Feeds the engine every thread's events, interleaved by their sync records.
+fn interleave(rec: &Recovery, facts: &Facts, syncs: Vec<Vec<u64>>, engine: &mut Engine) -> Result<(), RacesError> {
+    use std::cmp::Reverse;
+    let threads = &rec.profile.threads;
+    std::thread::scope(|s| -> Result<(), RacesError> {
+        let mut inputs = Vec::new();
+        let mut producers = Vec::new();
+        for (t, syncs) in threads.iter().zip(syncs) {
+            let (tx, rx) = crossbeam::channel::bounded::<Vec<Ev>>(4);
+            let chunks = t.chunks.clone();
+            producers.push(s.spawn(move || -> Result<(), RecoverError> {
+                let mut feed = Feed::new(facts, |b| tx.send(b).map_err(|_| SinkError::Stop));
+                for c in &chunks {
+                    if !rec.run_chunk(Source::Dep, c, &mut feed)? {
+                        return Ok(());
+                    }
+                }
+                match feed.finish_feed() {
+                    Ok(()) | Err(SinkError::Stop) => Ok(()),
+                    Err(e) => Err(RecoverError::from_sink(e)),
+                }
+            }));
+            inputs.push(Input { rx, buf: VecDeque::new(), syncs, taken: 0, held: false });
+        }
+        // (the sync record a stretch starts at, thread)
+        let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..inputs.len()).map(|t| Reverse((0, t))).collect();
+        while let Some(Reverse((key, t))) = heap.pop() {
+            let input = &mut inputs[t];
+            while let Some(ev) = input.next() {
+                match ev {
+                    Ev::Sync(seq) if seq != key => {
+                        input.buf.push_front(ev);
+                        heap.push(Reverse((seq, t)));
+                        break;
+                    }
+                    Ev::Sync(seq) => {
+                        input.held = false;
+                        input.taken += 1;
+                        engine.sync(t, seq);
+                    }
+                    Ev::Access { addr, size, write: false, class: Class::Plain | Class::Stack, .. } if !input.held && engine.is_atomic(addr, size) => {
+                        input.held = true;
+                        input.buf.push_front(ev);
+                        heap.push(Reverse((input.next_sync(), t)));
+                        break;
+                    }
+                    ev => engine.event(t, ev),
+                }
+            }
+        }
+        drop(inputs);
+        for p in producers {
+            p.join().expect("race analysis producer panicked")?;
+        }
+        Ok(())
+    })
+}
