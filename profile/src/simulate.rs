@@ -64,6 +64,8 @@ struct SimThread<'a> {
     plans: &'a [BlockPlan],
     decisions: &'a [crate::blocks::Decisions],
     rng: Rng,
+    /// Write the collector's records of blocks' instructions (sync, call, return), at random.
+    records: bool,
     vals: [u64; NUM_REGS],
     /// The collector's shadow: bit n set = RECORDED.
     recorded: u32,
@@ -197,6 +199,15 @@ impl SimThread<'_> {
                 }
             }
             if stop == Some(k as u16) {
+                // The collector's records of the block's instructions come before the
+                // interruption record: a sync record before the faulting instruction, a
+                // watched call's entry.
+                if self.records && self.rng.below(2) == 0 {
+                    self.tags.escape(Escape::Sync { at: k as u16, seq: self.rng.next() >> 1 });
+                }
+                if self.records && self.rng.below(3) == 0 {
+                    self.tags.escape(Escape::Call { func: 1, args: [self.rng.next(), 0], ret: self.rng.next() });
+                }
                 self.tags.escape(Escape::Interrupted { insn: k as u16 });
                 self.truth(TruthKind::Interrupted, k as u32, insn.pc, 0);
                 return;
@@ -209,6 +220,14 @@ impl SimThread<'_> {
             }
         }
         self.recorded = (self.recorded & !decisions.exit_updated.bits()) | decisions.exit_recorded.bits();
+        // Records of a block's instructions after an uninterrupted block.
+        if self.records {
+            match self.rng.below(16) {
+                0 => self.tags.escape(Escape::Sync { at: 0, seq: self.rng.next() >> 1 }),
+                1 => self.tags.escape(Escape::Return { func: 2, value: 16 }),
+                _ => {}
+            }
+        }
     }
 }
 
@@ -219,6 +238,30 @@ pub fn write_profile<W: Write>(
     code: &[(u64, Vec<u8>)],
     paths: &[Vec<PathStep>],
     seed: u64,
+) -> Result<W, ProfileError> {
+    write_profile_with(out, machine, code, paths, seed, false)
+}
+
+/// [`write_profile`], with the collector's records of blocks' instructions (sync, call and
+/// return records) after random blocks, and before interruption records, as the collector
+/// writes them: recovery must give the same references and blocks with them as without.
+pub fn write_profile_with_records<W: Write>(
+    out: W,
+    machine: Machine,
+    code: &[(u64, Vec<u8>)],
+    paths: &[Vec<PathStep>],
+    seed: u64,
+) -> Result<W, ProfileError> {
+    write_profile_with(out, machine, code, paths, seed, true)
+}
+
+fn write_profile_with<W: Write>(
+    out: W,
+    machine: Machine,
+    code: &[(u64, Vec<u8>)],
+    paths: &[Vec<PathStep>],
+    seed: u64,
+    records: bool,
 ) -> Result<W, ProfileError> {
     let mut sem = Semantics::new(machine);
     let plans: Vec<BlockPlan> =
@@ -248,6 +291,7 @@ pub fn write_profile<W: Write>(
             plans: &plans,
             decisions: &decisions,
             rng: Rng::new(seed ^ (t as u64) << 32),
+            records,
             vals: [0; NUM_REGS],
             recorded: 0,
             tags: TagEncoder::new(machine.width, 0),

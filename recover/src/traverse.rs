@@ -6,7 +6,7 @@ use crate::flat::SLOTS;
 use crate::plans::{PlanCache, PlanMiss, Plans};
 use dep_profile::container::{ChunkView, Decompression, Section};
 use dep_profile::semantics::{Insn, Special};
-use dep_profile::tags::{Escape, TagDecoder, TagItem, CTL_INTERRUPTED, ESC, MAX_SHORT_H};
+use dep_profile::tags::{Escape, TagDecoder, TagItem, CTL_INTERRUPTED, CTL_SYNC, ESC, MAX_SHORT_H};
 use dep_profile::values::ValueReader;
 use dep_profile::{Width, NUM_REGS};
 
@@ -152,8 +152,14 @@ fn plain_tag(bytes: &[u8], p: &mut usize, hi: &mut u64) -> Option<u64> {
             *p += 4;
             continue;
         }
-        // An escape after this block may say where the block was interrupted.
-        if two >> 16 == ESC as u32 && bytes.get(*p + 4..*p + 6).is_none_or(|c| u16::from_le_bytes([c[0], c[1]]) == CTL_INTERRUPTED) {
+        // An escape after this block may say where the block was interrupted, or be a
+        // record of its instructions that such a record may follow (sync, call, return).
+        if two >> 16 == ESC as u32
+            && bytes.get(*p + 4..*p + 6).is_none_or(|c| {
+                let c = u16::from_le_bytes([c[0], c[1]]);
+                c == CTL_INTERRUPTED || c >= CTL_SYNC
+            })
+        {
             return None;
         }
         return Some(*hi | w as u64);

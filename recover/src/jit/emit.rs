@@ -10,7 +10,7 @@
 use super::{BlockRec, JitState, Slot, EMPTY};
 use crate::flat::{FlatPlans, FlatRef, FlatStep, ZERO};
 use crate::records::MemEvent;
-use dep_profile::tags::{CTL_INTERRUPTED, CTL_SET_HI, MAX_SHORT_H};
+use dep_profile::tags::{CTL_INTERRUPTED, CTL_SET_HI, CTL_SYNC, MAX_SHORT_H};
 use dep_profile::NUM_REGS;
 use iced_x86::code_asm::*;
 use std::mem::{offset_of, size_of};
@@ -114,13 +114,17 @@ fn dispatch(a: &mut CodeAssembler, hash: Hash, shared: Option<&mut SharedLabels>
     a.jne(probe)?;
     a.jmp(qword_ptr(rdx + 8))?;
     // The word after the block is a control record: unless it says where the block was
-    // interrupted (or the tags end before saying), the block runs here.
+    // interrupted, or is a record of the block's instructions (sync, call, return: an
+    // interruption record may follow them), or the tags end before saying, the block runs
+    // here.
     a.set_label(&mut next_esc)?;
     a.lea(rdx, qword_ptr(r12 + 2))?;
     a.cmp(rdx, r8)?;
     a.ja(out)?;
     a.cmp(word_ptr(r12 + 4), CTL_INTERRUPTED as i32)?;
     a.je(out)?;
+    a.cmp(word_ptr(r12 + 4), CTL_SYNC as i32)?;
+    a.jae(out)?;
     a.jmp(go)?;
     // A short H-tag change rewrites bits 16..32 of the high part; the long one (three words,
     // 64-bit, rare) all of it, in the entry routine's copy. Other records leave.
