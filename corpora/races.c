@@ -4,6 +4,8 @@
  *   counter          two threads increment a shared counter without a lock    (race)
  *   counter_mutex    the same under a mutex                                   (no race)
  *   counter_atomic   the same with an atomic add                              (no race)
+ *   counter_serial   the first thread ends before the second starts, neither
+ *                    joined: still no synchronisation between them            (race)
  *   overflow         a strcpy overflows a name into the lock-protected balance
  *                    next to it, without taking the lock (the paper's example) (race)
  *   overflow_ok      the name fits                                            (no race)
@@ -72,6 +74,16 @@ static void *count_atomic(void *arg) {
     for (int i = 0; i < ROUNDS; i++)
         __atomic_fetch_add(&counter, 1, __ATOMIC_SEQ_CST);
     return NULL;
+}
+
+static int run_serial(void) {
+    pthread_t a = spawn(count_plain, NULL);
+    pause_ms(50);
+    pthread_t b = spawn(count_plain, NULL);
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    printf("counter %ld\n", counter);
+    return 0;
 }
 
 static int run_counter(void *(*fn)(void *)) {
@@ -356,6 +368,7 @@ int main(int argc, char **argv) {
     if (!strcmp(m, "counter")) return run_counter(count_plain);
     if (!strcmp(m, "counter_mutex")) return run_counter(count_locked);
     if (!strcmp(m, "counter_atomic")) return run_counter(count_atomic);
+    if (!strcmp(m, "counter_serial")) return run_serial();
     if (!strcmp(m, "overflow")) return run_overflow(1);
     if (!strcmp(m, "overflow_ok")) return run_overflow(0);
     if (!strcmp(m, "trylock")) return run_trylock(0);

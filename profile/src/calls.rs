@@ -41,6 +41,7 @@ pub enum Func {
     Calloc = 27,
     Realloc = 28,
     Free = 29,
+    Once = 30,
 }
 
 /// What a call does to a lock (the first argument, or the second for condition waits).
@@ -92,6 +93,8 @@ pub const NAMES: &[(&str, Func)] = &[
     ("calloc", Func::Calloc),
     ("realloc", Func::Realloc),
     ("free", Func::Free),
+    ("pthread_once", Func::Once),
+    ("call_once", Func::Once),
 ];
 
 impl Func {
@@ -125,6 +128,12 @@ impl Func {
         }
     }
 
+    /// Whether the code it runs is the program's (a once routine's initialiser), not only
+    /// the library's own.
+    pub fn runs_program_code(self) -> bool {
+        self == Func::Once
+    }
+
     /// Whether its return value matters to an analysis (the collector records it for all).
     pub fn result_matters(self) -> bool {
         matches!(self.lock_op(), Some(LockOp::Acquire { may_fail: true, .. }))
@@ -145,7 +154,7 @@ mod tests {
             assert_eq!(Func::by_name(name), Some(f));
         }
         assert_eq!(Func::from_u16(0), None);
-        assert_eq!(Func::from_u16(30), None);
+        assert_eq!(Func::from_u16(31), None);
         assert_eq!(Func::MutexTimedlock.name(), "pthread_mutex_timedlock");
     }
 

@@ -3,9 +3,14 @@
 //! one writes, no lock is held by both (exclusively by one of them), and neither happens
 //! before the other. Happens-before comes from the profile's order between threads: thread
 //! creation and join, lock release to acquire, condition variables, semaphores and
-//! barriers, and atomics: a locked instruction releases before it and acquires after it,
-//! and plain loads and stores of a location that locked instructions use are acquires and
-//! releases (the memory order cannot be seen in x86 code, so it is taken as the strongest).
+//! barriers, once routines, and the program's atomics: a locked instruction releases
+//! before it and acquires after it, and plain loads and stores of a location that locked
+//! instructions use are acquires and releases (the memory order cannot be seen in x86
+//! code, so it is taken as the strongest). The C runtime's own atomics (its internal locks:
+//! the thread stack cache, stdio, malloc's arenas) order only its internals: they make no
+//! happens-before, else a thread that ended before another began would look ordered with
+//! it through the stack cache; and the runtime's code called by the runtime is not checked.
+//! Code the program calls (a `strcpy`) is the program's.
 
 use super::clock::Clock;
 use super::feed::{Class, Ev};
@@ -89,8 +94,9 @@ struct Thread {
     held: Vec<(u64, bool)>,
     locks: u32,
     calls: Vec<Pending>,
-    /// Return addresses of the calls under way (the program's call stack, as far as seen).
-    frames: Vec<u64>,
+    /// Return addresses of the calls under way (the program's call stack, as far as seen),
+    /// each with whether it returns into the C runtime's code.
+    frames: Vec<(u64, bool)>,
     push_next: u64,
     /// Lowest and highest address reached through rsp.
     stack: (u64, u64),
@@ -128,6 +134,7 @@ pub struct Engine<'a> {
     /// Races by (site id, site id), the smaller first.
     pub races: FxHashMap<(u32, u32), Race>,
     blocks: BTreeMap<u64, Block>,
+    runtime: Vec<(u64, u64)>,
     pub region: Option<Region>,
     pub stats: Stats,
 }
@@ -135,7 +142,9 @@ pub struct Engine<'a> {
 impl<'a> Engine<'a> {
     /// An engine for `spawns.len()` threads; `spawns[t]` is (parent, parent's sync record
     /// number, TLS pointer) where the profile says who created thread `t`.
-    pub fn new(spawns: &[Option<(u32, u64, u64)>], atomic: &'a FxHashMap<u64, u8>) -> Engine<'a> {
+    /// `runtime` holds the address ranges of the C runtime's modules.
+    pub fn new(spawns: &[Option<(u32, u64, u64)>], atomic: &'a FxHashMap<u64, u8>, mut runtime: Vec<(u64, u64)>) -> Engine<'a> {
+        runtime.sort_unstable();
         let n = spawns.len();
         let threads = (0..n)
             .map(|t| {
@@ -186,6 +195,7 @@ impl<'a> Engine<'a> {
             disjoint: FxHashMap::default(),
             races: FxHashMap::default(),
             blocks: BTreeMap::new(),
+            runtime,
             region: None,
             stats: Stats::default(),
         }
@@ -208,6 +218,11 @@ impl<'a> Engine<'a> {
             g += 8;
         }
         false
+    }
+
+    fn in_runtime(&self, addr: u64) -> bool {
+        let i = self.runtime.partition_point(|&(s, _)| s <= addr);
+        i > 0 && addr < self.runtime[i - 1].1
     }
 
     /// Bytes the shadow memory holds.
@@ -325,15 +340,17 @@ impl<'a> Engine<'a> {
                 }
             }
         }
+        let push = std::mem::take(&mut self.threads[t].push_next);
+        let runtime = push != 0 && self.in_runtime(push);
         let th = &mut self.threads[t];
-        if th.push_next != 0 {
+        if push != 0 {
             if th.frames.len() >= MAX_FRAMES {
                 th.frames.remove(0);
             }
-            th.frames.push(std::mem::take(&mut th.push_next));
+            th.frames.push((push, runtime));
         }
         let n = th.frames.len();
-        if let Some(i) = th.frames[n.saturating_sub(8)..].iter().rposition(|&r| r == addr) {
+        if let Some(i) = th.frames[n.saturating_sub(8)..].iter().rposition(|&(r, _)| r == addr) {
             th.frames.truncate(n.saturating_sub(8) + i);
         }
         th.push_next = call_ret;
@@ -384,6 +401,11 @@ impl<'a> Engine<'a> {
         match p.func {
             Func::SemWait | Func::SemTrywait | Func::SemTimedwait if ok => self.acquire(t, p.args[0]),
             Func::BarrierWait => self.acquire(t, p.args[0]),
+            // Whoever ran the initialiser released it; every caller acquires it.
+            Func::Once => {
+                self.acquire(t, p.args[0]);
+                self.release(t, p.args[0]);
+            }
             Func::Join if ok => {
                 // The thread with that pthread_t that ended and was not joined yet.
                 let j = self.by_tls.get(&p.args[0]).and_then(|ts| ts.iter().rev().find(|&&j| self.end_clock[j as usize].is_some() && !self.joined[j as usize]));
@@ -446,11 +468,16 @@ impl<'a> Engine<'a> {
         if class == Class::Stack {
             th.stack = (th.stack.0.min(addr), th.stack.1.max(addr + size as u64));
         }
-        if matches!(class, Class::Tls | Class::Atomic | Class::Linker) || !th.calls.is_empty() || size == 0 {
+        let (caller, caller_runtime) = th.frames.last().copied().unwrap_or((0, true));
+        // The runtime's code called by the runtime: its own internals, ordered by its own
+        // locks (which make no happens-before here).
+        let internal = class == Class::Runtime && caller_runtime;
+        let in_library = th.calls.iter().any(|p| !p.func.runs_program_code());
+        if matches!(class, Class::Tls | Class::Atomic | Class::Linker) || internal || in_library || size == 0 {
             self.stats.skipped += 1;
             return;
         }
-        let (caller, locks, clock) = (th.frames.last().copied().unwrap_or(0), th.locks, th.clock.get(t));
+        let (locks, clock) = (th.locks, th.clock.get(t));
         if self.is_atomic(addr, size) {
             // A plain load or store of an atomic: an acquire or a release, never a race.
             self.stats.skipped += 1;

@@ -21,6 +21,19 @@ pub enum Class {
     Stack,
     /// By the dynamic linker or a PLT stub: symbol binding, not the program's sharing.
     Linker,
+    /// By the C runtime's code (the C library and its kin): the program's if called from
+    /// the program (a `strcpy`), the runtime's own business otherwise.
+    Runtime,
+}
+
+/// Whose code a block is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    Program,
+    /// The C runtime's libraries ([`is_runtime`]).
+    Runtime,
+    /// The dynamic linker, or a PLT stub.
+    Linker,
 }
 
 /// One event of a thread, in its execution order.
@@ -47,6 +60,7 @@ const ATOMIC: u8 = 1;
 const TLS: u8 = 2;
 const STACK: u8 = 4;
 const LINKER: u8 = 8;
+const RUNTIME: u8 = 16;
 
 /// Per-instruction facts of every block of the table, computed once.
 pub struct Facts {
@@ -69,14 +83,17 @@ fn insn_flags(i: &Insn) -> u8 {
 }
 
 impl Facts {
-    /// The facts of every block `plans` can decode; `linker` says whether code at an
-    /// address is the dynamic linker's or a PLT stub.
-    pub fn new(plans: &Plans, blocks: usize, linker: &dyn Fn(u64) -> bool) -> Facts {
+    /// The facts of every block `plans` can decode; `code` says whose code is at an address.
+    pub fn new(plans: &Plans, blocks: usize, code: &dyn Fn(u64) -> Code) -> Facts {
         use dep_profile::semantics::Flow;
         let blocks = (0..blocks as u32)
             .map(|id| match plans.get_plan(id) {
                 Some(p) => {
-                    let extra = if p.insns.first().is_some_and(|i| linker(i.pc)) { LINKER } else { 0 };
+                    let extra = match p.insns.first().map(|i| code(i.pc)) {
+                        Some(Code::Linker) => LINKER,
+                        Some(Code::Runtime) => RUNTIME,
+                        _ => 0,
+                    };
                     let flags: Box<[u8]> = p.insns.iter().map(|i| insn_flags(i) | extra).collect();
                     let ret = match p.insns.last() {
                         Some(l) if matches!(l.flow, Flow::Call { .. } | Flow::IndirectCall) => l.pc + l.len as u64,
@@ -93,6 +110,22 @@ impl Facts {
     fn flags(&self, id: Option<u32>) -> (&[u8], u64) {
         id.and_then(|id| self.blocks.get(id as usize)).map_or((&[], 0), |(f, r)| (&f[..], *r))
     }
+}
+
+/// Whether a module is part of the C runtime (C and C++ standard libraries, threads,
+/// math, the dynamic linker), by its file name.
+pub fn is_runtime(path: &str) -> bool {
+    let name = std::path::Path::new(path).file_name().and_then(|n| n.to_str()).unwrap_or("");
+    ["libc.so", "libc-", "libpthread", "libstdc++", "libgcc_s", "libm.so", "libm-", "libdl", "librt", "ld-linux", "ld-musl", "ld64.so"]
+        .iter()
+        .any(|p| name.starts_with(p))
+}
+
+/// Whether a module is the dynamic linker (whose lazy binding writes GOT slots that every
+/// thread's PLT stubs read: synchronised by design, not the program's).
+pub fn is_dynamic_linker(path: &str) -> bool {
+    let name = std::path::Path::new(path).file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name.starts_with("ld-linux") || name.starts_with("ld-musl") || name.starts_with("ld64.so") || name == "ld.so"
 }
 
 /// A sink for one thread's recovery that hands [`Ev`]s to `out` in batches.
@@ -140,6 +173,8 @@ impl<'f, F: FnMut(Vec<Ev>) -> SinkResult> Feed<'f, F> {
             Class::Atomic
         } else if flags & LINKER != 0 {
             Class::Linker
+        } else if flags & RUNTIME != 0 {
+            Class::Runtime
         } else if flags & TLS != 0 {
             Class::Tls
         } else if flags & STACK != 0 {
@@ -186,7 +221,9 @@ impl<'f, F: FnMut(Vec<Ev>) -> SinkResult> Feed<'f, F> {
             }
             let end = i + refs[i..].iter().take_while(|r| r.insn as u32 == k).count();
             let f = flags.get(k as usize).copied().unwrap_or(0);
-            let atomic = f & ATOMIC != 0;
+            // The runtime's own atomics (its internal locks) order its internals, not the
+            // program: they make no release or acquire.
+            let atomic = f & ATOMIC != 0 && f & (RUNTIME | LINKER) == 0;
             if atomic {
                 self.push(Ev::Release(refs[i].addr))?;
             }

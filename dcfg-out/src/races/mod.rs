@@ -20,7 +20,7 @@ pub mod shadow;
 use dep_recover::events::{BlockEvent, Marker, MemEvent, Sink, SinkError, SinkResult};
 use dep_recover::{RecoverError, Recovery, Source};
 use engine::{Engine, Region};
-use feed::{Class, Ev, Facts, Feed};
+use feed::{Class, Code, Ev, Facts, Feed};
 use rustc_hash::FxHashMap;
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -89,11 +89,17 @@ pub fn analyse(rec: &Recovery, symbols: &crate::symbols::Symbolizer, region: Opt
     if threads.len() > 1 && (rec.profile.meta.format_version < 4 || threads[1..].iter().all(|t| t.spawn.is_none())) {
         return Err(RacesError::NoOrder);
     }
-    let linker = |a: u64| symbols.in_plt(a) || symbols.object(a).is_some_and(|(path, _)| is_dynamic_linker(path));
-    let facts = Facts::new(&rec.plans, rec.profile.blocks().len(), &linker);
+    let code = |a: u64| match symbols.object(a) {
+        _ if symbols.in_plt(a) => Code::Linker,
+        Some((path, _)) if feed::is_dynamic_linker(path) => Code::Linker,
+        Some((path, _)) if feed::is_runtime(path) => Code::Runtime,
+        _ => Code::Program,
+    };
+    let facts = Facts::new(&rec.plans, rec.profile.blocks().len(), &code);
     let (atomic, syncs) = first_pass(rec)?;
     let spawns: Vec<Option<(u32, u64, u64)>> = threads.iter().map(|t| t.spawn.map(|s| (s.parent, s.seq, s.tls))).collect();
-    let mut engine = Engine::new(&spawns, &atomic);
+    let runtime: Vec<(u64, u64)> = rec.profile.modules.iter().filter(|m| m.event == "load" && feed::is_runtime(&m.path)).map(|m| (m.base, m.base + m.size)).collect();
+    let mut engine = Engine::new(&spawns, &atomic, runtime);
     if let Some((start, end, _)) = &region {
         engine.region = Some(Region { start: *start, end: *end, seen: FxHashMap::default() });
     }
@@ -110,13 +116,6 @@ pub fn analyse(rec: &Recovery, symbols: &crate::symbols::Symbolizer, region: Opt
         threads: threads.len(),
         shadow_bytes,
     })
-}
-
-/// Whether a module is the dynamic linker (whose lazy binding writes GOT slots that every
-/// thread's PLT stubs read: synchronised by design, not the program's).
-fn is_dynamic_linker(path: &str) -> bool {
-    let name = std::path::Path::new(path).file_name().and_then(|n| n.to_str()).unwrap_or("");
-    name.starts_with("ld-linux") || name.starts_with("ld-musl") || name.starts_with("ld64.so") || name == "ld.so"
 }
 
 /// The granules locked instructions touch, with their bytes, and each thread's sync record
