@@ -32,12 +32,19 @@ if [ ${#need[@]} -gt 0 ]; then
 else
   echo "setup: build dependencies present (cmake, libclang, gcc, g++, make, valgrind, python3)"
 fi
-# gprof2dot (PyPI): one of the Callgrind readers the tests run dep's profiles through.
-if ! python3 -c 'import gprof2dot' 2>/dev/null && ! command -v gprof2dot >/dev/null; then
-  echo "setup: installing gprof2dot (pip)"
+# A PyPI package through pip, unless python3 imports it already or its command is on PATH.
+pip_install() {
+  local pkg=$1
+  python3 -c "import $pkg" 2>/dev/null && return 0
+  command -v "$pkg" >/dev/null && return 0
+  echo "setup: installing $pkg (pip)"
   command -v pip3 >/dev/null || { export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; apt-get install -y -qq python3-pip >/dev/null; }
-  python3 -m pip install -q gprof2dot 2>/dev/null || python3 -m pip install -q --break-system-packages gprof2dot
-fi
+  python3 -m pip install -q "$pkg" 2>/dev/null || python3 -m pip install -q --break-system-packages "$pkg"
+}
+# gprof2dot: one of the Callgrind readers the tests run dep's profiles through.
+pip_install gprof2dot
+# duckdb: the Parquet export's test and examples/find_race.py query traces with it.
+pip_install duckdb
 command -v cargo >/dev/null || {
   echo "setup: cargo not found; install Rust (rustup) first" >&2
   exit 1

@@ -40,9 +40,12 @@ enum Cmd {
         /// Write the truth stream recorded alongside instead of recovering.
         #[arg(long)]
         truth: bool,
-        /// text, blocks, binary, or null (recover and count, write nothing).
+        /// text, blocks, binary, parquet (a directory of Parquet tables: per thread its
+        /// references, blocks and sync points; needs -o DIR), or null (recover and count,
+        /// write nothing).
         #[arg(long, default_value = "text")]
         format: String,
+        /// The file to write (stdout when none), or with --format parquet the directory.
         #[arg(short, long)]
         output: Option<PathBuf>,
         /// Recovery threads (0: one per core). Chunks recover in parallel; output keeps its order.
@@ -305,9 +308,16 @@ fn recover(profile: &std::path::Path, truth: bool, format: &str, output: Option<
         check_truncated(&p)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let fmt = Format::parse(format).with_context(|| format!("unknown format {format:?} (text, blocks, binary or null)"))?;
-    let mut out = create_output(output)?;
     let pb = progress_bar(rec.chunks().len() as u64, if truth { "replaying truth" } else { "recovering" });
+    if format == "parquet" {
+        let dir = output.context("--format parquet writes a directory: give it with -o DIR")?;
+        dep_dcfg_out::parquet::write(&rec, source, dir, &|n| pb.inc(n))?;
+        pb.finish_and_clear();
+        check_truncated(&p)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let fmt = Format::parse(format).with_context(|| format!("unknown format {format:?} (text, blocks, binary, parquet or null)"))?;
+    let mut out = create_output(output)?;
     out.write_all(fmt.header()).context("writing output")?;
     let r = if rec.workers() == 1 {
         // One thread: render straight into the output, no chunk-sized buffers.

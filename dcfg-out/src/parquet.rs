@@ -1,0 +1,673 @@
+//! Parquet traces (`dep recover --format parquet -o DIR`), for pandas, polars, DuckDB or
+//! Spark: per thread, its memory references in `DIR/references/thread-NNNN.parquet`, its
+//! executed blocks in `DIR/blocks/thread-NNNN.parquet` and its synchronisation points in
+//! `DIR/syncs/thread-NNNN.parquet` (NNNN the thread index, from 0000), zstd-compressed, in
+//! row groups of at most [`ROW_GROUP`] rows; the thread table, who created each thread and
+//! where, in `DIR/threads.parquet`; and the module table, where each image was loaded, in
+//! `DIR/modules.parquet` (to name addresses with `nm` when images are position-independent).
+//! Threads are written in parallel, each streamed through a buffer of about [`BATCH`] rows.
+//!
+//! Every row carries `order`: the number of the last synchronisation point its thread
+//! passed before it (null before the first). A sync record that names an instruction
+//! arrives after its block's references, so the current block's rows stay buffered, open
+//! to correction, until the next block; only rows of instructions before the block's first
+//! atomic or system call (the only instructions a sync record names) leave earlier, which
+//! bounds the buffer but for a rep string after an atomic in one block.
+
+use ::parquet::arrow::ArrowWriter;
+use ::parquet::basic::{Compression, Encoding, ZstdLevel};
+use ::parquet::file::properties::WriterProperties;
+use ::parquet::schema::types::ColumnPath;
+use arrow_array::types::Int8Type;
+use arrow_array::{ArrayRef, BooleanArray, DictionaryArray, Int8Array, RecordBatch, StringArray, UInt32Array, UInt64Array};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use dep_profile::container::{ModuleEvent, ThreadInfo};
+use dep_profile::semantics::{Access, Flow};
+use dep_recover::{Begin, BlockEvent, Marker, MemEvent, Part, RecoverError, Recovery, Sink, SinkError, SinkResult, Source};
+use std::fs::File;
+use std::io::{self, BufWriter};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Rows buffered per table before they go to the Parquet writer.
+pub const BATCH: usize = 1 << 16;
+/// Rows of a row group.
+pub const ROW_GROUP: usize = 1 << 20;
+/// The subdirectory of the references' files.
+pub const REFERENCES: &str = "references";
+/// The subdirectory of the blocks' files.
+pub const BLOCKS: &str = "blocks";
+/// The subdirectory of the synchronisation points' files.
+pub const SYNCS: &str = "syncs";
+/// The module table's file.
+pub const MODULES: &str = "modules.parquet";
+/// The thread table's file.
+pub const THREADS: &str = "threads.parquet";
+
+/// Why a trace could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Recover(#[from] RecoverError),
+    #[error("cannot create {path}: {err}")]
+    Create { path: String, err: io::Error },
+    #[error("writing {path}: {err}")]
+    Write { path: String, err: ::parquet::errors::ParquetError },
+}
+
+/// Rows written per thread, in thread order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    pub references: Vec<u64>,
+    pub blocks: Vec<u64>,
+    pub syncs: Vec<u64>,
+}
+
+/// Writes `rec`'s trace from `source` as Parquet tables under `dir` (created if missing;
+/// thread files of an earlier export are replaced, those of threads this profile lacks
+/// removed); `progress` sees each chunk done.
+pub fn write(rec: &Recovery, source: Source, dir: &Path, progress: &(dyn Fn(u64) + Sync)) -> Result<Written, ExportError> {
+    let threads = rec.profile.threads.len();
+    for sub in [REFERENCES, BLOCKS, SYNCS] {
+        let d = dir.join(sub);
+        let err = |err| ExportError::Create { path: d.display().to_string(), err };
+        std::fs::create_dir_all(&d).map_err(err)?;
+        remove_stale(&d, threads).map_err(err)?;
+    }
+    write_modules(&dir.join(MODULES), &rec.profile.modules)?;
+    write_threads(&dir.join(THREADS), &rec.profile.threads)?;
+    let sinks = rec.run_threads(source, |t| ThreadWriter::new(dir, t, BATCH), progress)?;
+    Ok(Written {
+        references: sinks.iter().map(|s| s.refs.next).collect(),
+        blocks: sinks.iter().map(|s| s.blocks.next).collect(),
+        syncs: sinks.iter().map(|s| s.syncs.next).collect(),
+    })
+}
+
+/// The file of thread `t` in a table's directory.
+fn thread_file(dir: &Path, t: u32) -> PathBuf {
+    dir.join(format!("thread-{t:04}.parquet"))
+}
+
+/// Removes the thread files of `dir` numbered `threads` or more: a glob over the directory
+/// must not read another profile's threads.
+fn remove_stale(dir: &Path, threads: usize) -> io::Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let name = e?.file_name();
+        let n = name.to_str().and_then(|s| s.strip_prefix("thread-")?.strip_suffix(".parquet")?.parse::<usize>().ok());
+        if n.is_some_and(|n| n >= threads) {
+            std::fs::remove_file(dir.join(&name))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes the module loads and unloads, in the order the collector saw them.
+fn write_modules(path: &Path, modules: &[ModuleEvent]) -> Result<(), ExportError> {
+    use DataType::*;
+    let schema = schema(&[
+        ("event", Utf8, false),
+        ("path", Utf8, false),
+        ("base", UInt64, false),
+        ("size", UInt64, false),
+        ("build_id", Utf8, true),
+    ]);
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(modules.iter().map(|m| &m.event))),
+        Arc::new(StringArray::from_iter_values(modules.iter().map(|m| &m.path))),
+        Arc::new(UInt64Array::from_iter_values(modules.iter().map(|m| m.base))),
+        Arc::new(UInt64Array::from_iter_values(modules.iter().map(|m| m.size))),
+        Arc::new(StringArray::from_iter(modules.iter().map(|m| m.build_id.as_deref()))),
+    ];
+    write_one(path, schema, columns)
+}
+
+/// Writes the threads in creation order: kernel id, and the creating thread with its sync
+/// point before the creating system call, where the profile says.
+fn write_threads(path: &Path, threads: &[ThreadInfo]) -> Result<(), ExportError> {
+    use DataType::*;
+    let schema = schema(&[
+        ("thread", UInt32, false),
+        ("tid", UInt32, false),
+        ("parent", UInt32, true),
+        ("spawn", UInt64, true),
+        ("start_ns", UInt64, true),
+        ("end_ns", UInt64, true),
+    ]);
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(UInt32Array::from_iter_values(threads.iter().map(|t| t.index))),
+        Arc::new(UInt32Array::from_iter_values(threads.iter().map(|t| t.tid))),
+        Arc::new(UInt32Array::from_iter(threads.iter().map(|t| t.spawn.map(|s| s.parent)))),
+        Arc::new(UInt64Array::from_iter(threads.iter().map(|t| t.spawn.map(|s| s.seq)))),
+        Arc::new(UInt64Array::from_iter(threads.iter().map(|t| t.start_ns))),
+        Arc::new(UInt64Array::from_iter(threads.iter().map(|t| t.end_ns))),
+    ];
+    write_one(path, schema, columns)
+}
+
+/// Writes a small table in one batch.
+fn write_one(path: &Path, schema: SchemaRef, columns: Vec<ArrayRef>) -> Result<(), ExportError> {
+    let mut table = Table::create(path.to_path_buf(), schema.clone(), &[])?;
+    table.write(RecordBatch::try_new(schema, columns))?;
+    table.close()
+}
+
+/// A schema of (name, type, nullable) columns.
+fn schema(columns: &[(&str, DataType, bool)]) -> SchemaRef {
+    Arc::new(Schema::new(columns.iter().map(|(name, t, null)| Field::new(*name, t.clone(), *null)).collect::<Vec<_>>()))
+}
+
+/// The references' columns.
+fn references_schema() -> SchemaRef {
+    use DataType::*;
+    let kind = Dictionary(Box::new(Int8), Box::new(Utf8));
+    schema(&[
+        ("thread", UInt32, false),
+        ("seq", UInt64, false),
+        ("order", UInt64, true),
+        ("pc", UInt64, false),
+        ("addr", UInt64, false),
+        ("size", UInt32, false),
+        ("kind", kind, false),
+        ("conditional", Boolean, false),
+        ("block", UInt64, false),
+    ])
+}
+
+/// The blocks' columns.
+fn blocks_schema() -> SchemaRef {
+    use DataType::*;
+    schema(&[
+        ("thread", UInt32, false),
+        ("seq", UInt64, false),
+        ("order", UInt64, true),
+        ("addr", UInt64, false),
+        ("id", UInt32, true),
+        ("instructions", UInt32, false),
+    ])
+}
+
+/// The synchronisation points' columns.
+fn syncs_schema() -> SchemaRef {
+    use DataType::*;
+    schema(&[
+        ("thread", UInt32, false),
+        ("order", UInt64, false),
+        ("block", UInt64, true),
+        ("insn", UInt32, true),
+        ("after", Boolean, false),
+    ])
+}
+
+/// One Parquet file being written.
+struct Table {
+    path: PathBuf,
+    writer: ArrowWriter<BufWriter<File>>,
+}
+
+impl Table {
+    /// Creates `path` with `schema`; `counters` are columns that count up (delta-encoded).
+    fn create(path: PathBuf, schema: SchemaRef, counters: &[&str]) -> Result<Table, ExportError> {
+        let file = File::create(&path).map_err(|err| ExportError::Create { path: path.display().to_string(), err })?;
+        let mut props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .set_max_row_group_row_count(Some(ROW_GROUP));
+        for c in counters {
+            let col = ColumnPath::from(*c);
+            props = props.set_column_dictionary_enabled(col.clone(), false).set_column_encoding(col, Encoding::DELTA_BINARY_PACKED);
+        }
+        let writer = ArrowWriter::try_new(BufWriter::with_capacity(1 << 20, file), schema, Some(props.build()));
+        let writer = writer.map_err(|err| ExportError::Write { path: path.display().to_string(), err })?;
+        Ok(Table { path, writer })
+    }
+
+    fn err(&self, err: ::parquet::errors::ParquetError) -> ExportError {
+        ExportError::Write { path: self.path.display().to_string(), err }
+    }
+
+    fn write(&mut self, batch: Result<RecordBatch, arrow_schema::ArrowError>) -> Result<(), ExportError> {
+        let batch = batch.map_err(|e| self.err(e.into()))?;
+        self.writer.write(&batch).map_err(|e| self.err(e))
+    }
+
+    fn close(self) -> Result<(), ExportError> {
+        let path = self.path;
+        self.writer.close().map(|_| ()).map_err(|err| ExportError::Write { path: path.display().to_string(), err })
+    }
+}
+
+/// Buffered references, column by column.
+#[derive(Default)]
+struct RefRows {
+    /// The thread's references before the first buffered one (its `seq`), then all of them.
+    next: u64,
+    order: Vec<Option<u64>>,
+    pc: Vec<u64>,
+    addr: Vec<u64>,
+    size: Vec<u32>,
+    write: Vec<bool>,
+    conditional: Vec<bool>,
+    block: Vec<u64>,
+    /// Each reference's instruction in its block (not written: for placing sync points).
+    insn: Vec<u16>,
+}
+
+impl RefRows {
+    fn push(&mut self, m: &MemEvent, order: Option<u64>, block: u64) {
+        self.order.push(order);
+        self.pc.push(m.pc);
+        self.addr.push(m.addr);
+        self.size.push(m.size);
+        self.write.push(m.access == Access::Write);
+        self.conditional.push(m.conditional);
+        self.block.push(block);
+        self.insn.push(m.insn);
+        self.next += 1;
+    }
+
+    /// The first `n` rows, as thread `thread`'s.
+    fn batch(&self, thread: u32, n: usize) -> Result<RecordBatch, arrow_schema::ArrowError> {
+        let first = self.next - self.pc.len() as u64;
+        // As `dep recover --format text` writes them.
+        let kinds = Arc::new(StringArray::from(vec!["R", "W"]));
+        let kind = DictionaryArray::<Int8Type>::try_new(Int8Array::from_iter_values(self.write[..n].iter().map(|&w| w as i8)), kinds)?;
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(UInt32Array::from(vec![thread; n])),
+            Arc::new(UInt64Array::from_iter_values(first..first + n as u64)),
+            Arc::new(UInt64Array::from(self.order[..n].to_vec())),
+            Arc::new(UInt64Array::from(self.pc[..n].to_vec())),
+            Arc::new(UInt64Array::from(self.addr[..n].to_vec())),
+            Arc::new(UInt32Array::from(self.size[..n].to_vec())),
+            Arc::new(kind),
+            Arc::new(BooleanArray::from(self.conditional[..n].to_vec())),
+            Arc::new(UInt64Array::from(self.block[..n].to_vec())),
+        ];
+        RecordBatch::try_new(references_schema(), columns)
+    }
+
+    /// Drops the first `n` rows (written).
+    fn drain(&mut self, n: usize) {
+        self.order.drain(..n);
+        self.pc.drain(..n);
+        self.addr.drain(..n);
+        self.size.drain(..n);
+        self.write.drain(..n);
+        self.conditional.drain(..n);
+        self.block.drain(..n);
+        self.insn.drain(..n);
+    }
+}
+
+/// Buffered blocks, column by column.
+#[derive(Default)]
+struct BlockRows {
+    /// The thread's blocks before the first buffered one (its `seq`), then all of them.
+    next: u64,
+    order: Vec<Option<u64>>,
+    addr: Vec<u64>,
+    id: Vec<Option<u32>>,
+    instructions: Vec<u32>,
+}
+
+impl BlockRows {
+    fn batch(&self, thread: u32) -> Result<RecordBatch, arrow_schema::ArrowError> {
+        let n = self.addr.len();
+        let first = self.next - n as u64;
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(UInt32Array::from(vec![thread; n])),
+            Arc::new(UInt64Array::from_iter_values(first..first + n as u64)),
+            Arc::new(UInt64Array::from(self.order.clone())),
+            Arc::new(UInt64Array::from(self.addr.clone())),
+            Arc::new(UInt32Array::from(self.id.clone())),
+            Arc::new(UInt32Array::from(self.instructions.clone())),
+        ];
+        RecordBatch::try_new(blocks_schema(), columns)
+    }
+
+    fn clear(&mut self) {
+        self.order.clear();
+        self.addr.clear();
+        self.id.clear();
+        self.instructions.clear();
+    }
+}
+
+/// Buffered synchronisation points, column by column.
+#[derive(Default)]
+struct SyncRows {
+    /// The thread's points before the first buffered one, then all of them.
+    next: u64,
+    order: Vec<u64>,
+    block: Vec<Option<u64>>,
+    insn: Vec<Option<u32>>,
+    after: Vec<bool>,
+}
+
+impl SyncRows {
+    fn batch(&self, thread: u32) -> Result<RecordBatch, arrow_schema::ArrowError> {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(UInt32Array::from(vec![thread; self.order.len()])),
+            Arc::new(UInt64Array::from(self.order.clone())),
+            Arc::new(UInt64Array::from(self.block.clone())),
+            Arc::new(UInt32Array::from(self.insn.clone())),
+            Arc::new(BooleanArray::from(self.after.clone())),
+        ];
+        RecordBatch::try_new(syncs_schema(), columns)
+    }
+
+    fn clear(&mut self) {
+        self.order.clear();
+        self.block.clear();
+        self.insn.clear();
+        self.after.clear();
+    }
+}
+
+/// One thread's three files.
+struct Files {
+    refs: Table,
+    blocks: Table,
+    syncs: Table,
+}
+
+impl Files {
+    fn create(dir: &Path, thread: u32) -> Result<Files, ExportError> {
+        Ok(Files {
+            refs: Table::create(thread_file(&dir.join(REFERENCES), thread), references_schema(), &["seq", "block"])?,
+            blocks: Table::create(thread_file(&dir.join(BLOCKS), thread), blocks_schema(), &["seq"])?,
+            syncs: Table::create(thread_file(&dir.join(SYNCS), thread), syncs_schema(), &["order"])?,
+        })
+    }
+
+    fn close(self) -> Result<(), ExportError> {
+        self.refs.close()?;
+        self.blocks.close()?;
+        self.syncs.close()
+    }
+}
+
+/// One thread's sink: its tables, their buffered rows and the thread's last sync point.
+struct ThreadWriter {
+    dir: PathBuf,
+    thread: u32,
+    /// Rows buffered before a write, [`BATCH`] but in tests.
+    batch: usize,
+    /// The files, from `begin`.
+    files: Option<Files>,
+    refs: RefRows,
+    blocks: BlockRows,
+    syncs: SyncRows,
+    /// The last sync point's number.
+    order: Option<u64>,
+    /// Where the current block's references start in `refs`.
+    block_start: usize,
+    /// The current block's first instruction a sync record can name (an atomic or a system
+    /// call): its references before it are final.
+    syncable: u16,
+}
+
+impl ThreadWriter {
+    fn new(dir: &Path, thread: u32, batch: usize) -> Self {
+        ThreadWriter {
+            dir: dir.to_path_buf(),
+            thread,
+            batch,
+            files: None,
+            refs: RefRows::default(),
+            blocks: BlockRows::default(),
+            syncs: SyncRows::default(),
+            order: None,
+            block_start: 0,
+            syncable: 0,
+        }
+    }
+
+    fn files(&mut self) -> Result<&mut Files, SinkError> {
+        self.files.as_mut().ok_or_else(|| SinkError::failed("parquet: events before begin"))
+    }
+
+    /// Writes the first `n` buffered references.
+    fn flush_refs(&mut self, n: usize) -> SinkResult {
+        let batch = self.refs.batch(self.thread, n);
+        self.files()?.refs.write(batch).map_err(SinkError::failed)?;
+        self.refs.drain(n);
+        self.block_start = self.block_start.saturating_sub(n);
+        Ok(())
+    }
+
+    fn flush_blocks(&mut self) -> SinkResult {
+        let batch = self.blocks.batch(self.thread);
+        self.files()?.blocks.write(batch).map_err(SinkError::failed)?;
+        self.blocks.clear();
+        Ok(())
+    }
+
+    fn flush_syncs(&mut self) -> SinkResult {
+        let batch = self.syncs.batch(self.thread);
+        self.files()?.syncs.write(batch).map_err(SinkError::failed)?;
+        self.syncs.clear();
+        Ok(())
+    }
+
+    /// Sync point `seq` before instruction `from` of the current block: that instruction's
+    /// references and those after it, and the block itself when `from` is 0, follow it.
+    fn sync_in_block(&mut self, seq: u64, from: u16) {
+        let start = self.block_start;
+        let i = start + self.refs.insn[start..].partition_point(|&k| k < from);
+        self.refs.order[i..].fill(Some(seq));
+        if from == 0 {
+            if let Some(o) = self.blocks.order.last_mut() {
+                *o = Some(seq);
+            }
+        }
+        self.order = Some(seq);
+    }
+}
+
+impl Sink for ThreadWriter {
+    fn begin(&mut self, b: &Begin) -> SinkResult {
+        if b.part != Part::Thread(self.thread) {
+            return Err(SinkError::failed(format!("parquet: a thread's writer given {:?}", b.part)));
+        }
+        self.files = Some(Files::create(&self.dir, self.thread).map_err(SinkError::failed)?);
+        Ok(())
+    }
+
+    fn block(&mut self, b: &BlockEvent) -> SinkResult {
+        // The rows buffered are final now: no sync record reaches back past a block.
+        if self.refs.pc.len() >= self.batch {
+            self.flush_refs(self.refs.pc.len())?;
+        }
+        if self.blocks.addr.len() >= self.batch {
+            self.flush_blocks()?;
+        }
+        self.block_start = self.refs.pc.len();
+        self.syncable = b.plan.map_or(0, |p| {
+            p.insns.iter().position(|i| i.atomic || i.flow == Flow::Syscall).map_or(u16::MAX, |k| k.min(u16::MAX as usize) as u16)
+        });
+        self.blocks.order.push(self.order);
+        self.blocks.addr.push(b.addr);
+        self.blocks.id.push(b.id);
+        self.blocks.instructions.push(b.executed);
+        self.blocks.next += 1;
+        Ok(())
+    }
+
+    fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
+        let block = self.blocks.next.wrapping_sub(1);
+        for m in refs {
+            self.refs.push(m, self.order, block);
+        }
+        // One block's references past twice a batch (a long rep string): write those no
+        // sync record can reach.
+        if self.refs.pc.len() >= 2 * self.batch {
+            let start = self.block_start;
+            let syncable = self.syncable;
+            let done = start + self.refs.insn[start..].partition_point(|&k| k < syncable);
+            if done > 0 {
+                self.flush_refs(done)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
+        if let Marker::Sync { seq, insn, after } = m {
+            match insn {
+                Some(k) => self.sync_in_block(seq, k.saturating_add(after as u16)),
+                None => self.order = Some(seq),
+            }
+            if self.syncs.order.len() >= self.batch {
+                self.flush_syncs()?;
+            }
+            self.syncs.order.push(seq);
+            self.syncs.block.push(self.blocks.next.checked_sub(1));
+            self.syncs.insn.push(insn.map(u32::from));
+            self.syncs.after.push(after);
+            self.syncs.next += 1;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> SinkResult {
+        if self.files.is_none() {
+            return Ok(());
+        }
+        self.flush_refs(self.refs.pc.len())?;
+        self.flush_blocks()?;
+        self.flush_syncs()?;
+        self.files.take().expect("checked").close().map_err(SinkError::failed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{UInt32Type, UInt64Type};
+    use dep_profile::semantics::{Machine, Semantics};
+    use dep_profile::BlockPlan;
+
+    /// Thread 2's writer into `dir`, writing every `batch` rows. (`begin` needs a profile:
+    /// the files are opened directly.)
+    fn writer(dir: &Path, batch: usize) -> ThreadWriter {
+        for sub in [REFERENCES, BLOCKS, SYNCS] {
+            std::fs::create_dir_all(dir.join(sub)).unwrap();
+        }
+        let mut w = ThreadWriter::new(dir, 2, batch);
+        w.files = Some(Files::create(dir, 2).unwrap());
+        w
+    }
+
+    /// Every batch of thread 2's file of `table`.
+    fn read(dir: &Path, table: &str) -> Vec<RecordBatch> {
+        let f = File::open(thread_file(&dir.join(table), 2)).unwrap();
+        ParquetRecordBatchReaderBuilder::try_new(f).unwrap().build().unwrap().map(|b| b.unwrap()).collect()
+    }
+
+    fn u64s(batches: &[RecordBatch], col: &str) -> Vec<Option<u64>> {
+        batches.iter().flat_map(|b| b.column_by_name(col).unwrap().as_primitive::<UInt64Type>().iter().collect::<Vec<_>>()).collect()
+    }
+
+    fn u32s(batches: &[RecordBatch], col: &str) -> Vec<Option<u32>> {
+        batches.iter().flat_map(|b| b.column_by_name(col).unwrap().as_primitive::<UInt32Type>().iter().collect::<Vec<_>>()).collect()
+    }
+
+    fn mem(pc: u64, insn: u16, access: Access) -> MemEvent {
+        MemEvent { pc, addr: 0x1000 + pc, size: 8, access, conditional: false, insn }
+    }
+
+    fn sync(seq: u64, insn: Option<u16>, after: bool) -> Marker {
+        Marker::Sync { seq, insn, after }
+    }
+
+    /// Blocks without plans (no instruction known to be syncable), references before and
+    /// after sync points, a batch of 4 rows so that writes happen between and within blocks.
+    #[test]
+    fn rows_orders_and_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = writer(dir.path(), 4);
+        let planless = BlockEvent { thread: 2, addr: 0x400000, version: 0, id: Some(7), plan: None, executed: 3, interrupted: false };
+        // Block 0: two references, no sync point yet.
+        w.block(&planless).unwrap();
+        w.refs(&[mem(1, 0, Access::Read), mem(2, 1, Access::Write)]).unwrap();
+        // Block 1: a sync point before instruction 1 and one after it.
+        w.block(&BlockEvent { id: None, ..planless }).unwrap();
+        w.refs(&[mem(3, 0, Access::Read), mem(4, 1, Access::Read), mem(5, 1, Access::Write), mem(6, 2, Access::Read)]).unwrap();
+        w.marker(2, sync(10, Some(1), false)).unwrap();
+        w.marker(2, sync(11, Some(1), true)).unwrap();
+        // A sync point between blocks, then block 2 with one before its first instruction.
+        w.marker(2, sync(12, None, false)).unwrap();
+        w.block(&planless).unwrap();
+        w.refs(&[mem(7, 0, Access::Write)]).unwrap();
+        w.marker(2, sync(13, Some(0), false)).unwrap();
+        // Block 3: ten references with nothing syncable known: held until the block ends.
+        w.block(&planless).unwrap();
+        for pc in 8..18 {
+            w.refs(&[mem(pc, 2, Access::Read)]).unwrap();
+        }
+        w.marker(2, Marker::ThreadEnd).unwrap();
+        w.finish().unwrap();
+
+        let refs = read(dir.path(), REFERENCES);
+        assert_eq!(u64s(&refs, "seq"), (0..17).map(Some).collect::<Vec<_>>());
+        assert_eq!(u64s(&refs, "pc"), (1..18).map(Some).collect::<Vec<_>>());
+        let mut order = vec![None, None, None, Some(10), Some(10), Some(11), Some(13)];
+        order.extend([Some(13); 10]);
+        assert_eq!(u64s(&refs, "order"), order);
+        let mut block = vec![Some(0), Some(0), Some(1), Some(1), Some(1), Some(1), Some(2)];
+        block.extend([Some(3); 10]);
+        assert_eq!(u64s(&refs, "block"), block);
+        let kinds: Vec<String> = refs
+            .iter()
+            .flat_map(|b| {
+                let d = b.column_by_name("kind").unwrap().as_dictionary::<Int8Type>();
+                let values = d.values().as_string::<i32>().clone();
+                d.keys().iter().map(move |k| values.value(k.unwrap() as usize).to_string()).collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(&kinds[..3], ["R", "W", "R"]);
+        assert!(u32s(&refs, "thread").iter().all(|&t| t == Some(2)));
+
+        let blocks = read(dir.path(), BLOCKS);
+        assert_eq!(u64s(&blocks, "seq"), (0..4).map(Some).collect::<Vec<_>>());
+        assert_eq!(u64s(&blocks, "order"), vec![None, None, Some(13), Some(13)]);
+        assert_eq!(u32s(&blocks, "id"), vec![Some(7), None, Some(7), Some(7)]);
+        assert_eq!(u32s(&blocks, "instructions"), vec![Some(3); 4]);
+
+        let syncs = read(dir.path(), SYNCS);
+        assert_eq!(u64s(&syncs, "order"), vec![Some(10), Some(11), Some(12), Some(13)]);
+        assert_eq!(u64s(&syncs, "block"), vec![Some(1), Some(1), Some(1), Some(2)]);
+        assert_eq!(u32s(&syncs, "insn"), vec![Some(1), Some(1), None, Some(0)]);
+    }
+
+    /// A block whose rep string runs long before its atomic: the references before the
+    /// atomic are written as they come, the atomic's and later ones wait for its sync points.
+    #[test]
+    fn long_block_before_an_atomic() {
+        // mov rax, [rbx]; rep movsb; lock xadd [rcx], eax; mov [rdx], rax
+        let code = [0x48, 0x8b, 0x03, 0xf3, 0xa4, 0xf0, 0x0f, 0xc1, 0x01, 0x48, 0x89, 0x02];
+        let plan = BlockPlan::build(&mut Semantics::new(Machine::x86_64(0)), 0x401000, &code, None).unwrap();
+        assert!(plan.insns[2].atomic);
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = writer(dir.path(), 4);
+        w.block(&BlockEvent { thread: 2, addr: 0x401000, version: 0, id: Some(0), plan: Some(&plan), executed: 4, interrupted: false })
+            .unwrap();
+        w.refs(&[mem(0, 0, Access::Read)]).unwrap();
+        for k in 0..20 {
+            w.refs(&[mem(1, 1, Access::Read), mem(1, 1, if k == 19 { Access::Read } else { Access::Write })]).unwrap();
+        }
+        assert!(w.refs.next - w.refs.pc.len() as u64 >= 8, "the rep string's references were not written as they came");
+        w.refs(&[mem(2, 2, Access::Read), mem(2, 2, Access::Write), mem(3, 3, Access::Write)]).unwrap();
+        w.marker(2, sync(5, Some(2), false)).unwrap();
+        w.marker(2, sync(6, Some(2), true)).unwrap();
+        w.finish().unwrap();
+        let refs = read(dir.path(), REFERENCES);
+        assert_eq!(u64s(&refs, "seq"), (0..44).map(Some).collect::<Vec<_>>());
+        let mut order = vec![None; 41];
+        order.extend([Some(5), Some(5), Some(6)]);
+        assert_eq!(u64s(&refs, "order"), order);
+        assert_eq!(u64s(&read(dir.path(), BLOCKS), "order"), vec![None]);
+    }
+}

@@ -1,0 +1,127 @@
+//! `dep recover --format parquet` end to end, read back with DuckDB: the tables hold the
+//! references and blocks the text renderings list, row for row, per thread as many
+//! references as `dep stats` counts, and examples/find_race.py finds the racing counter of corpora/races.c
+//! at the address `nm` and the profile's module table give it. Needs the DynamoRIO build,
+//! gcc and the duckdb Python package (scripts/setup.sh installs it).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+mod common;
+use common::{corpus, dep};
+
+fn ok(cmd: &mut Command) -> Output {
+    let o = cmd.stdin(Stdio::null()).output().expect("spawn");
+    assert!(o.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+/// What `dep recover PROFILE --format FORMAT` writes, line by line.
+fn recovered(profile: &Path, format: &str) -> Vec<String> {
+    let o = ok(Command::new(dep()).arg("recover").arg(profile).args(["--format", format]));
+    String::from_utf8(o.stdout).unwrap().lines().map(str::to_string).collect()
+}
+
+/// The rows of a DuckDB query, each as its values printed with spaces between.
+fn duck(sql: &str) -> Vec<String> {
+    // (DuckDB draws a progress bar on stdout during a long query unless told not to.)
+    let script = "import sys, duckdb\ndb = duckdb.connect()\ndb.execute('SET enable_progress_bar = false')\nfor r in db.sql(sys.argv[1]).fetchall(): print(*r)";
+    let o = ok(Command::new("python3").args(["-c", script, sql]));
+    String::from_utf8(o.stdout).unwrap().lines().map(str::to_string).collect()
+}
+
+fn one_number(sql: &str) -> u64 {
+    duck(sql)[0].parse().unwrap()
+}
+
+/// Records corpus program `prog` with `args` and exports it to DIR/`prog`.pq.
+fn record_and_export(dir: &Path, prog: &str, args: &[&str]) -> (PathBuf, PathBuf) {
+    let (p, out) = (dir.join(format!("{prog}.dep")), dir.join(format!("{prog}.pq")));
+    ok(Command::new(dep()).arg("record").arg("-o").arg(&p).arg("--").arg(corpus().join(prog)).args(args));
+    ok(Command::new(dep()).arg("recover").arg(&p).args(["--format", "parquet", "-o"]).arg(&out));
+    (p, out)
+}
+
+#[test]
+fn parquet_tables_match_the_recovered_trace() {
+    let has_duckdb = Command::new("python3").args(["-c", "import duckdb"]).status().is_ok_and(|s| s.success());
+    assert!(has_duckdb, "the duckdb Python package is not importable: run scripts/setup.sh");
+    let dir = tempfile::tempdir().unwrap();
+    for (prog, args) in [("races", &["counter"][..]), ("threads", &[])] {
+        let (p, out) = record_and_export(dir.path(), prog, args);
+        let refs = format!("read_parquet('{}/references/*.parquet')", out.display());
+        let blocks = format!("read_parquet('{}/blocks/*.parquet')", out.display());
+        // Row for row what the text renderings list, thread by thread in execution order.
+        let text = recovered(&p, "text");
+        let rows = duck(&format!("SELECT printf('%d 0x%x %s 0x%x %d', thread, pc, kind, addr, size) FROM {refs} ORDER BY thread, seq"));
+        assert_eq!(rows.len(), text.len(), "{prog}: references");
+        assert!(rows == text, "{prog}: the references differ from --format text");
+        let text = recovered(&p, "blocks");
+        let rows = duck(&format!("SELECT printf('%d 0x%x %d', thread, addr, instructions) FROM {blocks} ORDER BY thread, seq"));
+        assert_eq!(rows.len(), text.len(), "{prog}: blocks");
+        assert!(rows == text, "{prog}: the blocks differ from --format blocks");
+
+        // Per thread: the references `dep stats` counts, numbered from 0 without a gap, each
+        // in a block of its own thread's table.
+        let stats = ok(Command::new(dep()).arg("stats").arg(&p).args(["--json", "--no-compress"]));
+        let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+        let want: Vec<String> = stats["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| format!("{} {} {}", t["thread"], t["refs"], t["refs"].as_u64().unwrap().saturating_sub(1)))
+            .collect();
+        assert!(want.len() >= if prog == "races" { 3 } else { 9 }, "{prog}: {} threads", want.len());
+        let got = duck(&format!(
+            "SELECT t.thread, count(r.seq), coalesce(max(r.seq), 0) FROM (SELECT DISTINCT thread FROM {blocks}) t \
+             LEFT JOIN {refs} r USING (thread) GROUP BY ALL ORDER BY 1"
+        ));
+        assert_eq!(got, want, "{prog}: per thread references (thread, count, last seq)");
+        let orphans = format!("SELECT count(*) FROM {refs} r ANTI JOIN {blocks} b ON r.thread = b.thread AND r.block = b.seq");
+        assert_eq!(one_number(&orphans), 0, "{prog}: references without their block");
+        // Orders rise with seq in each thread.
+        let falling = format!(
+            "SELECT count(*) FROM (SELECT \"order\" < lag(\"order\") OVER (PARTITION BY thread ORDER BY seq) AS f FROM {refs}) WHERE f"
+        );
+        assert_eq!(one_number(&falling), 0, "{prog}: orders fall");
+        assert_eq!(one_number(&format!("SELECT count(*) FROM {refs} WHERE \"order\" IS NULL")), 0, "{prog}: references before any sync");
+    }
+
+    // The race: both workers' increments of `counter`, at the binary's load address plus
+    // nm's offset (the binary is position-independent).
+    let races = corpus().join("races");
+    let nm = String::from_utf8(ok(Command::new("nm").arg(&races)).stdout).unwrap();
+    let offset =
+        nm.lines().find_map(|l| l.strip_suffix(" b counter").map(|a| u64::from_str_radix(a, 16).unwrap())).expect("nm has counter");
+    let profile = dep_profile::container::Profile::open(dir.path().join("races.dep")).unwrap();
+    let base = profile.modules.iter().find(|m| m.event == "load" && m.path.ends_with("/races")).expect("the binary's load").base;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/find_race.py");
+    let o = ok(Command::new("python3").arg(script).arg(dir.path().join("races.pq")).arg(&races));
+    let report = String::from_utf8(o.stdout).unwrap();
+    let line = report.lines().find(|l| l.starts_with(&format!("{:#x} ", base + offset)));
+    let line = line.unwrap_or_else(|| panic!("counter at {:#x} not reported:\n{report}", base + offset));
+    assert!(line.starts_with(&format!("{:#x} counter 1,2 ", base + offset)), "{line}");
+
+    // A second export into the same directory replaces the first's files, the threads this
+    // profile lacks included.
+    let pq = dir.path().join("threads.pq");
+    ok(Command::new(dep()).arg("recover").arg(dir.path().join("races.dep")).args(["--format", "parquet", "-o"]).arg(&pq));
+    for table in ["references", "blocks", "syncs"] {
+        assert_eq!(std::fs::read_dir(pq.join(table)).unwrap().count(), 3, "{table}");
+    }
+}
+
+#[test]
+fn parquet_errors_are_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("hello.dep");
+    ok(Command::new(dep()).arg("record").arg("-o").arg(&p).arg("--").arg(corpus().join("hello")));
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    for extra in [vec![], vec!["-o".to_string(), file.join("out").display().to_string()]] {
+        let o = Command::new(dep()).arg("recover").arg(&p).args(["--format", "parquet"]).args(&extra).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.starts_with("dep: error: ") && err.lines().count() == 1, "{extra:?}: {err}");
+    }
+}
