@@ -14,7 +14,7 @@
 
 use super::clock::Clock;
 use super::feed::{Class, Ev};
-use super::shadow::{byte_mask, Shadow, Slot, SLOTS};
+use super::shadow::{byte_mask, At, Shadow, Slot, SLOTS};
 use dep_profile::calls::{Func, LockOp};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -127,6 +127,7 @@ pub struct Engine<'a> {
     site_ids: FxHashMap<Site, u32>,
     /// Interned sites, by id (id 0 unused).
     pub sites: Vec<Site>,
+    site_cache: Vec<(Site, u32)>,
     lockset_ids: FxHashMap<Vec<(u64, bool)>, u32>,
     /// Interned locksets, by id (0: none).
     pub locksets: Vec<Vec<(u64, bool)>>,
@@ -190,6 +191,7 @@ impl<'a> Engine<'a> {
             shadow: Shadow::default(),
             site_ids: FxHashMap::default(),
             sites: vec![Site { pc: 0, caller: 0, write: false, size: 0 }],
+            site_cache: vec![(Site { pc: 0, caller: 0, write: false, size: 0 }, 0); 4096],
             lockset_ids,
             locksets: vec![Vec::new()],
             disjoint: FxHashMap::default(),
@@ -203,21 +205,26 @@ impl<'a> Engine<'a> {
 
     /// Whether `[addr, addr + size)` touches a location locked instructions use.
     #[inline]
-    pub fn is_atomic(&self, addr: u64, size: u32) -> bool {
+    pub fn is_atomic(&mut self, addr: u64, size: u32) -> bool {
         if self.atomic.is_empty() {
             return false;
         }
-        let end = addr + size.max(1) as u64;
+        let end = addr.saturating_add(size.max(1) as u64);
         let mut g = addr & !7;
         while g < end {
-            if let Some(&m) = self.atomic.get(&g) {
-                if m & byte_mask(g, addr, end) != 0 {
-                    return true;
-                }
+            let at = self.at(g);
+            if self.shadow.atomic(at) & byte_mask(g, addr, end) != 0 {
+                return true;
             }
             g += 8;
         }
         false
+    }
+
+    #[inline]
+    fn at(&mut self, g: u64) -> At {
+        let atomic = self.atomic;
+        self.shadow.at(g, &|a| atomic.get(&a).copied().unwrap_or(0))
     }
 
     fn in_runtime(&self, addr: u64) -> bool {
@@ -299,7 +306,20 @@ impl<'a> Engine<'a> {
         d
     }
 
+    #[inline]
     fn site(&mut self, s: Site) -> u32 {
+        // Most accesses repeat a recent site: a direct-mapped cache before the table.
+        let h = (s.pc ^ s.caller.rotate_left(17) ^ s.write as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52;
+        let c = &mut self.site_cache[h as usize];
+        if c.1 != 0 && c.0 == s {
+            return c.1;
+        }
+        let id = self.intern_site(s);
+        self.site_cache[h as usize] = (s, id);
+        id
+    }
+
+    fn intern_site(&mut self, s: Site) -> u32 {
         let next = self.sites.len() as u32;
         let id = *self.site_ids.entry(s).or_insert(next);
         if id == next {
@@ -507,7 +527,13 @@ impl<'a> Engine<'a> {
 
     /// Checks an access to one granule against those remembered, then remembers it.
     fn check(&mut self, t: usize, g: u64, mask: u8, cur: Slot, addr: u64) {
-        let slots = *self.shadow.granule(g);
+        let at = self.at(g);
+        let slots = *self.shadow.slots(at);
+        // The same access again (a loop) in the same epoch: anything it could race with was
+        // checked when it was stored, or checked it when that was stored.
+        if slots.iter().any(|s| *s == cur) {
+            return;
+        }
         for s in slots.iter() {
             if s.clock == 0 || s.mask & mask == 0 || s.thread as usize == t || !(s.write || cur.write) {
                 continue;
@@ -542,7 +568,7 @@ impl<'a> Engine<'a> {
             next.iter().position(|s| s.thread == cur.thread).unwrap_or((cur.clock as usize + cur.site as usize) % SLOTS)
         });
         next[i] = cur;
-        *self.shadow.granule(g) = next;
+        *self.shadow.slots(at) = next;
     }
 
     fn side(&self, s: &Slot) -> Side {

@@ -27,19 +27,67 @@ pub struct Slot {
 /// One granule's slots.
 pub type Granule = [Slot; SLOTS];
 
-/// Granules by page.
-#[derive(Default)]
+/// One 4 KiB page of granules, with the bytes of each that locked instructions use.
+pub struct Page {
+    pub granules: [Granule; GRANULES],
+    pub atomic: [u8; GRANULES],
+}
+
+/// Where a granule is: its page's index and its own within the page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct At {
+    pub page: u32,
+    pub granule: u16,
+}
+
+/// Pages by number, with a small cache of the last ones found (an access is mostly near
+/// the last few: the stack, the data being walked).
 pub struct Shadow {
-    pages: FxHashMap<u64, Box<[Granule; GRANULES]>>,
+    pages: Vec<Box<Page>>,
+    index: FxHashMap<u64, u32>,
+    cache: [(u64, u32); 8],
+}
+
+impl Default for Shadow {
+    fn default() -> Self {
+        Shadow { pages: Vec::new(), index: FxHashMap::default(), cache: [(u64::MAX, 0); 8] }
+    }
 }
 
 impl Shadow {
-    /// The granule holding `addr`, made empty if new.
+    /// The granule holding `addr`; a page made on first touch takes its atomic bytes from
+    /// `atomic(granule address)`.
     #[inline]
-    pub fn granule(&mut self, addr: u64) -> &mut Granule {
-        let page = addr >> 12;
-        let g = ((addr >> 3) as usize) % GRANULES;
-        &mut self.pages.entry(page).or_insert_with(|| Box::new([[Slot::default(); SLOTS]; GRANULES]))[g]
+    pub fn at(&mut self, addr: u64, atomic: &dyn Fn(u64) -> u8) -> At {
+        let pn = addr >> 12;
+        let c = (pn as usize) & 7;
+        let granule = ((addr >> 3) as usize % GRANULES) as u16;
+        if self.cache[c].0 == pn {
+            return At { page: self.cache[c].1, granule };
+        }
+        let next = self.pages.len() as u32;
+        let page = *self.index.entry(pn).or_insert(next);
+        if page == next {
+            let mut p = Box::new(Page { granules: [[Slot::default(); SLOTS]; GRANULES], atomic: [0; GRANULES] });
+            for (g, m) in p.atomic.iter_mut().enumerate() {
+                *m = atomic((pn << 12) + 8 * g as u64);
+            }
+            self.pages.push(p);
+        }
+        self.cache[c] = (pn, page);
+        At { page, granule }
+    }
+
+    /// The slots of a granule found with [`at`](Self::at).
+    #[inline]
+    pub fn slots(&mut self, at: At) -> &mut Granule {
+        &mut self.pages[at.page as usize].granules[at.granule as usize]
+    }
+
+    /// The atomic bytes of a granule found with [`at`](Self::at).
+    #[inline]
+    pub fn atomic(&self, at: At) -> u8 {
+        self.pages[at.page as usize].atomic[at.granule as usize]
     }
 
     /// Forgets every access to `[start, end)` (memory given back: a freed block, the stack
@@ -50,18 +98,18 @@ impl Shadow {
         }
         let (first, last) = (start >> 12, (end - 1) >> 12);
         // A large range with few pages made: visit the pages rather than the range.
-        let pages: Vec<u64> = if last - first > self.pages.len() as u64 {
-            self.pages.keys().copied().filter(|p| (first..=last).contains(p)).collect()
+        let pages: Vec<(u64, u32)> = if last - first > self.index.len() as u64 {
+            self.index.iter().filter(|(p, _)| (first..=last).contains(*p)).map(|(&p, &i)| (p, i)).collect()
         } else {
-            (first..=last).filter(|p| self.pages.contains_key(p)).collect()
+            (first..=last).filter_map(|p| self.index.get(&p).map(|&i| (p, i))).collect()
         };
-        for p in pages {
+        for (p, i) in pages {
             let lo = (p << 12).max(start);
             let hi = ((p + 1) << 12).min(end);
-            let page = self.pages.get_mut(&p).expect("listed");
+            let page = &mut self.pages[i as usize];
             let mut a = lo & !7;
             while a < hi {
-                let g = &mut page[((a >> 3) as usize) % GRANULES];
+                let g = &mut page.granules[((a >> 3) as usize) % GRANULES];
                 let m = byte_mask(a, lo.max(a), hi.min(a + 8));
                 for s in g.iter_mut() {
                     s.mask &= !m;
@@ -76,7 +124,7 @@ impl Shadow {
 
     /// Bytes of memory the shadow holds.
     pub fn bytes(&self) -> usize {
-        self.pages.len() * std::mem::size_of::<[Granule; GRANULES]>()
+        self.pages.len() * std::mem::size_of::<Page>()
     }
 }
 
@@ -106,12 +154,35 @@ mod tests {
     #[test]
     fn forgetting_clears_only_the_range() {
         let mut s = Shadow::default();
+        let none = |_: u64| 0u8;
         for a in [0x1000u64, 0x1008, 0x2000] {
-            s.granule(a)[0] = Slot { clock: 1, site: 1, locks: 0, thread: 0, mask: 0xff, write: true };
+            let at = s.at(a, &none);
+            s.slots(at)[0] = Slot { clock: 1, site: 1, locks: 0, thread: 0, mask: 0xff, write: true };
         }
         s.forget(0x1004, 0x1010);
-        assert_eq!(s.granule(0x1000)[0].mask, 0x0f);
-        assert_eq!(s.granule(0x1008)[0], Slot::default());
-        assert_eq!(s.granule(0x2000)[0].clock, 1);
+        let at = s.at(0x1000, &none);
+        assert_eq!(s.slots(at)[0].mask, 0x0f);
+        let at = s.at(0x1008, &none);
+        assert_eq!(s.slots(at)[0], Slot::default());
+        let at = s.at(0x2000, &none);
+        assert_eq!(s.slots(at)[0].clock, 1);
+    }
+
+    #[test]
+    fn pages_take_their_atomic_bytes_when_made() {
+        let mut s = Shadow::default();
+        let at = s.at(0x5010, &|g| if g == 0x5010 { 0b1111 } else { 0 });
+        assert_eq!(s.atomic(at), 0b1111);
+        let at = s.at(0x5018, &|_| 0xff);
+        assert_eq!(s.atomic(at), 0, "made once, with the first page's answer");
+        // Many pages through the eight cache entries.
+        for p in 0..100u64 {
+            let at = s.at(p << 12, &|_| 0);
+            s.slots(at)[1].site = p as u32 + 1;
+        }
+        for p in 0..100u64 {
+            let at = s.at(p << 12, &|_| 0);
+            assert_eq!(s.slots(at)[1].site, p as u32 + 1);
+        }
     }
 }
