@@ -47,7 +47,8 @@ pub struct Block {
     pub thread: u32,
 }
 
-/// A race between two sites, as first seen, and how often it was seen.
+/// A race between two sites, as first seen, and how often it was seen (an access repeated
+/// within one epoch of its thread, between two of its synchronisation operations, once).
 #[derive(Clone, Debug)]
 pub struct Race {
     /// The earlier access (in the analysis's order) and the later one.
@@ -585,5 +586,135 @@ impl<'a> Engine<'a> {
         let stack_of = self.threads.iter().position(|th| th.stack.0 <= addr && addr < th.stack.1 && !th.ended).map(|t| t as u32);
         let race = Race { first: self.side(&prev), second: self.side(&cur), addr, block, stack_of, count: 1 };
         self.races.insert(key, race);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(addr: u64, pc: u64) -> Ev {
+        Ev::Access { pc, addr, size: 8, write: true, class: Class::Plain }
+    }
+
+    fn read(addr: u64, pc: u64) -> Ev {
+        Ev::Access { pc, addr, size: 8, write: false, class: Class::Plain }
+    }
+
+    /// Two threads created by thread 0 at its sync records 1 and 2.
+    fn two(atomic: &FxHashMap<u64, u8>) -> Engine<'_> {
+        let mut e = Engine::new(&[None, Some((0, 1, 0x7000)), Some((0, 2, 0x8000))], atomic, Vec::new());
+        e.sync(0, 0);
+        e.sync(0, 1);
+        e.sync(0, 2);
+        e.sync(1, 3);
+        e.sync(2, 4);
+        e
+    }
+
+    fn call(func: Func, lock: u64, ret: u64) -> Ev {
+        Ev::Call { func: func as u16, args: [lock, 0], ret }
+    }
+
+    fn ret(func: Func, value: u64) -> Ev {
+        Ev::Return { func: func as u16, value }
+    }
+
+    #[test]
+    fn unordered_writes_race_once_per_pair_of_sites() {
+        let none = FxHashMap::default();
+        let mut e = two(&none);
+        for _ in 0..3 {
+            e.event(1, write(0x1000, 0x10));
+            e.event(2, write(0x1004, 0x20));
+        }
+        assert_eq!(e.races.len(), 1);
+        let r = e.races.values().next().unwrap();
+        assert_eq!((r.first.thread, r.second.thread, r.addr), (1, 2, 0x1004));
+        assert_eq!(r.count, 1, "the same access again in one epoch is not checked again");
+        e.event(2, Ev::Release(0x5000));
+        e.event(2, write(0x1004, 0x20));
+        assert_eq!(e.races.values().next().unwrap().count, 2, "a new epoch checks it again");
+        // Two reads, or bytes apart, are no race.
+        let mut e = two(&none);
+        e.event(1, read(0x2000, 0x10));
+        e.event(2, read(0x2000, 0x20));
+        e.event(1, Ev::Access { pc: 0x11, addr: 0x3000, size: 4, write: true, class: Class::Plain });
+        e.event(2, Ev::Access { pc: 0x21, addr: 0x3004, size: 4, write: true, class: Class::Plain });
+        assert!(e.races.is_empty());
+    }
+
+    #[test]
+    fn creation_and_join_order_threads() {
+        let none = FxHashMap::default();
+        let mut e = Engine::new(&[None, Some((0, 1, 0x7000))], &none, Vec::new());
+        e.sync(0, 0);
+        e.event(0, write(0x1000, 0x10));
+        e.sync(0, 1); // pthread_create's clone
+        e.sync(1, 2); // the thread starts
+        e.event(1, read(0x1000, 0x20));
+        e.event(1, write(0x1000, 0x21));
+        e.event(1, Ev::End);
+        e.sync(0, 3);
+        e.event(0, call(Func::Join, 0x7000, 0x99));
+        e.event(0, Ev::Block { addr: 0x99, call_ret: 0 });
+        e.event(0, read(0x1000, 0x30));
+        assert!(e.races.is_empty(), "{:?}", e.races);
+    }
+
+    #[test]
+    fn locks_order_and_a_failed_trylock_does_not() {
+        let none = FxHashMap::default();
+        let l = 0x9000;
+        for (result, races) in [(0, 0), (16, 1)] {
+            let mut e = two(&none);
+            e.event(1, call(Func::MutexLock, l, 0x50));
+            e.event(1, ret(Func::MutexLock, 0));
+            e.event(1, write(0x1000, 0x10));
+            e.event(1, call(Func::MutexUnlock, l, 0x51));
+            e.event(1, Ev::Block { addr: 0x51, call_ret: 0 });
+            e.event(2, call(Func::MutexTrylock, l, 0x60));
+            e.event(2, ret(Func::MutexTrylock, result));
+            e.event(2, write(0x1000, 0x20));
+            assert_eq!(e.races.len(), races, "trylock returned {result}");
+            if races == 1 {
+                let r = e.races.values().next().unwrap();
+                assert_eq!(r.first.locks, vec![(l, false)]);
+                assert!(r.second.locks.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn atomics_release_and_acquire_and_plain_loads_of_them_acquire() {
+        let mut atomic = FxHashMap::default();
+        atomic.insert(0x4000u64, 0x0fu8);
+        let mut e = two(&atomic);
+        e.event(1, write(0x1000, 0x10));
+        e.event(1, Ev::Release(0x4000));
+        e.event(1, Ev::Access { pc: 0x11, addr: 0x4000, size: 4, write: true, class: Class::Atomic });
+        e.event(1, Ev::Acquire(0x4000));
+        // A plain load of the flag: an acquire, and no race with the locked store.
+        e.event(2, Ev::Access { pc: 0x20, addr: 0x4000, size: 4, write: false, class: Class::Plain });
+        e.event(2, read(0x1000, 0x21));
+        assert!(e.races.is_empty(), "{:?}", e.races);
+        assert!(e.is_atomic(0x4002, 1) && !e.is_atomic(0x4004, 4));
+    }
+
+    #[test]
+    fn inside_watched_calls_and_thread_local_storage_nothing_is_checked() {
+        let none = FxHashMap::default();
+        let mut e = two(&none);
+        e.event(1, call(Func::Malloc, 16, 0x50));
+        e.event(1, write(0x1000, 0x10));
+        e.event(1, ret(Func::Malloc, 0x1000));
+        e.event(2, Ev::Access { pc: 0x20, addr: 0x1000, size: 8, write: true, class: Class::Tls });
+        e.event(2, write(0x1000, 0x21));
+        assert!(e.races.is_empty());
+        // The block malloc returned is named in a race on it.
+        e.event(1, write(0x1008, 0x12));
+        e.event(2, write(0x1008, 0x22));
+        let r = e.races.values().next().unwrap();
+        assert_eq!(r.block.map(|(b, blk)| (b, blk.size, blk.thread)), Some((0x1000, 16, 1)));
     }
 }
