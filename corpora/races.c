@@ -6,6 +6,8 @@
  *   counter_atomic   the same with an atomic add                              (no race)
  *   counter_serial   the first thread ends before the second starts, neither
  *                    joined: still no synchronisation between them            (race)
+ *   counter_beside   each update follows a critical section of another lock,
+ *                    which may order them in a run, not in every run   (potential race)
  *   overflow         a strcpy overflows a name into the lock-protected balance
  *                    next to it, without taking the lock (the paper's example) (race)
  *   overflow_ok      the name fits                                            (no race)
@@ -65,6 +67,19 @@ static void *count_locked(void *arg) {
         pthread_mutex_lock(&counter_lock);
         counter++;
         pthread_mutex_unlock(&counter_lock);
+    }
+    return NULL;
+}
+
+static long other;
+
+static void *count_beside(void *arg) {
+    (void)arg;
+    for (int i = 0; i < ROUNDS; i++) {
+        pthread_mutex_lock(&counter_lock);
+        other++;
+        pthread_mutex_unlock(&counter_lock);
+        counter++; /* race:counter-beside */
     }
     return NULL;
 }
@@ -369,6 +384,7 @@ int main(int argc, char **argv) {
     if (!strcmp(m, "counter_mutex")) return run_counter(count_locked);
     if (!strcmp(m, "counter_atomic")) return run_counter(count_atomic);
     if (!strcmp(m, "counter_serial")) return run_serial();
+    if (!strcmp(m, "counter_beside")) return run_counter(count_beside);
     if (!strcmp(m, "overflow")) return run_overflow(1);
     if (!strcmp(m, "overflow_ok")) return run_overflow(0);
     if (!strcmp(m, "trylock")) return run_trylock(0);

@@ -139,6 +139,10 @@ enum Cmd {
         /// Print what the analysis did (accesses checked, sync operations, time) to stderr.
         #[arg(long)]
         summary: bool,
+        /// Also report potential races: accesses no common lock protects that this run
+        /// ordered only by handing other locks between the threads (another run may not).
+        #[arg(long)]
+        potential: bool,
     },
     /// Export the recovered trace in another tool's format.
     Export {
@@ -238,7 +242,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             wet(&profile, &output, history, spill_mb, summary, ports.as_deref())
         }
         Cmd::Callgrind { profile, output, separate_threads, dump_instr } => callgrind(&profile, &output, separate_threads, dump_instr),
-        Cmd::Races { profile, json, region, output, summary } => races(&profile, json, region.as_ref(), output.as_deref(), summary),
+        Cmd::Races { profile, json, region, output, summary, potential } => {
+            races(&profile, json, region.as_ref(), output.as_deref(), summary, potential)
+        }
         Cmd::Export { what: Export::Umt { .. } } => not_built("export umt"),
         Cmd::Export { what: Export::Champsim { .. } } => not_built("export champsim"),
     }
@@ -515,6 +521,7 @@ fn races(
     region: Option<&dep_dcfg_out::races::RegionSpec>,
     output: Option<&std::path::Path>,
     summary: bool,
+    potential: bool,
 ) -> Result<ExitCode> {
     use dep_dcfg_out::races::{analyse, report::Report};
     let p = dep_profile::container::Profile::open(profile)?;
@@ -527,7 +534,9 @@ fn races(
     let syms = dep_dcfg_out::symbols::Symbolizer::new(&p.modules);
     let a = analyse(&rec, &syms, region)?;
     let analysed = started.elapsed().as_secs_f64();
-    let n = Report::new(&a, &syms).write(json, &mut out);
+    let mut report = Report::new(&a, &syms);
+    report.potential = potential;
+    let n = report.write(json, &mut out);
     let n = match n {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
         r => r.context("writing the race report")?,

@@ -125,7 +125,34 @@ fn synchronised_variants_report_nothing() {
         let p = record(dir.path(), &[mode]);
         let r = races_json(&p, &[]);
         assert!(r.is_empty(), "{mode}: {r:?}");
+        // Where every shared access holds a common lock, or is ordered by more than lock
+        // hand-offs, no run could race either. (flag_condvar's reader reads after its
+        // critical section: ordered by the mutex hand-off alone when it did not wait.)
+        if mode != "flag_condvar" {
+            let r = races_json(&p, &["--potential"]);
+            assert!(r.is_empty(), "{mode} --potential: {r:?}");
+        }
     }
+}
+
+/// Updates beside another lock's critical sections: whether this run's lock hand-offs
+/// ordered them depends on the interleaving; --potential reports them in every run.
+#[test]
+fn potential_races_beside_other_locks() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = record(dir.path(), &["counter_beside"]);
+    let r = races_json(&p, &["--potential"]);
+    let lines: BTreeSet<(u64, u64)> = r
+        .iter()
+        .map(|r| {
+            let a = r["accesses"].as_array().unwrap();
+            let (x, y) = (line_of(&p, &a[0]), line_of(&p, &a[1]));
+            (x.min(y), x.max(y))
+        })
+        .collect();
+    assert_eq!(lines, [pair("counter-beside", "counter-beside")].into_iter().collect::<BTreeSet<_>>());
+    // Without --potential only what this run left unordered, as races (never as potential).
+    assert!(races_json(&p, &[]).iter().all(|r| r["potential"] == false));
 }
 
 /// The overflow's variable from nm: the region check finds the structure's own lock (at

@@ -242,20 +242,10 @@ pub fn write_profile<W: Write>(
     write_profile_with(out, machine, code, paths, seed, false)
 }
 
-/// [`write_profile`], with the collector's records of blocks' instructions (sync, call and
-/// return records) after random blocks, and before interruption records, as the collector
-/// writes them: recovery must give the same references and blocks with them as without.
-pub fn write_profile_with_records<W: Write>(
-    out: W,
-    machine: Machine,
-    code: &[(u64, Vec<u8>)],
-    paths: &[Vec<PathStep>],
-    seed: u64,
-) -> Result<W, ProfileError> {
-    write_profile_with(out, machine, code, paths, seed, true)
-}
-
-fn write_profile_with<W: Write>(
+/// [`write_profile`]; with `records`, also the collector's records of blocks' instructions
+/// (sync, call and return records) after random blocks and before interruption records, as
+/// the collector writes them: recovery must give the same references and blocks with them.
+pub fn write_profile_with<W: Write>(
     out: W,
     machine: Machine,
     code: &[(u64, Vec<u8>)],

@@ -3,7 +3,7 @@
 //! must equal the truth stream byte for byte, sequentially and in parallel.
 
 use dep_profile::container::Profile;
-use dep_profile::simulate::{program_path, random_code, random_path, random_program, write_profile, write_profile_with_records, PathStep, Rng};
+use dep_profile::simulate::{program_path, random_code, random_path, random_program, write_profile, write_profile_with, PathStep, Rng};
 use dep_profile::Machine;
 use dep_recover::{Engine, Format, Recovery, Renderer, Source};
 
@@ -63,12 +63,7 @@ fn check_paths(seed: u64, code: &[(u64, Vec<u8>)], paths: &[Vec<PathStep>]) -> C
     let path = dir.path().join("sim.dep");
     // Odd seeds with the collector's records of blocks' instructions (sync, call, return)
     // after blocks and before interruption records.
-    let file = std::fs::File::create(&path).unwrap();
-    if seed % 2 == 1 {
-        write_profile_with_records(file, Machine::x86_64(2696), code, paths, seed).unwrap();
-    } else {
-        write_profile(file, Machine::x86_64(2696), code, paths, seed).unwrap();
-    }
+    write_profile_with(std::fs::File::create(&path).unwrap(), Machine::x86_64(2696), code, paths, seed, seed % 2 == 1).unwrap();
     let p = Profile::open(&path).unwrap();
     // Compiled blocks on two workers (with and without popcnt), the walk on one and three.
     let engines = [(1, Engine::Walk), (2, Engine::Compiled), (2, Engine::CompiledWithoutPopcnt), (3, Engine::Walk)];

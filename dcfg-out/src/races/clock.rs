@@ -36,6 +36,43 @@ impl Clock {
     }
 }
 
+/// A thread's (or a sync object's) two clocks: `full` with every happens-before edge, what
+/// ordered this run; `weak` without lock hand-offs (release to acquire of one lock), what
+/// orders the accesses whatever order the threads took the locks in. Both advance together.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Clocks {
+    pub full: Clock,
+    pub weak: Clock,
+}
+
+impl Clocks {
+    /// All zero, for `n` threads.
+    pub fn new(n: usize) -> Clocks {
+        Clocks { full: Clock::new(n), weak: Clock::new(n) }
+    }
+
+    /// Thread `t`'s own component (the same in both).
+    #[inline]
+    pub fn get(&self, t: usize) -> u32 {
+        self.full.get(t)
+    }
+
+    /// Advances thread `t`'s component.
+    #[inline]
+    pub fn tick(&mut self, t: usize) {
+        self.full.tick(t);
+        self.weak.tick(t);
+    }
+
+    /// Takes what `other` knows: all of it, or (`lock`, a lock hand-off) only into `full`.
+    pub fn join(&mut self, other: &Clocks, lock: bool) {
+        self.full.join(&other.full);
+        if !lock {
+            self.weak.join(&other.weak);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,5 +87,12 @@ mod tests {
         assert!(!b.saw(0, 1));
         b.join(&a);
         assert!(b.saw(0, 1) && b.get(1) == 2 && !b.saw(2, 1));
+        let mut x = Clocks::new(2);
+        x.tick(0);
+        let mut y = Clocks::new(2);
+        y.join(&x, true);
+        assert!(y.full.saw(0, 1) && !y.weak.saw(0, 1), "a lock hand-off reaches only the full clock");
+        y.join(&x, false);
+        assert!(y.weak.saw(0, 1));
     }
 }

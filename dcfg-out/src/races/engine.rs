@@ -12,7 +12,7 @@
 //! it through the stack cache; and the runtime's code called by the runtime is not checked.
 //! Code the program calls (a `strcpy`) is the program's.
 
-use super::clock::Clock;
+use super::clock::Clocks;
 use super::feed::{Class, Ev};
 use super::shadow::{byte_mask, At, Shadow, Slot, SLOTS};
 use dep_profile::calls::{Func, LockOp};
@@ -60,14 +60,19 @@ pub struct Race {
     /// The thread whose stack holds `addr`, if one's does.
     pub stack_of: Option<u32>,
     pub count: u64,
+    /// Every time it was seen, only lock hand-offs (of locks not held by both) ordered the
+    /// two: a race in a run that takes the locks in another order.
+    pub potential: bool,
 }
+
+/// Accesses to a region by (thread, site id, lockset id).
+pub type RegionAccesses = FxHashMap<(u32, u32, u32), u64>;
 
 /// A region the paper's check watches, with the accesses to it by site and lockset.
 pub struct Region {
     pub start: u64,
     pub end: u64,
-    /// (thread, site id, lockset id) → accesses.
-    pub seen: FxHashMap<(u32, u32, u32), u64>,
+    pub seen: RegionAccesses,
 }
 
 /// What the analysis counted.
@@ -90,7 +95,7 @@ struct Pending {
 }
 
 struct Thread {
-    clock: Clock,
+    clock: Clocks,
     started: bool,
     held: Vec<(u64, bool)>,
     locks: u32,
@@ -112,13 +117,13 @@ pub struct Engine<'a> {
     threads: Vec<Thread>,
     /// Sync objects (atomic locations, locks, condition variables, semaphores, barriers),
     /// by 8-aligned address: the clock their releases left.
-    objects: FxHashMap<u64, Clock>,
+    objects: FxHashMap<u64, Clocks>,
     /// Granules locked instructions touch, with their bytes.
     atomic: &'a FxHashMap<u64, u8>,
     /// Parent's sync record number → the thread it created.
     spawned_at: FxHashMap<u64, u32>,
-    spawn_clock: Vec<Option<Clock>>,
-    end_clock: Vec<Option<Clock>>,
+    spawn_clock: Vec<Option<Clocks>>,
+    end_clock: Vec<Option<Clocks>>,
     /// TLS pointer (pthread_t) → the threads created with it (a finished thread's TLS is
     /// given to a later one).
     by_tls: FxHashMap<u64, Vec<u32>>,
@@ -150,7 +155,7 @@ impl<'a> Engine<'a> {
         let n = spawns.len();
         let threads = (0..n)
             .map(|t| {
-                let mut clock = Clock::new(n);
+                let mut clock = Clocks::new(n);
                 clock.tick(t);
                 Thread {
                     clock,
@@ -244,7 +249,7 @@ impl<'a> Engine<'a> {
         if !self.threads[t].started {
             self.threads[t].started = true;
             if let Some(c) = self.spawn_clock[t].take() {
-                self.threads[t].clock.join(&c);
+                self.threads[t].clock.join(&c, false);
             }
         }
         if let Some(&child) = self.spawned_at.get(&seq) {
@@ -253,17 +258,27 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn release(&mut self, t: usize, obj: u64) {
+    /// Thread `t` releases sync object `obj`; `lock`: a lock hand-off.
+    fn release_as(&mut self, t: usize, obj: u64, lock: bool) {
         let n = self.threads.len();
         let c = &mut self.threads[t].clock;
-        self.objects.entry(obj & !7).or_insert_with(|| Clock::new(n)).join(c);
+        self.objects.entry(obj & !7).or_insert_with(|| Clocks::new(n)).join(c, lock);
         c.tick(t);
     }
 
-    fn acquire(&mut self, t: usize, obj: u64) {
+    /// Thread `t` acquires sync object `obj`; `lock`: a lock hand-off.
+    fn acquire_as(&mut self, t: usize, obj: u64, lock: bool) {
         if let Some(o) = self.objects.get(&(obj & !7)) {
-            self.threads[t].clock.join(o);
+            self.threads[t].clock.join(o, lock);
         }
+    }
+
+    fn release(&mut self, t: usize, obj: u64) {
+        self.release_as(t, obj, false)
+    }
+
+    fn acquire(&mut self, t: usize, obj: u64) {
+        self.acquire_as(t, obj, false)
     }
 
     fn set_locks(&mut self, t: usize) {
@@ -278,13 +293,13 @@ impl<'a> Engine<'a> {
     }
 
     fn lock(&mut self, t: usize, l: u64, shared: bool) {
-        self.acquire(t, l);
+        self.acquire_as(t, l, true);
         self.threads[t].held.push((l, shared));
         self.set_locks(t);
     }
 
     fn unlock(&mut self, t: usize, l: u64) {
-        self.release(t, l);
+        self.release_as(t, l, true);
         let held = &mut self.threads[t].held;
         if let Some(i) = held.iter().position(|&(a, _)| a == l) {
             held.remove(i);
@@ -434,10 +449,10 @@ impl<'a> Engine<'a> {
                 match j {
                     Some(&j) => {
                         self.joined[j as usize] = true;
-                        c.join(self.end_clock[j as usize].as_ref().expect("ended"));
+                        c.join(self.end_clock[j as usize].as_ref().expect("ended"), false);
                     }
                     // Not known which thread: every thread that ended may be the one.
-                    None => self.end_clock.iter().flatten().for_each(|e| c.join(e)),
+                    None => self.end_clock.iter().flatten().for_each(|e| c.join(e, false)),
                 }
                 self.threads[t].clock = c;
             }
@@ -532,17 +547,21 @@ impl<'a> Engine<'a> {
         let slots = *self.shadow.slots(at);
         // The same access again (a loop) in the same epoch: anything it could race with was
         // checked when it was stored, or checked it when that was stored.
-        if slots.iter().any(|s| *s == cur) {
+        if slots.contains(&cur) {
             return;
         }
         for s in slots.iter() {
             if s.clock == 0 || s.mask & mask == 0 || s.thread as usize == t || !(s.write || cur.write) {
                 continue;
             }
-            if self.threads[t].clock.saw(s.thread as usize, s.clock) || !self.disjoint(s.locks, cur.locks) {
+            let c = &self.threads[t].clock;
+            let (ordered, ordered_weak) = (c.full.saw(s.thread as usize, s.clock), c.weak.saw(s.thread as usize, s.clock));
+            if ordered_weak || !self.disjoint(s.locks, cur.locks) {
                 continue;
             }
-            self.race(*s, cur, addr.max(g));
+            // Ordered only by lock hand-offs, and no lock held by both: another run taking
+            // the locks in another order would race.
+            self.race(*s, cur, addr.max(g), ordered);
         }
         let clock = &self.threads[t].clock;
         let mut next = slots;
@@ -556,7 +575,7 @@ impl<'a> Engine<'a> {
             // Superseded: covered by this access and ordered before it (a write), or the
             // same thread's read (a read).
             let covered = s.mask & !cur.mask == 0;
-            let ordered = clock.saw(s.thread as usize, s.clock);
+            let ordered = clock.full.saw(s.thread as usize, s.clock);
             if s.clock != 0 && covered && ((cur.write && ordered) || (!cur.write && !s.write && s.thread == cur.thread)) {
                 *s = Slot::default();
             }
@@ -576,15 +595,16 @@ impl<'a> Engine<'a> {
         Side { thread: s.thread as u32, site: self.sites[s.site as usize], locks: self.locksets[s.locks as usize].clone() }
     }
 
-    fn race(&mut self, prev: Slot, cur: Slot, addr: u64) {
+    fn race(&mut self, prev: Slot, cur: Slot, addr: u64, potential: bool) {
         let key = (prev.site.min(cur.site), prev.site.max(cur.site));
         if let Some(r) = self.races.get_mut(&key) {
             r.count += 1;
+            r.potential &= potential;
             return;
         }
         let block = self.blocks.range(..=addr).next_back().filter(|(&b, blk)| addr < b + blk.size.max(1)).map(|(&b, &blk)| (b, blk));
         let stack_of = self.threads.iter().position(|th| th.stack.0 <= addr && addr < th.stack.1 && !th.ended).map(|t| t as u32);
-        let race = Race { first: self.side(&prev), second: self.side(&cur), addr, block, stack_of, count: 1 };
+        let race = Race { first: self.side(&prev), second: self.side(&cur), addr, block, stack_of, count: 1, potential };
         self.races.insert(key, race);
     }
 }
@@ -683,6 +703,33 @@ mod tests {
                 assert!(r.second.locks.is_empty());
             }
         }
+    }
+
+    #[test]
+    fn ordered_only_by_another_locks_hand_off_is_a_potential_race() {
+        let none = FxHashMap::default();
+        let mut e = two(&none);
+        let l = 0x9000;
+        e.event(1, write(0x1000, 0x10));
+        e.event(1, call(Func::MutexLock, l, 0x50));
+        e.event(1, ret(Func::MutexLock, 0));
+        e.event(1, call(Func::MutexUnlock, l, 0x51));
+        e.event(2, call(Func::MutexLock, l, 0x60));
+        e.event(2, ret(Func::MutexLock, 0));
+        e.event(2, call(Func::MutexUnlock, l, 0x61));
+        e.event(2, Ev::Block { addr: 0x61, call_ret: 0 });
+        e.event(2, write(0x1000, 0x20));
+        let r: Vec<&Race> = e.races.values().collect();
+        assert_eq!(r.len(), 1);
+        assert!(r[0].potential);
+        // Ordered by a semaphore instead: no race in any run.
+        let mut e = two(&none);
+        e.event(1, write(0x1000, 0x10));
+        e.event(1, call(Func::SemPost, 0xa000, 0x50));
+        e.event(2, call(Func::SemWait, 0xa000, 0x60));
+        e.event(2, ret(Func::SemWait, 0));
+        e.event(2, write(0x1000, 0x20));
+        assert!(e.races.is_empty());
     }
 
     #[test]

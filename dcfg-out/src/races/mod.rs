@@ -68,7 +68,7 @@ pub struct Analysis {
     pub locksets: Vec<Vec<(u64, bool)>>,
     /// The region checked: (start, end, its name), with its accesses by (thread, site id,
     /// lockset id).
-    pub region: Option<(u64, u64, String, FxHashMap<(u32, u32, u32), u64>)>,
+    pub region: Option<(u64, u64, String, engine::RegionAccesses)>,
     pub stats: engine::Stats,
     pub threads: usize,
     pub shadow_bytes: usize,
@@ -120,7 +120,10 @@ pub fn analyse(rec: &Recovery, symbols: &crate::symbols::Symbolizer, region: Opt
 
 /// The granules locked instructions touch, with their bytes, and each thread's sync record
 /// numbers in order: one thread per core.
-fn first_pass(rec: &Recovery) -> Result<(FxHashMap<u64, u8>, Vec<Vec<u64>>), RecoverError> {
+/// Bytes of each 8-byte granule that locked instructions use, by granule address.
+type AtomicBytes = FxHashMap<u64, u8>;
+
+fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>), RecoverError> {
     #[derive(Default)]
     struct Atomics {
         flags: Vec<bool>,

@@ -87,6 +87,8 @@ pub struct Report<'a> {
     a: &'a Analysis,
     symbols: &'a Symbolizer,
     places: Places,
+    /// Also report races this run's lock order happened to prevent.
+    pub potential: bool,
 }
 
 impl<'a> Report<'a> {
@@ -113,7 +115,7 @@ impl<'a> Report<'a> {
                 site(&a.sites[s as usize], &mut addrs);
             }
         }
-        Report { a, symbols, places: Places::new(symbols, addrs) }
+        Report { a, symbols, places: Places::new(symbols, addrs), potential: false }
     }
 
     fn loc(&self, s: &Site) -> Loc<'_> {
@@ -125,11 +127,15 @@ impl<'a> Report<'a> {
     /// Races merged by their pair of source locations, most frequent first.
     pub fn grouped(&self) -> Vec<(&'a Race, u64)> {
         let mut by: FxHashMap<(String, String), (usize, u64)> = FxHashMap::default();
-        for (i, r) in self.a.races.iter().enumerate() {
+        for (i, r) in self.a.races.iter().enumerate().filter(|(_, r)| self.potential || !r.potential) {
             let (x, y) = (self.loc(&r.first.site).key(), self.loc(&r.second.site).key());
             let key = if x <= y { (x, y) } else { (y, x) };
             let e = by.entry(key).or_insert((i, 0));
             e.1 += r.count;
+            // A group is potential only if all of it is.
+            if self.a.races[e.0].potential && !r.potential {
+                e.0 = i;
+            }
         }
         let mut out: Vec<(&Race, u64)> = by.into_values().map(|(i, n)| (&self.a.races[i], n)).collect();
         out.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.addr.cmp(&b.0.addr)));
@@ -195,6 +201,7 @@ impl<'a> Report<'a> {
             "heap_block": block,
             "stack_of_thread": r.stack_of,
             "count": count,
+            "potential": r.potential,
             "accesses": [self.side_json(&r.first), self.side_json(&r.second)],
         })
     }
@@ -232,7 +239,15 @@ impl<'a> Report<'a> {
                 serde_json::to_writer(&mut *out, &self.race_json(r, *count))?;
                 writeln!(out)?;
             } else {
-                writeln!(out, "race on {}, seen {count} times", self.what_text(r))?;
+                if r.potential {
+                    writeln!(
+                        out,
+                        "potential race on {}, seen {count} times (ordered in this run only by lock hand-offs; no lock held by both)",
+                        self.what_text(r)
+                    )?;
+                } else {
+                    writeln!(out, "race on {}, seen {count} times", self.what_text(r))?;
+                }
                 writeln!(out, "  {}", self.side_text(&r.first))?;
                 writeln!(out, "  {}", self.side_text(&r.second))?;
             }
@@ -241,9 +256,13 @@ impl<'a> Report<'a> {
             self.write_region(&c, json_lines, out)?;
         }
         if !json_lines {
+            let threads = match self.a.threads {
+                1 => "1 thread".to_string(),
+                n => format!("{n} threads"),
+            };
             match groups.len() {
-                0 => writeln!(out, "no data races found ({} threads)", self.a.threads)?,
-                n => writeln!(out, "{n} data race{} ({} threads)", if n == 1 { "" } else { "s" }, self.a.threads)?,
+                0 => writeln!(out, "no data races found ({threads})")?,
+                n => writeln!(out, "{n} data race{} ({threads})", if n == 1 { "" } else { "s" })?,
             }
         }
         Ok(groups.len())
