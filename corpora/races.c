@@ -4,6 +4,8 @@
  *   counter          two threads increment a shared counter without a lock    (race)
  *   counter_mutex    the same under a mutex                                   (no race)
  *   counter_atomic   the same with an atomic add                              (no race)
+ *   counter_relaxed  the same with relaxed atomic loads and stores (plain moves
+ *                    in the code; the declaration says _Atomic)                (no race)
  *   counter_serial   the first thread ends before the second starts, neither
  *                    joined: still no synchronisation between them            (race)
  *   counter_beside   each update follows a critical section of another lock,
@@ -27,6 +29,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <semaphore.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +75,16 @@ static void *count_locked(void *arg) {
 }
 
 static long other;
+static _Atomic long relaxed_counter;
+
+static void *count_relaxed(void *arg) {
+    (void)arg;
+    for (int i = 0; i < ROUNDS; i++) {
+        long v = atomic_load_explicit(&relaxed_counter, memory_order_relaxed);
+        atomic_store_explicit(&relaxed_counter, v + 1, memory_order_relaxed);
+    }
+    return NULL;
+}
 
 static void *count_beside(void *arg) {
     (void)arg;
@@ -199,7 +212,7 @@ static int run_trylock(int fallback) {
 
 static long payload;
 static volatile int flag;
-static int atomic_flag;
+static int sc_flag;
 static int ready;
 static pthread_mutex_t ready_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ready_cond = PTHREAD_COND_INITIALIZER;
@@ -226,13 +239,13 @@ static void *give_atomic(void *arg) {
     (void)arg;
     pause_ms(20);
     payload = 42;
-    __atomic_store_n(&atomic_flag, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&sc_flag, 1, __ATOMIC_SEQ_CST);
     return NULL;
 }
 
 static void *take_atomic(void *arg) {
     (void)arg;
-    while (!__atomic_load_n(&atomic_flag, __ATOMIC_ACQUIRE))
+    while (!__atomic_load_n(&sc_flag, __ATOMIC_ACQUIRE))
         ;
     return (void *)payload;
 }
@@ -384,6 +397,7 @@ int main(int argc, char **argv) {
     if (!strcmp(m, "counter_mutex")) return run_counter(count_locked);
     if (!strcmp(m, "counter_atomic")) return run_counter(count_atomic);
     if (!strcmp(m, "counter_serial")) return run_serial();
+    if (!strcmp(m, "counter_relaxed")) return run_counter(count_relaxed);
     if (!strcmp(m, "counter_beside")) return run_counter(count_beside);
     if (!strcmp(m, "overflow")) return run_overflow(1);
     if (!strcmp(m, "overflow_ok")) return run_overflow(0);

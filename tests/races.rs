@@ -121,7 +121,7 @@ fn known_races_are_reported_at_their_lines() {
 #[test]
 fn synchronised_variants_report_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    for mode in ["counter_mutex", "counter_atomic", "overflow_ok", "trylock_ok", "flag_atomic", "flag_condvar", "join", "rwlock", "spin"] {
+    for mode in ["counter_mutex", "counter_atomic", "counter_relaxed", "overflow_ok", "trylock_ok", "flag_atomic", "flag_condvar", "join", "rwlock", "spin"] {
         let p = record(dir.path(), &[mode]);
         let r = races_json(&p, &[]);
         assert!(r.is_empty(), "{mode}: {r:?}");

@@ -12,6 +12,7 @@
 //! so nothing is held back in memory), so that every store it may have read is seen first.
 
 pub mod clock;
+pub mod declared;
 pub mod engine;
 pub mod feed;
 pub mod report;

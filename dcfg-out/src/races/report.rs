@@ -89,6 +89,8 @@ pub struct Report<'a> {
     places: Places,
     /// Also report races this run's lock order happened to prevent.
     pub potential: bool,
+    /// Per race: its address lies in an object declared atomic (left out).
+    declared_atomic: Vec<bool>,
 }
 
 impl<'a> Report<'a> {
@@ -115,7 +117,16 @@ impl<'a> Report<'a> {
                 site(&a.sites[s as usize], &mut addrs);
             }
         }
-        Report { a, symbols, places: Places::new(symbols, addrs), potential: false }
+        let mut declared = super::declared::Declared::default();
+        let declared_atomic = a
+            .races
+            .iter()
+            .map(|r| match (symbols.variable(r.addr), symbols.object(r.addr)) {
+                (Some((name, off)), Some((path, _))) => declared.is_atomic(path, &name, off),
+                _ => false,
+            })
+            .collect();
+        Report { a, symbols, places: Places::new(symbols, addrs), potential: false, declared_atomic }
     }
 
     fn loc(&self, s: &Site) -> Loc<'_> {
@@ -127,7 +138,8 @@ impl<'a> Report<'a> {
     /// Races merged by their pair of source locations, most frequent first.
     pub fn grouped(&self) -> Vec<(&'a Race, u64)> {
         let mut by: FxHashMap<(String, String), (usize, u64)> = FxHashMap::default();
-        for (i, r) in self.a.races.iter().enumerate().filter(|(_, r)| self.potential || !r.potential) {
+        let shown = |(i, r): &(usize, &Race)| (self.potential || !r.potential) && !self.declared_atomic[*i];
+        for (i, r) in self.a.races.iter().enumerate().filter(shown) {
             let (x, y) = (self.loc(&r.first.site).key(), self.loc(&r.second.site).key());
             let key = if x <= y { (x, y) } else { (y, x) };
             let e = by.entry(key).or_insert((i, 0));
@@ -256,6 +268,10 @@ impl<'a> Report<'a> {
             self.write_region(&c, json_lines, out)?;
         }
         if !json_lines {
+            let atomic = self.declared_atomic.iter().filter(|&&a| a).count();
+            if atomic > 0 {
+                writeln!(out, "({atomic} pairs of accesses to objects declared atomic left out: relaxed and acquire/release atomics are plain moves in x86 code)")?;
+            }
             let threads = match self.a.threads {
                 1 => "1 thread".to_string(),
                 n => format!("{n} threads"),
