@@ -32,6 +32,10 @@ pub enum RacesError {
     Recover(#[from] RecoverError),
     #[error("the profile has no order between its threads or no lock calls (recorded with --no-sync, or by a dep before format 4): record it again")]
     NoOrder,
+    #[error("cannot start a thread for the analysis: {0}")]
+    Spawn(std::io::Error),
+    #[error("the profile has {0} threads; the analysis tells at most 65536 apart")]
+    TooManyThreads(usize),
     #[error("no variable named {0:?} in the program's modules (a sized data symbol is needed; give ADDR:LEN instead)")]
     NoSuchVariable(String),
 }
@@ -86,6 +90,9 @@ pub fn analyse(rec: &Recovery, symbols: &crate::symbols::Symbolizer, region: Opt
             Some((a, a + size, name.clone()))
         }
     };
+    if threads.len() > 1 << 16 {
+        return Err(RacesError::TooManyThreads(threads.len()));
+    }
     // Threads with no creator recorded: no sync records (--no-sync), or an older format.
     if threads.len() > 1 && (rec.profile.meta.format_version < 4 || threads[1..].iter().all(|t| t.spawn.is_none())) {
         return Err(RacesError::NoOrder);
@@ -171,7 +178,8 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>), RecoverErr
 
 /// One thread's events as the interleaver reads them.
 struct Input {
-    rx: crossbeam::channel::Receiver<Vec<Ev>>,
+    /// None until the thread's producer starts, and once its stream is done.
+    rx: Option<crossbeam::channel::Receiver<Vec<Ev>>>,
     buf: VecDeque<Ev>,
     /// The thread's sync record numbers, and how many of them were taken.
     syncs: Vec<u64>,
@@ -183,7 +191,7 @@ struct Input {
 impl Input {
     fn next(&mut self) -> Option<Ev> {
         if self.buf.is_empty() {
-            self.buf.extend(self.rx.recv().ok()?);
+            self.buf.extend(self.rx.as_ref()?.recv().ok()?);
         }
         self.buf.pop_front()
     }
@@ -199,35 +207,57 @@ fn interleave(rec: &Recovery, facts: &Facts, syncs: Vec<Vec<u64>>, engine: &mut 
     use std::cmp::Reverse;
     let threads = &rec.profile.threads;
     std::thread::scope(|s| -> Result<(), RacesError> {
-        let mut inputs = Vec::new();
-        let mut producers = Vec::new();
-        for (t, syncs) in threads.iter().zip(syncs) {
+        // A thread's producer starts when the thread's first sync record comes up, so only
+        // threads alive at the same time in the run recover at the same time.
+        let producer = |t: usize| -> Result<_, RacesError> {
             let (tx, rx) = crossbeam::channel::bounded::<Vec<Ev>>(4);
-            let chunks = t.chunks.clone();
-            producers.push(s.spawn(move || -> Result<(), RecoverError> {
-                let mut feed = Feed::new(facts, |b| tx.send(b).map_err(|_| SinkError::Stop));
-                for c in &chunks {
-                    if !rec.run_chunk(Source::Dep, c, &mut feed)? {
-                        return Ok(());
+            let chunks = &threads[t].chunks;
+            let handle = std::thread::Builder::new()
+                .name(format!("races-{t}"))
+                .spawn_scoped(s, move || -> Result<(), RecoverError> {
+                    let mut feed = Feed::new(facts, |b| tx.send(b).map_err(|_| SinkError::Stop));
+                    for c in chunks {
+                        if !rec.run_chunk(Source::Dep, c, &mut feed)? {
+                            return Ok(());
+                        }
+                    }
+                    match feed.finish_feed() {
+                        Ok(()) | Err(SinkError::Stop) => Ok(()),
+                        Err(e) => Err(RecoverError::from_sink(e)),
+                    }
+                })
+                .map_err(RacesError::Spawn)?;
+            Ok((rx, handle))
+        };
+        let mut inputs: Vec<Input> = Vec::with_capacity(threads.len());
+        let mut producers = Vec::new();
+        // (the sync record a stretch starts at, thread)
+        let mut heap = BinaryHeap::new();
+        for (t, syncs) in syncs.into_iter().enumerate() {
+            heap.push(Reverse((syncs.first().copied().unwrap_or(0), t)));
+            inputs.push(Input { rx: None, buf: VecDeque::new(), syncs, taken: 0, held: false });
+        }
+        let mut result = Ok(());
+        'stretches: while let Some(Reverse((key, t))) = heap.pop() {
+            if inputs[t].rx.is_none() {
+                match producer(t) {
+                    Ok((rx, handle)) => {
+                        inputs[t].rx = Some(rx);
+                        producers.push(handle);
+                    }
+                    Err(e) => {
+                        result = Err(e);
+                        break 'stretches;
                     }
                 }
-                match feed.finish_feed() {
-                    Ok(()) | Err(SinkError::Stop) => Ok(()),
-                    Err(e) => Err(RecoverError::from_sink(e)),
-                }
-            }));
-            inputs.push(Input { rx, buf: VecDeque::new(), syncs, taken: 0, held: false });
-        }
-        // (the sync record a stretch starts at, thread)
-        let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..inputs.len()).map(|t| Reverse((0, t))).collect();
-        while let Some(Reverse((key, t))) = heap.pop() {
+            }
             let input = &mut inputs[t];
             while let Some(ev) = input.next() {
                 match ev {
                     Ev::Sync(seq) if seq != key => {
                         input.buf.push_front(ev);
                         heap.push(Reverse((seq, t)));
-                        break;
+                        continue 'stretches;
                     }
                     Ev::Sync(seq) => {
                         input.held = false;
@@ -238,16 +268,19 @@ fn interleave(rec: &Recovery, facts: &Facts, syncs: Vec<Vec<u64>>, engine: &mut 
                         input.held = true;
                         input.buf.push_front(ev);
                         heap.push(Reverse((input.next_sync(), t)));
-                        break;
+                        continue 'stretches;
                     }
                     ev => engine.event(t, ev),
                 }
             }
+            // The thread is done: its channel and what was read of its stream go.
+            *input = Input { rx: None, buf: VecDeque::new(), syncs: Vec::new(), taken: 0, held: true };
         }
+        // Unblock producers still sending (after an error), then collect theirs.
         drop(inputs);
         for p in producers {
             p.join().expect("race analysis producer panicked")?;
         }
-        Ok(())
+        result
     })
 }
