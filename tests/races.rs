@@ -26,7 +26,16 @@ fn marked(name: &str) -> u64 {
 
 fn record(dir: &Path, args: &[&str]) -> std::path::PathBuf {
     let p = dir.join(format!("{}.dep", args.join("_")));
-    let o = Command::new(dep()).arg("record").arg("-o").arg(&p).arg("--").arg(corpus().join("races")).args(args).stdin(Stdio::null()).output().unwrap();
+    let o = Command::new(dep())
+        .arg("record")
+        .arg("-o")
+        .arg(&p)
+        .arg("--")
+        .arg(corpus().join("races"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
     p
 }
@@ -121,7 +130,18 @@ fn known_races_are_reported_at_their_lines() {
 #[test]
 fn synchronised_variants_report_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    for mode in ["counter_mutex", "counter_atomic", "counter_relaxed", "overflow_ok", "trylock_ok", "flag_atomic", "flag_condvar", "join", "rwlock", "spin"] {
+    for mode in [
+        "counter_mutex",
+        "counter_atomic",
+        "counter_relaxed",
+        "overflow_ok",
+        "trylock_ok",
+        "flag_atomic",
+        "flag_condvar",
+        "join",
+        "rwlock",
+        "spin",
+    ] {
         let p = record(dir.path(), &[mode]);
         let r = races_json(&p, &[]);
         assert!(r.is_empty(), "{mode}: {r:?}");

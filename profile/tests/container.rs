@@ -74,7 +74,8 @@ fn write_sample(path: &std::path::Path) {
     .unwrap();
     w.thread(&ThreadEvent { event: "end".into(), index: 1, tid: 101, time_ns: 9, ..Default::default() }).unwrap();
     // Thread 0 created thread 1 (kernel id 101) at its sync record 7.
-    let spawn = ThreadEvent { event: "spawn".into(), index: 0, tid: 100, time_ns: 6, child_tid: Some(101), seq: Some(7), tls: Some(0x7f00) };
+    let spawn =
+        ThreadEvent { event: "spawn".into(), index: 0, tid: 100, time_ns: 6, child_tid: Some(101), seq: Some(7), tls: Some(0x7f00) };
     w.thread(&spawn).unwrap();
     w.end(&EndInfo { exit_status: 0, end_time_ns: 10, lost_bytes: 0 }).unwrap();
     w.flush().unwrap();

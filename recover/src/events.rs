@@ -114,9 +114,16 @@ pub enum Marker {
     /// The block last entered is the entry of a watched library function
     /// ([`Func`](dep_profile::calls::Func) number `func`): rdi and rsi there, and the
     /// return address. Comes after that block's references.
-    Call { func: u16, args: [u64; 2], ret: u64 },
+    Call {
+        func: u16,
+        args: [u64; 2],
+        ret: u64,
+    },
     /// The block last entered returned from watched function `func` with rax = `value`.
-    Return { func: u16, value: u64 },
+    Return {
+        func: u16,
+        value: u64,
+    },
 }
 
 /// Blocks one thread ran one after another, at code version 0 and uninterrupted, with no

@@ -333,7 +333,11 @@ unsafe fn clone_tls(dc: *mut c_void, sysnum: c_int) -> u64 {
     if dr_safe_read(p, 64, args.as_mut_ptr() as *mut c_void, &mut got) == 0 || got != 64 {
         return 0;
     }
-    if args[0] & CLONE_SETTLS != 0 { args[7] } else { 0 }
+    if args[0] & CLONE_SETTLS != 0 {
+        args[7]
+    } else {
+        0
+    }
 }
 
 /// System calls that order threads or processes: futexes (every lock, condition variable

@@ -80,10 +80,9 @@ impl Module {
                     if e.tag() != gimli::DW_TAG_variable {
                         continue;
                     }
-                    let (Some(name), Some(gimli::AttributeValue::UnitRef(ty))) = (
-                        e.attr_value(gimli::DW_AT_name).and_then(|n| dwarf.attr_string(&unit, n).ok()),
-                        e.attr_value(gimli::DW_AT_type),
-                    ) else {
+                    let (Some(name), Some(gimli::AttributeValue::UnitRef(ty))) =
+                        (e.attr_value(gimli::DW_AT_name).and_then(|n| dwarf.attr_string(&unit, n).ok()), e.attr_value(gimli::DW_AT_type))
+                    else {
                         continue;
                     };
                     variables.entry(name.to_string_lossy().into_owned()).or_insert((unit_at, ty));

@@ -444,7 +444,10 @@ impl<'a> Engine<'a> {
             }
             Func::Join if ok => {
                 // The thread with that pthread_t that ended and was not joined yet.
-                let j = self.by_tls.get(&p.args[0]).and_then(|ts| ts.iter().rev().find(|&&j| self.end_clock[j as usize].is_some() && !self.joined[j as usize]));
+                let j = self
+                    .by_tls
+                    .get(&p.args[0])
+                    .and_then(|ts| ts.iter().rev().find(|&&j| self.end_clock[j as usize].is_some() && !self.joined[j as usize]));
                 let mut c = self.threads[t].clock.clone();
                 match j {
                     Some(&j) => {

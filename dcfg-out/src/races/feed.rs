@@ -40,8 +40,17 @@ pub enum Code {
 #[derive(Clone, Copy, Debug)]
 pub enum Ev {
     /// A block begins; `call_ret` is the return address if it ends with a call, else 0.
-    Block { addr: u64, call_ret: u64 },
-    Access { pc: u64, addr: u64, size: u32, write: bool, class: Class },
+    Block {
+        addr: u64,
+        call_ret: u64,
+    },
+    Access {
+        pc: u64,
+        addr: u64,
+        size: u32,
+        write: bool,
+        class: Class,
+    },
     /// A sync record: the thread's point number `seq` in the process-wide order.
     Sync(u64),
     /// An atomic instruction on the location at `addr` is about to run (its release side).
@@ -49,9 +58,16 @@ pub enum Ev {
     /// The atomic instruction on `addr` ran (its acquire side).
     Acquire(u64),
     /// A watched library function was entered.
-    Call { func: u16, args: [u64; 2], ret: u64 },
+    Call {
+        func: u16,
+        args: [u64; 2],
+        ret: u64,
+    },
     /// A watched library function returned `value`.
-    Return { func: u16, value: u64 },
+    Return {
+        func: u16,
+        value: u64,
+    },
     Start,
     End,
 }

@@ -106,7 +106,8 @@ pub fn analyse(rec: &Recovery, symbols: &crate::symbols::Symbolizer, region: Opt
     let facts = Facts::new(&rec.plans, rec.profile.blocks().len(), &code);
     let (atomic, syncs) = first_pass(rec)?;
     let spawns: Vec<Option<(u32, u64, u64)>> = threads.iter().map(|t| t.spawn.map(|s| (s.parent, s.seq, s.tls))).collect();
-    let runtime: Vec<(u64, u64)> = rec.profile.modules.iter().filter(|m| m.event == "load" && feed::is_runtime(&m.path)).map(|m| (m.base, m.base + m.size)).collect();
+    let runtime: Vec<(u64, u64)> =
+        rec.profile.modules.iter().filter(|m| m.event == "load" && feed::is_runtime(&m.path)).map(|m| (m.base, m.base + m.size)).collect();
     let mut engine = Engine::new(&spawns, &atomic, runtime);
     if let Some((start, end, _)) = &region {
         engine.region = Some(Region { start: *start, end: *end, seen: FxHashMap::default() });
@@ -264,7 +265,9 @@ fn interleave(rec: &Recovery, facts: &Facts, syncs: Vec<Vec<u64>>, engine: &mut 
                         input.taken += 1;
                         engine.sync(t, seq);
                     }
-                    Ev::Access { addr, size, write: false, class: Class::Plain | Class::Stack, .. } if !input.held && engine.is_atomic(addr, size) => {
+                    Ev::Access { addr, size, write: false, class: Class::Plain | Class::Stack, .. }
+                        if !input.held && engine.is_atomic(addr, size) =>
+                    {
                         input.held = true;
                         input.buf.push_front(ev);
                         heap.push(Reverse((input.next_sync(), t)));

@@ -189,7 +189,10 @@ impl<'a> Report<'a> {
         o.insert("thread".into(), json!(s.thread));
         o.insert("access".into(), json!(if s.site.write { "W" } else { "R" }));
         o.insert("size".into(), json!(s.site.size));
-        o.insert("locks".into(), json!(s.locks.iter().map(|&(a, sh)| json!({"lock": format!("{a:#x}"), "shared": sh})).collect::<Vec<_>>()));
+        o.insert(
+            "locks".into(),
+            json!(s.locks.iter().map(|&(a, sh)| json!({"lock": format!("{a:#x}"), "shared": sh})).collect::<Vec<_>>()),
+        );
         o.insert("called_from".into(), loc.via.map_or(Value::Null, |p| place_json(s.site.caller, p)));
         v
     }
@@ -321,7 +324,14 @@ impl<'a> Report<'a> {
             let s = site(s);
             let loc = self.loc(s);
             let via = loc.via.map(|v| format!(", called from {}", place_text(v))).unwrap_or_default();
-            writeln!(out, "  without it: {} of {} bytes by thread {t} at {:#x}: {}{via}, {n} times", kind(s), s.size, s.pc, place_text(loc.place))?;
+            writeln!(
+                out,
+                "  without it: {} of {} bytes by thread {t} at {:#x}: {}{via}, {n} times",
+                kind(s),
+                s.size,
+                s.pc,
+                place_text(loc.place)
+            )?;
         }
         Ok(())
     }

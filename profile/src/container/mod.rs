@@ -15,7 +15,7 @@ pub mod writer;
 
 pub use chunk::{ChunkData, ChunkView, Codec, Decompression, Section, CHUNK_HEADER_LEN, PACKED_VALUES_LEVEL};
 pub use meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ParentLink, ThreadEvent};
-pub use reader::{Spawn, ChunkRef, Profile, ThreadInfo};
+pub use reader::{ChunkRef, Profile, Spawn, ThreadInfo};
 pub use writer::ProfileWriter;
 
 use thiserror::Error;
