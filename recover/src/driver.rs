@@ -29,6 +29,14 @@ pub enum RecoverError {
 }
 
 impl RecoverError {
+    /// A sink's result as a run's: a sink that stopped did not fail.
+    pub fn from_sink_result(r: Result<(), SinkError>) -> Result<(), Self> {
+        match r {
+            Ok(()) | Err(SinkError::Stop) => Ok(()),
+            Err(e) => Err(RecoverError::from_sink(e)),
+        }
+    }
+
     /// A sink's error as a run's (never [`SinkError::Stop`], which drivers take first).
     pub fn from_sink(e: SinkError) -> Self {
         match e {

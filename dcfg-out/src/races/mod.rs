@@ -222,10 +222,7 @@ fn interleave(rec: &Recovery, facts: &Facts, syncs: Vec<Vec<u64>>, engine: &mut 
                             return Ok(());
                         }
                     }
-                    match feed.finish_feed() {
-                        Ok(()) | Err(SinkError::Stop) => Ok(()),
-                        Err(e) => Err(RecoverError::from_sink(e)),
-                    }
+                    RecoverError::from_sink_result(feed.finish_feed())
                 })
                 .map_err(RacesError::Spawn)?;
             Ok((rx, handle))

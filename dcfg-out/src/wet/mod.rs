@@ -317,14 +317,6 @@ impl Sink for Forward {
 }
 
 /// A sink's stop as a clean end, anything else as a recovery error.
-fn fed(r: SinkResult) -> Result<(), RecoverError> {
-    match r {
-        Ok(()) | Err(SinkError::Stop) => Ok(()),
-        Err(SinkError::Io(e)) => Err(RecoverError::Output(e)),
-        Err(SinkError::Failed(e)) => Err(RecoverError::Sink(e)),
-    }
-}
-
 /// One thread's recovered events, as its producer hands them over in batches; an atomic
 /// instruction's sync record is put between the references of the instructions before it
 /// and its own (recovery gives it after its block), so that a segment ends exactly there.
@@ -444,7 +436,7 @@ fn linearize(rec: &Recovery, fwd: &mut Forward) -> Result<(), RecoverError> {
                         return Ok(());
                     }
                 }
-                fed(feed.finish())
+                RecoverError::from_sink_result(feed.finish())
             }));
             inputs.push((rx, None::<(Batch, usize, usize)>));
         }
@@ -472,7 +464,7 @@ fn linearize(rec: &Recovery, fwd: &mut Forward) -> Result<(), RecoverError> {
                         _ => &[],
                     };
                     if let Err(e) = fwd.push(ev, refs) {
-                        result = fed(Err(e));
+                        result = RecoverError::from_sink_result(Err(e));
                         break 'segments;
                     }
                     // A sync point ends the thread's segment: the next one waits its turn.
@@ -526,7 +518,7 @@ fn run_pipelined(rec: &Recovery, engine: &mut Engine) -> Result<(), WetError> {
         let recovered = if rec.profile.threads.len() <= 1 {
             rec.run(Source::Dep, &mut fwd)
         } else {
-            linearize(rec, &mut fwd).and_then(|()| fed(fwd.finish()))
+            linearize(rec, &mut fwd).and_then(|()| RecoverError::from_sink_result(fwd.finish()))
         };
         drop(fwd);
         let engined = consumer.join().expect("WET engine panicked");
