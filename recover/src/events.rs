@@ -126,6 +126,18 @@ pub enum Marker {
     },
 }
 
+impl Marker {
+    /// Where a sync record stands among its block's references, for sinks that put it
+    /// there (recovery gives it after the block): `2k` before instruction `k`'s references,
+    /// `2k + 1` right after them; None for records at no instruction and other markers.
+    pub fn place(&self) -> Option<u32> {
+        match *self {
+            Marker::Sync { insn: Some(k), after, .. } => Some(2 * k as u32 + after as u32),
+            _ => None,
+        }
+    }
+}
+
 /// Blocks one thread ran one after another, at code version 0 and uninterrupted, with no
 /// marker between them, and all their references in order: what the recovery loop hands
 /// over in one call when it can.

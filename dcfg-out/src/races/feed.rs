@@ -210,16 +210,14 @@ impl<'f, F: FnMut(Vec<Ev>) -> SinkResult> Feed<'f, F> {
         }
         let refs = std::mem::take(&mut self.refs);
         let mut marks = std::mem::take(&mut self.marks);
-        // Where each record goes: 2k before instruction k, 2k + 1 after it; a call record
-        // right after the sync record it follows; a return, and records at no
-        // instruction, at the end.
+        // Where each record goes (Marker::place); a call record right after the sync
+        // record it follows; a return, and records at no instruction, at the end.
         let mut placed: Vec<(u32, Marker)> = Vec::with_capacity(marks.len());
         let mut last = 0u32;
         for m in marks.drain(..) {
             let p = match m {
-                Marker::Sync { insn: Some(k), after, .. } => 2 * k as u32 + after as u32,
                 Marker::Call { .. } => last,
-                _ => u32::MAX,
+                _ => m.place().unwrap_or(u32::MAX),
             };
             last = p;
             placed.push((p, m));

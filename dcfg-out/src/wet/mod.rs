@@ -344,10 +344,7 @@ impl ThreadFeed<'_> {
         };
         // Each sync record where its instruction is: before instruction k, between the
         // references of instructions before k and k's own; after k, right after k's.
-        let place = |m: &Marker| match *m {
-            Marker::Sync { insn: Some(k), after, .. } => 2 * k as u32 + after as u32,
-            _ => u32::MAX,
-        };
+        let place = |m: &Marker| m.place().unwrap_or(u32::MAX);
         syncs.sort_by_key(place);
         let mut at = 0usize;
         for m in syncs {
