@@ -201,6 +201,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let cli = Cli::parse();
+    dep_profile::container::truncation::guard();
     match run(cli) {
         Ok(code) => code,
         Err(e) => {

@@ -11,6 +11,7 @@
 pub mod chunk;
 pub mod meta;
 pub mod reader;
+pub mod truncation;
 pub mod writer;
 
 pub use chunk::{ChunkData, ChunkView, Codec, Decompression, Section, CHUNK_HEADER_LEN, PACKED_VALUES_LEVEL};

@@ -72,8 +72,10 @@ impl Profile {
     pub fn open(path: impl AsRef<Path>) -> Result<Profile, ProfileError> {
         let path_s = path.as_ref().display().to_string();
         let file = File::open(path.as_ref()).map_err(|err| ProfileError::Io { path: path_s.clone(), err })?;
-        // SAFETY: the profile is treated as read-only input; a writer appending concurrently
-        // only adds bytes past the length mapped here.
+        // SAFETY: the map is only read, through slices within its length; a writer appending
+        // concurrently only adds bytes past that length. Another process truncating the file
+        // makes a read past its new end raise SIGBUS, which the `dep` command's
+        // `truncation::guard` turns into a one-line error (profile/tests/truncation.rs).
         let map = unsafe { Mmap::map(&file) }.map_err(|err| ProfileError::Io { path: path_s.clone(), err })?;
         Self::index(path_s, map)
     }
