@@ -522,3 +522,60 @@ fn truth_run_records_what_a_plain_run_records() {
         assert!(recovered.1 > 1000);
     }
 }
+
+/// Mounts a tmpfs of `size` at a fresh directory (root only); `None` with the reason printed
+/// when mounting is not permitted here.
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount(size: &str) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().unwrap();
+        let o = run(Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(dir.path()));
+        if !o.status.success() {
+            println!("skipped: cannot mount a tmpfs: {}", String::from_utf8_lossy(&o.stderr).trim());
+            return None;
+        }
+        Some(Tmpfs(dir))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = run(Command::new("umount").arg(self.0.path()));
+    }
+}
+
+/// A full disk while recording: the program runs to its end with its own status and output,
+/// dep says so in one line, and what was written is a readable prefix whose recovery equals
+/// its truth (records are written whole or not at all).
+#[test]
+fn full_disk_keeps_a_readable_prefix() {
+    let Some(fs) = Tmpfs::mount("8m") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let input = work.path().join("in.txt");
+    let mut text = String::new();
+    let mut x: u64 = 7;
+    while text.len() < 2 << 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        text.push_str(&format!("w{} ", x % 50_000));
+    }
+    std::fs::write(&input, &text).unwrap();
+    let native = run(Command::new("gzip").arg("-c").arg(&input));
+    let profile = fs.0.path().join("full.dep");
+    let o = run(Command::new(dep()).arg("record").arg("--truth").arg("-o").arg(&profile).args(["--", "gzip", "-c"]).arg(&input));
+    assert_eq!(o.status.code(), native.status.code(), "exit status differs from the native run's");
+    assert!(o.stdout == native.stdout, "gzip's output differs under dep record");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "not one line: {err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(std::fs::metadata(&profile).unwrap().len() > 100_000);
+    let p = profile.to_str().unwrap();
+    for fmt in ["text", "blocks"] {
+        let (rec, n) = hash_stdout(&["recover", p, "--format", fmt]);
+        let (tru, m) = hash_stdout(&["recover", p, "--truth", "--format", fmt]);
+        assert_eq!((rec, n), (tru, m), "recovered {fmt} differs from the truth");
+        assert!(n > 1000, "{n} lines of {fmt}");
+    }
+}
