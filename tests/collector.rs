@@ -579,3 +579,49 @@ fn full_disk_keeps_a_readable_prefix() {
         assert!(n > 1000, "{n} lines of {fmt}");
     }
 }
+
+/// Every signal blocked, on the main thread and on a thread inheriting the mask; a blocked
+/// signal stays pending until unblocked.
+#[test]
+fn signals_blocked_throughout() {
+    corpus_check("sigblock", &[]);
+}
+
+/// vfork children that exit and that exec.
+#[test]
+fn vfork_children() {
+    corpus_check("vfork", &[]);
+}
+
+/// clone with CLONE_VM but no CLONE_THREAD, with CLONE_VFORK, with only SIGCHLD, and with
+/// CLONE_FILES.
+#[test]
+fn clone_with_unusual_flags() {
+    corpus_check("clone", &[]);
+}
+
+/// execve of a missing file, a directory and a path through a file fail as natively.
+#[test]
+fn execve_that_fails() {
+    let c = corpus_check("execmissing", &[]);
+    assert!(c[0].0 > 1000);
+}
+
+/// A program that lowers its descriptor limit and opens files until EMFILE gets the same
+/// count as natively (DynamoRIO's reserved descriptors do not lift the program's limit), and
+/// its work recovers to the truth. A child forked with no descriptor free cannot connect
+/// to dep: dep says so in one line and the child runs unrecorded.
+#[test]
+fn descriptors_exhausted() {
+    let prog = corpus().join("fdexhaust");
+    let native = run(&mut Command::new(&prog));
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("fd.dep");
+    let o = run(Command::new(dep()).arg("record").arg("--truth").arg("-o").arg(&profile).arg("--").arg(&prog));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&native.stdout), "stdout differs");
+    assert_eq!(o.status.code(), native.status.code(), "exit status differs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    let extra: Vec<&str> = err.lines().filter(|l| !String::from_utf8_lossy(&native.stderr).contains(l)).collect();
+    assert!(extra.len() <= 1 && extra.iter().all(|l| l.contains("Too many open files")), "{err}");
+    check_profile(&profile);
+}

@@ -196,8 +196,11 @@ impl Receiver {
                     res.pid = meta.pid;
                     {
                         let mut pids = self.pids.lock().unwrap();
-                        if meta.parent.is_none() && pids.contains(&meta.pid) {
+                        if pids.contains(&meta.pid) {
                             meta.parent = Some(dep_profile::container::ParentLink { how: "exec".into(), parent_pid: meta.pid });
+                        } else if meta.parent.as_ref().is_some_and(|l| !pids.contains(&l.parent_pid)) {
+                            // The recorded program's own parent (dep) is no process of the recording.
+                            meta.parent = None;
                         }
                         pids.push(meta.pid);
                     }

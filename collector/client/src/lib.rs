@@ -64,7 +64,9 @@ unsafe fn hello() {
         xsave_size: xsave_size(),
         truth: opts().truth,
         tool: concat!("dep ", env!("CARGO_PKG_VERSION")).into(),
-        parent: PARENT.clone(),
+        // A new image not forked under the client (the first, or one a vfork child exec'd)
+        // names its parent process; the launcher keeps the link if that process is recorded.
+        parent: PARENT.clone().or_else(|| Some(ParentLink { how: "fork".into(), parent_pid: libc::getppid() as u32 })),
     };
     send(wire::HELLO, 0, &[&serde_json::to_vec(&meta).unwrap()]);
 }
