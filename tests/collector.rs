@@ -626,9 +626,10 @@ fn descriptors_exhausted() {
     check_profile(&profile);
 }
 
-/// A program killed with SIGKILL keeps what it recorded up to the hand-off period before
-/// the kill: selfkill's 4096 stores, made 0.6 s before it kills itself with only a few blocks
-/// run since, are all in the profile, which recovers to its truth.
+/// A program killed with SIGKILL keeps what it recorded up to the hand-off period (100 ms
+/// of CPU time) before the kill: selfkill's 4096 stores, followed by some 0.3 s of CPU in
+/// too few blocks to fill a buffer before it kills itself, are all in the profile, which
+/// recovers to its truth.
 #[test]
 fn sigkill_loses_at_most_the_last_period() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,11 +1,16 @@
-//! Bounds what a killed program loses: every [`PERIOD_MS`] (or `DEP_HANDOFF_MS`; 0 turns
-//! it off, for measuring its cost) a client thread asks each
-//! recording thread to hand off its buffers at its next block entry, by lowering the tag
-//! limit that the block-entry check compares the buffer pointer against. The check then
+//! Bounds what a killed program loses: every [`PERIOD_MS`] of the program's CPU time (or
+//! `DEP_HANDOFF_MS`; 0 turns it off, for measuring its cost) a timer asks each recording
+//! thread to hand off its buffers at its next block entry, by lowering the tag limit that
+//! the block-entry check compares the buffer pointer against. The check then
 //! takes its ordinary buffer-full path (a chunk ends before a block), so nothing is added to
 //! the instrumented code, and a SIGKILL loses only what a thread recorded since its last
-//! hand-off: at most PERIOD_MS of running (plus the time the next block entry takes to come,
-//! for a thread blocked in a system call), or a full buffer, whichever is less.
+//! hand-off: what it recorded in the last PERIOD_MS of the program's CPU time (plus until
+//! its next block entry), or a full buffer, whichever is less.
+//!
+//! Not a client thread (`dr_create_client_thread`): on Linux that is a task outside the
+//! program's thread group, which a SIGKILL of the program leaves running, holding the
+//! launcher's socket, and which made DynamoRIO's exit wait forever in
+//! `synch_with_all_threads` for bench/compress.
 
 use crate::state::{slot, PerThread, Spin, S_TAGLIM};
 use core::ffi::c_void;
@@ -44,10 +49,14 @@ fn period() -> i32 {
     std::env::var("DEP_HANDOFF_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(PERIOD_MS)
 }
 
-/// Starts the timer thread (in each process: a forked child has none of its parent's threads).
+/// Starts the timer: an ITIMER_PROF of the thread group, so it runs on the program's CPU time
+/// (a sleeping program needs no hand-off: its buffers do not grow) and, unlike a real-time
+/// timer, its signal never interrupts the program's sleeps. DynamoRIO keeps it apart from
+/// any ITIMER_PROF of the program's own. Also after fork: timers are not inherited.
 pub unsafe fn start() {
-    if period() > 0 {
-        dr_create_client_thread(Some(tick), core::ptr::null_mut());
+    let ms = period();
+    if ms > 0 {
+        dr_set_itimer(libc::ITIMER_PROF, ms as u32, Some(tick));
     }
 }
 
@@ -59,25 +68,25 @@ pub unsafe fn reset_after_fork(pt: &PerThread) {
     start();
 }
 
-unsafe extern "C" fn tick(_: *mut c_void) {
-    // DynamoRIO's client thread is a task of its own, not in the program's thread group: a
-    // SIGKILL of the program leaves it running (and holding the launcher's socket open), so
-    // it ends once the program's first thread, its parent, is gone. (A program whose first
-    // thread exits alone loses the timer for its other threads.)
-    let parent = libc::getppid();
-    let ms = period();
-    loop {
-        dr_sleep(ms);
-        if libc::getppid() != parent {
-            return;
-        }
-        let _g = Spin::lock(&LOCK);
+/// The timer's callback, in a signal handler on the thread that took the signal: it asks
+/// every live thread to hand off, or, if the registry is being changed (perhaps by this
+/// very thread, interrupted), only this one. No waiting on a lock here.
+unsafe extern "C" fn tick(dc: *mut c_void, _mc: *mut dr_mcontext_t) {
+    use std::sync::atomic::Ordering;
+    if LOCK.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {
         for &(lim, base) in live().iter() {
             // SAFETY: the slot belongs to a registered thread, whose TLS lives until it
             // unregisters under LOCK. An aligned 8-byte store is atomic on x86-64; the
             // thread's own reset of the limit after a hand-off may win, which only delays
             // the hand-off to the next tick.
             (lim as *mut u64).write_volatile(base);
+        }
+        LOCK.store(false, Ordering::Release);
+    } else {
+        let pt = crate::state::get(dc);
+        if !pt.is_null() {
+            // SAFETY: this thread's own TLS, live while it runs.
+            slot(&*pt, S_TAGLIM).write_volatile((*pt).tag_base as u64);
         }
     }
 }
