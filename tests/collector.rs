@@ -522,3 +522,136 @@ fn truth_run_records_what_a_plain_run_records() {
         assert!(recovered.1 > 1000);
     }
 }
+
+/// Mounts a tmpfs of `size` at a fresh directory (root only); `None` with the reason printed
+/// when mounting is not permitted here.
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount(size: &str) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().unwrap();
+        let o = run(Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(dir.path()));
+        if !o.status.success() {
+            println!("skipped: cannot mount a tmpfs: {}", String::from_utf8_lossy(&o.stderr).trim());
+            return None;
+        }
+        Some(Tmpfs(dir))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = run(Command::new("umount").arg(self.0.path()));
+    }
+}
+
+/// A full disk while recording: the program runs to its end with its own status and output,
+/// dep says so in one line, and what was written is a readable prefix whose recovery equals
+/// its truth (records are written whole or not at all).
+#[test]
+fn full_disk_keeps_a_readable_prefix() {
+    let Some(fs) = Tmpfs::mount("8m") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let input = work.path().join("in.txt");
+    let mut text = String::new();
+    let mut x: u64 = 7;
+    while text.len() < 2 << 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        text.push_str(&format!("w{} ", x % 50_000));
+    }
+    std::fs::write(&input, &text).unwrap();
+    let native = run(Command::new("gzip").arg("-c").arg(&input));
+    let profile = fs.0.path().join("full.dep");
+    let o = run(Command::new(dep()).arg("record").arg("--truth").arg("-o").arg(&profile).args(["--", "gzip", "-c"]).arg(&input));
+    assert_eq!(o.status.code(), native.status.code(), "exit status differs from the native run's");
+    assert!(o.stdout == native.stdout, "gzip's output differs under dep record");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "not one line: {err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(std::fs::metadata(&profile).unwrap().len() > 100_000);
+    let p = profile.to_str().unwrap();
+    for fmt in ["text", "blocks"] {
+        let (rec, n) = hash_stdout(&["recover", p, "--format", fmt]);
+        let (tru, m) = hash_stdout(&["recover", p, "--truth", "--format", fmt]);
+        assert_eq!((rec, n), (tru, m), "recovered {fmt} differs from the truth");
+        assert!(n > 1000, "{n} lines of {fmt}");
+    }
+}
+
+/// Every signal blocked, on the main thread and on a thread inheriting the mask; a blocked
+/// signal stays pending until unblocked.
+#[test]
+fn signals_blocked_throughout() {
+    corpus_check("sigblock", &[]);
+}
+
+/// vfork children that exit and that exec.
+#[test]
+fn vfork_children() {
+    corpus_check("vfork", &[]);
+}
+
+/// clone with CLONE_VM but no CLONE_THREAD, with CLONE_VFORK, with only SIGCHLD, and with
+/// CLONE_FILES.
+#[test]
+fn clone_with_unusual_flags() {
+    corpus_check("clone", &[]);
+}
+
+/// execve of a missing file, a directory and a path through a file fail as natively.
+#[test]
+fn execve_that_fails() {
+    let c = corpus_check("execmissing", &[]);
+    assert!(c[0].0 > 1000);
+}
+
+/// A program that lowers its descriptor limit and opens files until EMFILE gets the same
+/// count as natively (DynamoRIO's reserved descriptors do not lift the program's limit), and
+/// its work recovers to the truth. A child forked with no descriptor free cannot connect
+/// to dep: dep says so in one line and the child runs unrecorded.
+#[test]
+fn descriptors_exhausted() {
+    let prog = corpus().join("fdexhaust");
+    let native = run(&mut Command::new(&prog));
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("fd.dep");
+    let o = run(Command::new(dep()).arg("record").arg("--truth").arg("-o").arg(&profile).arg("--").arg(&prog));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&native.stdout), "stdout differs");
+    assert_eq!(o.status.code(), native.status.code(), "exit status differs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    let extra: Vec<&str> = err.lines().filter(|l| !String::from_utf8_lossy(&native.stderr).contains(l)).collect();
+    assert!(extra.len() <= 1 && extra.iter().all(|l| l.contains("Too many open files")), "{err}");
+    check_profile(&profile);
+}
+
+/// A program killed with SIGKILL keeps what it recorded up to the hand-off period (100 ms
+/// of CPU time) before the kill: selfkill's 4096 stores, followed by some 0.3 s of CPU in
+/// too few blocks to fill a buffer before it kills itself, are all in the profile, which
+/// recovers to its truth.
+#[test]
+fn sigkill_loses_at_most_the_last_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("k.dep");
+    let o = run(Command::new(dep()).arg("record").arg("--truth").arg("-o").arg(&profile).arg("--").arg(corpus().join("selfkill")));
+    assert_eq!(o.status.code(), Some(128 + 9));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let mut w = out.split_whitespace().skip(1);
+    let base = u64::from_str_radix(w.next().unwrap().trim_start_matches("0x"), 16).unwrap();
+    let size: u64 = w.next().unwrap().parse().unwrap();
+    let p = profile.to_str().unwrap();
+    let text = run(Command::new(dep()).args(["recover", p, "--format", "text"]));
+    assert!(text.status.success(), "{}", String::from_utf8_lossy(&text.stderr));
+    let stores = String::from_utf8_lossy(&text.stdout)
+        .lines()
+        .filter(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            f.len() == 5
+                && f[2] == "W"
+                && u64::from_str_radix(f[3].trim_start_matches("0x"), 16).is_ok_and(|a| a >= base && a < base + size)
+        })
+        .count();
+    assert_eq!(stores, 4096, "stores to the array recovered from the killed program's profile");
+    assert_eq!(hash_stdout(&["recover", p, "--format", "text"]), hash_stdout(&["recover", p, "--truth", "--format", "text"]));
+}

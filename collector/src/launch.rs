@@ -209,11 +209,16 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
     // read-only and, when the program writes one, resumes at the write with only the pc
     // translated (core/unix/signal.c, check_for_modified_code), leaving drreg's scratch
     // registers holding the client's values: corpora/rwx computed wrong results that way.
+    // `-steal_fds 0`: by default DynamoRIO reserves the top descriptors by raising the soft
+    // limit to the hard one and only pretends to lower it when the program does, so a
+    // program that lowered RLIMIT_NOFILE could open far more files than natively
+    // (corpora/fdexhaust overran its array). With none reserved the kernel enforces the
+    // program's own limit.
     // DEP_DR_OPTIONS adds DynamoRIO options (for diagnosis).
     let extra = std::env::var("DEP_DR_OPTIONS").unwrap_or_default();
     let dr_opts = format!(
         "-code_api -stack_size 56K -signal_stack_size 32K -max_elide_jmp 0 -max_elide_call 0 -early_inject -emulate_brk \
-         -no_inline_ignored_syscalls -sandbox_writable -sandbox2ro_threshold 0 {extra} -client_lib64 \"{};0;{}\"",
+         -no_inline_ignored_syscalls -sandbox_writable -sandbox2ro_threshold 0 -steal_fds 0 {extra} -client_lib64 \"{};0;{}\"",
         install.client.display(),
         client_opts
     );

@@ -3,6 +3,7 @@
 
 pub mod launch;
 pub mod receive;
+pub mod sink;
 pub mod wire;
 
 pub use launch::{record, Install, RecordOptions, RecordOutcome};

@@ -4,11 +4,13 @@
 //! reader goes on, and a bounded queue makes a client wait (rather than lose data) when
 //! compression falls behind.
 
+use crate::sink::ProfileSink;
 use crate::wire::{self, ChunkHeader};
-use dep_profile::container::{ChunkData, EndInfo, Metadata, ProfileWriter, RecordKind};
+use dep_profile::container::{ChunkData, Metadata, RecordKind};
 use dep_profile::Width;
+use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{BufWriter, Read};
+use std::io::Read;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -29,8 +31,6 @@ pub struct ConnResult {
     pub complete: bool,
 }
 
-type Writer = ProfileWriter<BufWriter<File>>;
-
 /// A compression job: the chunk's raw frame payload and where to send the encoded record.
 struct Job {
     thread: u32,
@@ -38,6 +38,9 @@ struct Job {
     payload: Vec<u8>,
     done: crossbeam::channel::Sender<std::io::Result<Vec<u8>>>,
 }
+
+/// Where a chunk's compressed record comes back from the pool.
+type Done = crossbeam::channel::Receiver<std::io::Result<Vec<u8>>>;
 
 /// Shared state of a recording session.
 pub struct Receiver {
@@ -48,7 +51,7 @@ pub struct Receiver {
     jobs: crossbeam::channel::Sender<Job>,
     pub results: Mutex<Vec<ConnResult>>,
     /// Open writers, finished with an end record once the launcher knows exit statuses.
-    writers: Mutex<Vec<(usize, Writer)>>,
+    writers: Mutex<Vec<(usize, ProfileSink)>>,
     /// Pids that have connected: a second connection from one is an exec'd image.
     pids: Mutex<Vec<u32>>,
 }
@@ -136,29 +139,38 @@ impl Receiver {
 
     fn handle(&self, mut s: UnixStream) {
         let mut res = ConnResult::default();
-        let r = self.read_conn(&mut s, &mut res);
+        let mut sink = None;
+        let mut pending = VecDeque::new();
+        let r = self.read_conn(&mut s, &mut res, &mut sink, &mut pending);
         if let Err(e) = r {
             res.errors.push(e);
+            // The program goes on sending: reading on keeps its writes from failing.
+            drain(&mut s);
+        } else {
+            res.complete = true;
         }
-        self.results.lock().unwrap().push(res);
+        // Chunks compressed already belong in the profile, whatever stopped the stream.
+        for done in pending {
+            let Ok(r) = done.recv() else { break };
+            write_chunk(&mut sink, r, &mut res);
+        }
+        let mut results = self.results.lock().unwrap();
+        if let Some(sink) = sink {
+            self.writers.lock().unwrap().push((results.len(), sink));
+        }
+        results.push(res);
     }
 
-    fn read_conn(&self, s: &mut UnixStream, res: &mut ConnResult) -> Result<(), String> {
+    fn read_conn(
+        &self,
+        s: &mut UnixStream,
+        res: &mut ConnResult,
+        sink: &mut Option<ProfileSink>,
+        pending: &mut VecDeque<Done>,
+    ) -> Result<(), String> {
         let mut hdr = [0u8; wire::FRAME_HEADER];
-        let mut writer: Option<Writer> = None;
-        let (done_tx, done_rx) = crossbeam::channel::unbounded::<std::io::Result<Vec<u8>>>();
-        let mut pending = 0usize;
         // Truth sent ahead of its chunk, per thread.
         let mut truth_ahead: std::collections::HashMap<u32, Vec<u8>> = std::collections::HashMap::new();
-        let write_done = |writer: &mut Option<Writer>, r: std::io::Result<Vec<u8>>, res: &mut ConnResult| match (writer.as_mut(), r) {
-            (Some(w), Ok(rec)) => {
-                if let Err(e) = w.record(RecordKind::Chunk, &rec) {
-                    res.errors.push(format!("writing a chunk: {e}"));
-                }
-            }
-            (_, Err(e)) => res.errors.push(format!("compressing a chunk: {e}")),
-            (None, _) => {}
-        };
         loop {
             if !read_full(s, &mut hdr)? {
                 break;
@@ -173,11 +185,9 @@ impl Receiver {
             if !read_full(s, &mut payload)? && len > 0 {
                 return Err("the client's stream ends inside a frame".into());
             }
-            let w = |writer: &mut Option<Writer>, res: &mut ConnResult, kind: RecordKind, p: &[u8]| {
-                if let Some(w) = writer.as_mut() {
-                    if let Err(e) = w.record(kind, p) {
-                        res.errors.push(format!("writing the profile: {e}"));
-                    }
+            let w = |sink: &mut Option<ProfileSink>, kind: RecordKind, p: &[u8]| {
+                if let Some(sink) = sink.as_mut() {
+                    sink.record(kind, p);
                 }
             };
             match kind {
@@ -186,8 +196,11 @@ impl Receiver {
                     res.pid = meta.pid;
                     {
                         let mut pids = self.pids.lock().unwrap();
-                        if meta.parent.is_none() && pids.contains(&meta.pid) {
+                        if pids.contains(&meta.pid) {
                             meta.parent = Some(dep_profile::container::ParentLink { how: "exec".into(), parent_pid: meta.pid });
+                        } else if meta.parent.as_ref().is_some_and(|l| !pids.contains(&l.parent_pid)) {
+                            // The recorded program's own parent (dep) is no process of the recording.
+                            meta.parent = None;
                         }
                         pids.push(meta.pid);
                     }
@@ -198,13 +211,9 @@ impl Receiver {
                             *n - 1
                         };
                         let path = self.profile_path(index);
-                        let f = File::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
                         let width = Width::from_bits(meta.width).ok_or("bad width in hello")?;
-                        let mut pw =
-                            ProfileWriter::new(BufWriter::with_capacity(1 << 20, f), width, self.level).map_err(|e| e.to_string())?;
-                        pw.meta(&meta).map_err(|e| e.to_string())?;
+                        *sink = Some(ProfileSink::create(&path, width, self.level, &meta)?);
                         res.path = Some(path);
-                        writer = Some(pw);
                     }
                 }
                 wire::MODULE => {
@@ -213,22 +222,26 @@ impl Receiver {
                     if m.build_id.is_none() && m.event == "load" && m.path.starts_with('/') {
                         m.build_id = build_id(&m.path);
                     }
-                    w(&mut writer, res, RecordKind::Module, &serde_json::to_vec(&m).unwrap_or(payload))
+                    w(sink, RecordKind::Module, &serde_json::to_vec(&m).unwrap_or(payload))
                 }
-                wire::THREAD => w(&mut writer, res, RecordKind::Thread, &payload),
-                wire::BLOCK => w(&mut writer, res, RecordKind::Block, &payload),
+                wire::THREAD => w(sink, RecordKind::Thread, &payload),
+                wire::BLOCK => w(sink, RecordKind::Block, &payload),
                 wire::TRUTH_PART => truth_ahead.entry(thread).or_default().extend_from_slice(&payload),
                 wire::CHUNK => {
                     let payload = match truth_ahead.remove(&thread) {
                         Some(ahead) => prepend_truth(&payload, &ahead).ok_or("malformed chunk frame from the client")?,
                         None => payload,
                     };
-                    if let Some(width) = writer.as_ref().map(|w| w.width()) {
-                        self.jobs.send(Job { thread, width, payload, done: done_tx.clone() }).map_err(|_| "compression pool stopped")?;
-                        pending += 1;
-                        while let Ok(r) = done_rx.try_recv() {
-                            pending -= 1;
-                            write_done(&mut writer, r, res);
+                    if let Some(width) = sink.as_ref().map(|w| w.width()) {
+                        let (done, r) = crossbeam::channel::bounded(1);
+                        self.jobs.send(Job { thread, width, payload, done }).map_err(|_| "compression pool stopped")?;
+                        pending.push_back(r);
+                        // Chunks are written in the order they came, so that a thread's
+                        // chunks in any prefix of the file are consecutive (a full disk
+                        // cuts the file anywhere).
+                        while let Some(Ok(r)) = pending.front().map(|d| d.try_recv()) {
+                            pending.pop_front();
+                            write_chunk(sink, r, res);
                         }
                     }
                 }
@@ -242,37 +255,41 @@ impl Receiver {
                 other => return Err(format!("unknown frame kind {other} from the client")),
             }
         }
-        while pending > 0 {
-            let r = done_rx.recv().map_err(|_| "compression pool stopped")?;
-            pending -= 1;
-            write_done(&mut writer, r, res);
-        }
-        res.complete = true;
-        if let Some(mut w) = writer {
-            if let Err(e) = w.flush() {
-                res.errors.push(format!("writing the profile: {e}"));
-            }
-            let idx = self.results.lock().unwrap().len();
-            self.writers.lock().unwrap().push((idx, w));
-        }
         Ok(())
     }
 
-    /// Appends the end record to every profile: `main_status` for the first process image.
+    /// Appends the end record to every profile: `main_status` for the first process image;
+    /// returns one line per profile that could not be written whole.
     pub fn finish(&self, main_status: i32) -> Vec<String> {
-        let mut errors = Vec::new();
         let results = self.results.lock().unwrap();
         let now = now_ns();
-        for (idx, mut w) in self.writers.lock().unwrap().drain(..) {
+        let mut errors = Vec::new();
+        for (idx, sink) in self.writers.lock().unwrap().drain(..) {
             let r = &results[idx];
             let is_main = r.path.as_deref() == Some(self.base.as_path());
             let exit_status = if is_main { main_status } else { r.exit.unwrap_or(-1) };
-            let end = EndInfo { exit_status, end_time_ns: now, lost_bytes: 0 };
-            if let Err(e) = w.end(&end).and_then(|_| w.flush()) {
-                errors.push(format!("writing the profile: {e}"));
-            }
+            errors.extend(sink.finish(exit_status, now).map(|e| format!("pid {}: {e}", r.pid)));
         }
         errors
+    }
+}
+
+/// Writes a compressed chunk's record, or notes why it could not be made.
+fn write_chunk(sink: &mut Option<ProfileSink>, r: std::io::Result<Vec<u8>>, res: &mut ConnResult) {
+    match (sink.as_mut(), r) {
+        (Some(sink), Ok(rec)) => sink.record(RecordKind::Chunk, &rec),
+        (_, Err(e)) => res.errors.push(format!("compressing a chunk: {e}")),
+        (None, _) => {}
+    }
+}
+
+/// Reads and drops the rest of a stream.
+fn drain(s: &mut UnixStream) {
+    let mut buf = vec![0u8; 1 << 16];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
     }
 }
 

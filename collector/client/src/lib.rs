@@ -6,6 +6,7 @@
 #![allow(clippy::missing_safety_doc, static_mut_refs)]
 
 mod codegen;
+mod handoff;
 mod instrument;
 mod observe;
 #[cfg(test)]
@@ -64,7 +65,9 @@ unsafe fn hello() {
         xsave_size: xsave_size(),
         truth: opts().truth,
         tool: concat!("dep ", env!("CARGO_PKG_VERSION")).into(),
-        parent: PARENT.clone(),
+        // A new image not forked under the client (the first, or one a vfork child exec'd)
+        // names its parent process; the launcher keeps the link if that process is recorded.
+        parent: PARENT.clone().or_else(|| Some(ParentLink { how: "fork".into(), parent_pid: libc::getppid() as u32 })),
     };
     send(wire::HELLO, 0, &[&serde_json::to_vec(&meta).unwrap()]);
 }
@@ -81,6 +84,7 @@ unsafe fn thread_event(pt: &PerThread, event: &str) {
 unsafe extern "C" fn thread_init(dc: *mut c_void) {
     let pt = new_thread(dc);
     drmgr_set_tls_field(dc, TLS_IDX, pt as *mut c_void);
+    handoff::register(&*pt);
     thread_event(&*pt, "start");
 }
 
@@ -98,6 +102,7 @@ unsafe fn thread_done(dc: *mut c_void) {
         send(wire::COUNTS, (*pt).index, &[&b]);
     }
     thread_event(&*pt, "end");
+    handoff::unregister(&*pt);
     drmgr_set_tls_field(dc, TLS_IDX, core::ptr::null_mut());
     let b = Box::from_raw(pt);
     dr_raw_mem_free(b.tag_base as *mut c_void, TAG_BUF);
@@ -523,6 +528,7 @@ unsafe extern "C" fn fork_init(dc: *mut c_void) {
     let pt = get(dc);
     if !pt.is_null() {
         restart_in_child(&mut *pt, dc);
+        handoff::reset_after_fork(&*pt);
         thread_event(&*pt, "start");
     }
 }
@@ -592,6 +598,7 @@ pub unsafe extern "C" fn dr_client_main(id: client_id_t, _argc: c_int, _argv: *c
     drmgr_register_restore_state_ex_event(Some(restore_event));
     drmgr_register_bb_app2app_event(Some(instrument::app2app), core::ptr::null_mut());
     drmgr_register_bb_instrumentation_event(Some(instrument::analysis), Some(instrument::insertion), core::ptr::null_mut());
+    handoff::start();
     // Debugging aid: DEP_DISASM=ADDR prints the instrumented code of blocks whose start
     // has the same low 12 bits as ADDR.
     if let Ok(a) = std::env::var("DEP_DISASM") {

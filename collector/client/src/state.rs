@@ -95,9 +95,11 @@ impl Drop for Spin {
     }
 }
 
+/// Sends all of `b` on the launcher's socket. MSG_NOSIGNAL: a launcher that has gone away
+/// makes the send fail rather than raise SIGPIPE, which would kill the program.
 fn write_all(fd: c_int, mut b: &[u8]) -> bool {
     while !b.is_empty() {
-        let r = unsafe { libc::write(fd, b.as_ptr() as *const c_void, b.len()) };
+        let r = unsafe { libc::send(fd, b.as_ptr() as *const c_void, b.len(), libc::MSG_NOSIGNAL) };
         if r < 0 {
             if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;

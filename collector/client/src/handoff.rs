@@ -1,0 +1,92 @@
+//! Bounds what a killed program loses: every [`PERIOD_MS`] of the program's CPU time (or
+//! `DEP_HANDOFF_MS`; 0 turns it off, for measuring its cost) a timer asks each recording
+//! thread to hand off its buffers at its next block entry, by lowering the tag limit that
+//! the block-entry check compares the buffer pointer against. The check then
+//! takes its ordinary buffer-full path (a chunk ends before a block), so nothing is added to
+//! the instrumented code, and a SIGKILL loses only what a thread recorded since its last
+//! hand-off: what it recorded in the last PERIOD_MS of the program's CPU time (plus until
+//! its next block entry), or a full buffer, whichever is less.
+//!
+//! Not a client thread (`dr_create_client_thread`): on Linux that is a task outside the
+//! program's thread group, which a SIGKILL of the program leaves running, holding the
+//! launcher's socket, and which made DynamoRIO's exit wait forever in
+//! `synch_with_all_threads` for bench/compress.
+
+use crate::state::{slot, PerThread, Spin, S_TAGLIM};
+use core::ffi::c_void;
+use dynamorio_sys::*;
+use std::sync::atomic::AtomicBool;
+
+/// Milliseconds between hand-off requests.
+pub const PERIOD_MS: i32 = 100;
+
+static LOCK: AtomicBool = AtomicBool::new(false);
+/// Each live thread's tag-limit slot and tag buffer base, as addresses.
+static mut LIVE: Vec<(usize, u64)> = Vec::new();
+
+/// The live threads, under [`LOCK`].
+#[allow(static_mut_refs)]
+unsafe fn live() -> &'static mut Vec<(usize, u64)> {
+    // SAFETY: callers hold LOCK (the only other access is the single-threaded fork reset).
+    &mut *core::ptr::addr_of_mut!(LIVE)
+}
+
+/// Adds a thread whose buffers are set up.
+pub unsafe fn register(pt: &PerThread) {
+    let _g = Spin::lock(&LOCK);
+    live().push((slot(pt, S_TAGLIM) as usize, pt.tag_base as u64));
+}
+
+/// Removes a thread before its TLS and buffers go away, so the timer never writes freed memory.
+pub unsafe fn unregister(pt: &PerThread) {
+    let _g = Spin::lock(&LOCK);
+    let lim = slot(pt, S_TAGLIM) as usize;
+    live().retain(|&(l, _)| l != lim);
+}
+
+/// The period in force, from `DEP_HANDOFF_MS` if set.
+fn period() -> i32 {
+    std::env::var("DEP_HANDOFF_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(PERIOD_MS)
+}
+
+/// Starts the timer: an ITIMER_PROF of the thread group, so it runs on the program's CPU time
+/// (a sleeping program needs no hand-off: its buffers do not grow) and, unlike a real-time
+/// timer, its signal never interrupts the program's sleeps. DynamoRIO keeps it apart from
+/// any ITIMER_PROF of the program's own. Also after fork: timers are not inherited.
+pub unsafe fn start() {
+    let ms = period();
+    if ms > 0 {
+        dr_set_itimer(libc::ITIMER_PROF, ms as u32, Some(tick));
+    }
+}
+
+/// After fork only the forking thread lives on: forget the others and restart the timer.
+pub unsafe fn reset_after_fork(pt: &PerThread) {
+    LOCK.store(false, std::sync::atomic::Ordering::Relaxed);
+    live().clear();
+    register(pt);
+    start();
+}
+
+/// The timer's callback, in a signal handler on the thread that took the signal: it asks
+/// every live thread to hand off, or, if the registry is being changed (perhaps by this
+/// very thread, interrupted), only this one. No waiting on a lock here.
+unsafe extern "C" fn tick(dc: *mut c_void, _mc: *mut dr_mcontext_t) {
+    use std::sync::atomic::Ordering;
+    if LOCK.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+        for &(lim, base) in live().iter() {
+            // SAFETY: the slot belongs to a registered thread, whose TLS lives until it
+            // unregisters under LOCK. An aligned 8-byte store is atomic on x86-64; the
+            // thread's own reset of the limit after a hand-off may win, which only delays
+            // the hand-off to the next tick.
+            (lim as *mut u64).write_volatile(base);
+        }
+        LOCK.store(false, Ordering::Release);
+    } else {
+        let pt = crate::state::get(dc);
+        if !pt.is_null() {
+            // SAFETY: this thread's own TLS, live while it runs.
+            slot(&*pt, S_TAGLIM).write_volatile((*pt).tag_base as u64);
+        }
+    }
+}
