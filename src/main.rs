@@ -278,12 +278,40 @@ fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
     pb
 }
 
-/// Fails after the output is complete when the profile was cut short, so nothing goes unnoticed.
+/// Fails after the output is complete when the profile was cut short, so nothing goes unnoticed;
+/// says in one line where a profile of a killed recording ends.
 fn check_truncated(p: &dep_profile::container::Profile) -> Result<()> {
+    if let Some(why) = incomplete(p) {
+        let _ = writeln!(std::io::stderr(), "dep: warning: {}: {why}", p.path());
+    }
     if let Some(t) = p.truncated_at {
         bail!("{}: truncated at byte {t} (the writer stopped mid-record): output covers the complete chunks before it", p.path());
     }
     Ok(())
+}
+
+/// Why a whole-record profile holds less than the run did, if it does: no end record (dep
+/// record itself was killed), bytes the collector could not write, or threads that never
+/// ended in a program killed by a signal (each keeps what it handed off before).
+fn incomplete(p: &dep_profile::container::Profile) -> Option<String> {
+    let ended = p.threads.iter().filter(|t| t.end_ns.is_some()).count();
+    let unfinished = match p.threads.len() - ended {
+        0 => String::new(),
+        n => format!("; {n} of {} threads have no end (killed), each covering what it handed off before", p.threads.len()),
+    };
+    let chunks: usize = p.threads.iter().map(|t| t.chunks.len()).sum();
+    let size = p.bytes().len();
+    match &p.end {
+        None => Some(format!("ends at byte {size} without an end record (the recording was killed): {chunks} chunks{unfinished}")),
+        Some(e) if e.lost_bytes > 0 => {
+            Some(format!("the collector could not write {} bytes (disk full?): the profile ends at byte {size}{unfinished}", e.lost_bytes))
+        }
+        // 128+N: killed by signal N (an exec'd-away image's threads never end either, status -1).
+        Some(e) if e.exit_status > 128 && !unfinished.is_empty() => {
+            Some(format!("the program was killed by signal {}{unfinished}", e.exit_status - 128))
+        }
+        Some(_) => None,
+    }
 }
 
 fn recover(profile: &std::path::Path, truth: bool, format: &str, output: Option<&std::path::Path>, jobs: usize) -> Result<ExitCode> {

@@ -643,6 +643,9 @@ fn sigkill_loses_at_most_the_last_period() {
     let p = profile.to_str().unwrap();
     let text = run(Command::new(dep()).args(["recover", p, "--format", "text"]));
     assert!(text.status.success(), "{}", String::from_utf8_lossy(&text.stderr));
+    // Where the profile ends is said, in one line.
+    let err = String::from_utf8_lossy(&text.stderr);
+    assert!(err.lines().count() == 1 && err.starts_with("dep: warning: ") && err.contains("have no end (killed)"), "{err}");
     let stores = String::from_utf8_lossy(&text.stdout)
         .lines()
         .filter(|l| {
