@@ -4,7 +4,7 @@
 //! the graph's per-thread counts. Tables are read by their headers, integers as numbers or
 //! hex strings, as the spec asks.
 
-use crate::dominators::dominates;
+use crate::dominators::DomTree;
 use crate::seqcode::BitReader;
 use crate::transitions::Table;
 use serde_json::Value;
@@ -284,24 +284,18 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
             }
             let root =
                 *local.get(entry).ok_or_else(|| CheckError::Invalid(format!("{what}: routine entry {entry} is not among its nodes")))?;
-            for i in 0..idoms.len() {
-                // Walking up the IDOM chain reaches the entry without a cycle.
-                let (mut v, mut steps) = (i, 0);
-                while v != root {
-                    v = idom[v].expect("set above");
-                    steps += 1;
-                    if steps > idoms.len() {
-                        return err(format!("{what}: routine {entry}: the IDOM chain of node {} does not reach the entry", idoms[i].0));
-                    }
-                }
-            }
+            // Every IDOM chain reaches the entry without a cycle; then dominance is two
+            // comparisons (a walk per loop member would be quadratic on long chains).
+            let tree = DomTree::new(&idom, root).map_err(|stray| {
+                CheckError::Invalid(format!("{what}: routine {entry}: the IDOM chain of node {} does not reach the entry", idoms[stray].0))
+            })?;
             for (head, members) in lps {
                 let h = *local.get(head).ok_or_else(|| CheckError::Invalid(format!("{what}: loop head {head} is outside its routine")))?;
                 for m in members {
                     let mi = *local
                         .get(m)
                         .ok_or_else(|| CheckError::Invalid(format!("{what}: loop {head}: node {m} is outside its routine")))?;
-                    if !dominates(&idom, h, mi) {
+                    if !tree.dominates(h, mi) {
                         return err(format!("{what}: loop head {head} does not dominate its node {m}"));
                     }
                 }

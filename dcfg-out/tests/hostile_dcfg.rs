@@ -105,3 +105,36 @@ fn unknown_and_repeated_threads_are_refused() {
     let e = check(good_dcfg(), t).unwrap_err();
     assert!(matches!(e, CheckError::Thread { thread: 0, .. }), "{e}");
 }
+
+/// A routine whose dominator tree is one long chain, with a loop of all its nodes: the
+/// checks of the tree and of the loop take time linear in the nodes, not quadratic.
+#[test]
+fn a_long_dominator_chain_checks_in_linear_time() {
+    let n = 200_000u64;
+    let blocks: Vec<Value> = std::iter::once(json!(["NODE_ID", "ADDR_OFFSET", "SIZE", "NUM_INSTRS", "LAST_INSTR_OFFSET", "COUNT"]))
+        .chain((0..n).map(|i| json!([3 + i, i, 1, 1, 0, 0])))
+        .collect();
+    let idoms: Vec<Value> =
+        std::iter::once(json!(["NODE_ID", "IDOM_NODE_ID"])).chain((0..n).map(|i| json!([3 + i, 3 + i.saturating_sub(1)]))).collect();
+    let members: Vec<u64> = (3..3 + n).collect();
+    let d = json!({
+        "EDGE_TYPES": [["EDGE_TYPE_ID", "EDGE_TYPE"], [1, "ENTRY"]],
+        "SPECIAL_NODES": [["NODE_ID", "NODE_NAME"], [1, "START"], [2, "END"]],
+        "PROCESSES": [["PROCESS_ID", "PROCESS_DATA"], [7, {
+            "INSTR_COUNT": 0,
+            "INSTR_COUNT_PER_THREAD": [],
+            "IMAGES": [["IMAGE_ID", "LOAD_ADDR", "SIZE", "IMAGE_DATA"], [1, "0x1000", n, {
+                "BASIC_BLOCKS": blocks,
+                "ROUTINES": [["ENTRY_NODE_ID", "EXIT_NODE_IDS", "NODES", "LOOPS"], [3, [], idoms,
+                    [["LOOP_HEAD_NODE_ID", "LOOP_NODE_IDS"], [3, members]]]]
+            }]]
+        }]]
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut r = Report::default();
+        let _ = tx.send(read_dcfg(&d, &mut r).map(|_| (r.routines, r.loops)));
+    });
+    let got = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the check took more than ten seconds");
+    assert_eq!(got.unwrap(), (1, 1));
+}
