@@ -361,8 +361,11 @@ pub fn read_trace(
                 t.add(cur, code, next).map_err(|e| CheckError::Invalid(format!("{what}: {e}")))?;
             }
         }
-        let Some(threads) = pr.get("THREAD_DATA") else { continue };
-        for th in table(threads, "THREAD_DATA")? {
+        let rows = match pr.get("THREAD_DATA") {
+            Some(threads) => table(threads, "THREAD_DATA")?,
+            None => Vec::new(),
+        };
+        for th in rows {
             let tid = int(col(&th, "THREAD_ID", "THREAD_DATA")?)?;
             // A thread the DCFG counts, once: what bounds its work is the DCFG's counts.
             let Some(&edges_of_thread) = usize::try_from(tid).ok().and_then(|t| thread_edges.get(t)) else {
@@ -455,6 +458,10 @@ pub fn read_trace(
                     "{what} thread {tid}: the chunks hold {expect_preceding} instructions, INSTR_COUNT_PER_THREAD another count"
                 ));
             }
+        }
+        // A thread the DCFG saw run but the trace leaves out would pass unchecked.
+        if let Some(t) = thread_edges.iter().enumerate().position(|(t, &n)| n > 0 && !traced.contains(&(t as u64))) {
+            return Err(CheckError::Thread { what, thread: t as u64, why: "has edge counts in the DCFG but no trace" });
         }
     }
     Ok(())

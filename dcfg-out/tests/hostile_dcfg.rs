@@ -138,3 +138,12 @@ fn a_long_dominator_chain_checks_in_linear_time() {
     let got = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the check took more than ten seconds");
     assert_eq!(got.unwrap(), (1, 1));
 }
+
+/// A thread the DCFG counts edges for but the trace leaves out is refused, not passed over.
+#[test]
+fn a_thread_left_out_of_the_trace_is_refused() {
+    let mut t = good_trace();
+    t["PROCESSES"][1][3].as_array_mut().unwrap().truncate(1);
+    let e = check(good_dcfg(), t).unwrap_err();
+    assert!(matches!(e, CheckError::Thread { thread: 0, .. }), "{e}");
+}
