@@ -301,11 +301,15 @@ impl<'r> Process<'r> {
             }
         }
         // Images: the recorded modules; code outside them in one image of its own.
-        let mut images: Vec<Image> = Vec::new();
+        // A later load at a base replaces the earlier (one map, not a scan per load).
+        let mut by_base: FxHashMap<u64, Image> = FxHashMap::default();
         for m in rec.profile.modules.iter().filter(|m| m.event == "load" && m.size > 0) {
-            images.retain(|i| i.base != m.base);
-            images.push(Image { base: m.base, size: m.size, path: Some(m.path.clone()).filter(|p| !p.is_empty()), nodes: Vec::new() });
+            by_base.insert(
+                m.base,
+                Image { base: m.base, size: m.size, path: Some(m.path.clone()).filter(|p| !p.is_empty()), nodes: Vec::new() },
+            );
         }
+        let mut images: Vec<Image> = by_base.into_values().collect();
         images.sort_by_key(|i| i.base);
         let mut outside: Vec<u32> = Vec::new();
         for (k, n) in nodes.iter_mut().enumerate() {
@@ -320,7 +324,8 @@ impl<'r> Process<'r> {
         }
         if !outside.is_empty() {
             let lo = outside.iter().map(|&k| nodes[k as usize].addr).min().expect("not empty");
-            let hi = outside.iter().map(|&k| nodes[k as usize].addr + nodes[k as usize].size.max(1)).max().expect("not empty");
+            let hi =
+                outside.iter().map(|&k| nodes[k as usize].addr.saturating_add(nodes[k as usize].size.max(1))).max().expect("not empty");
             for &k in &outside {
                 nodes[k as usize].image = images.len();
             }
@@ -601,6 +606,15 @@ impl<'r> Process<'r> {
         let g = self.edge_graph();
         let enc = Encoder::new(&g);
         let starts: Vec<&[ChunkStart]> = self.flows.iter().map(|f| f.chunk_starts.as_slice()).collect();
+        // Each chunk's thread (its position in the thread table, which THREAD_ID and the
+        // DCFG's per-thread counts use: a profile's thread indices need not be 0..n-1), its
+        // place among the thread's chunks, and whether it is the thread's last; built once.
+        let mut place: FxHashMap<(u32, u32), (u32, usize, bool)> = FxHashMap::default();
+        for (t, th) in self.rec.profile.threads.iter().enumerate() {
+            for (k, c) in th.chunks.iter().enumerate() {
+                place.entry((c.thread, c.seq)).or_insert((t as u32, k, k + 1 == th.chunks.len()));
+            }
+        }
         // The first chunks' rows wait until the dictionary, chosen from them, is written.
         let mut sample: Vec<(u32, ChunkText)> = Vec::new();
         let mut sampled = 0usize;
@@ -624,13 +638,13 @@ impl<'r> Process<'r> {
             }
             Ok(())
         };
+        let thread_of = |c: &dep_profile::container::ChunkRef| place.get(&(c.thread, c.seq)).map_or(c.thread, |p| p.0);
         let r = self.rec.run_chunks(
             Source::Blocks,
             |c| {
-                let th = &self.rec.profile.threads[c.thread as usize];
-                let k = th.chunks.iter().position(|x| x.seq == c.seq).unwrap_or(0);
-                let start = starts[c.thread as usize].get(k).copied().unwrap_or(ChunkStart { prev: None, how: How::Flow });
-                TraceChunk::new(self, &enc, start, k + 1 == th.chunks.len())
+                let (t, k, last) = place.get(&(c.thread, c.seq)).copied().unwrap_or((c.thread, 0, true));
+                let start = starts.get(t as usize).and_then(|s| s.get(k)).copied().unwrap_or(ChunkStart { prev: None, how: How::Flow });
+                TraceChunk::new(self, &enc, start, last)
             },
             |t| {
                 let mut c = t.finish_chunk();
@@ -646,10 +660,10 @@ impl<'r> Process<'r> {
                     if !chunk.substituted {
                         chunk.text = chosen.get().expect("chosen when started").substitute(&chunk.text);
                     }
-                    w.row(c.thread, &chunk)
+                    w.row(thread_of(c), &chunk)
                 } else {
                     sampled += chunk.text.len();
-                    sample.push((c.thread, chunk));
+                    sample.push((thread_of(c), chunk));
                     if sampled >= DICTIONARY_SAMPLE {
                         started = true;
                         start(&mut w, &mut sample)

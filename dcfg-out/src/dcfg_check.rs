@@ -4,7 +4,7 @@
 //! the graph's per-thread counts. Tables are read by their headers, integers as numbers or
 //! hex strings, as the spec asks.
 
-use crate::dominators::dominates;
+use crate::dominators::DomTree;
 use crate::seqcode::BitReader;
 use crate::transitions::Table;
 use serde_json::Value;
@@ -12,23 +12,38 @@ use std::collections::{HashMap, HashSet};
 
 /// What is wrong with a DCFG or DCFG-trace.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct CheckError(String);
+pub enum CheckError {
+    /// A table, value or count that does not agree with the rest.
+    #[error("{0}")]
+    Invalid(String),
+    /// Counts whose sum or product does not fit 64 bits.
+    #[error("{0}: counts overflow 64 bits")]
+    Overflow(String),
+    /// An edge id that does not fit the 32 bits edge ids have.
+    #[error("{0}: id {1} does not fit 32 bits")]
+    BigId(String, u64),
+    /// A chunk claiming more edges than the DCFG leaves its thread.
+    #[error("{what} thread {thread}: a chunk's EDGE_COUNT {count} exceeds the {left} edge executions the DCFG leaves the thread")]
+    EdgeCount { what: String, thread: u64, count: u64, left: u64 },
+    /// A THREAD_ID the DCFG lacks, or one traced twice.
+    #[error("{what}: THREAD_ID {thread} {why}")]
+    Thread { what: String, thread: u64, why: &'static str },
+}
 
 fn err<T>(msg: impl Into<String>) -> Result<T, CheckError> {
-    Err(CheckError(msg.into()))
+    Err(CheckError::Invalid(msg.into()))
 }
 
 /// An integer: a JSON number or a C-style string ("0x400000", "12").
 pub fn int(v: &Value) -> Result<u64, CheckError> {
     match v {
-        Value::Number(n) => n.as_u64().ok_or_else(|| CheckError(format!("{n} is not a non-negative integer"))),
+        Value::Number(n) => n.as_u64().ok_or_else(|| CheckError::Invalid(format!("{n} is not a non-negative integer"))),
         Value::String(s) => {
             let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
                 Some(h) => u64::from_str_radix(h, 16),
                 None => s.parse(),
             };
-            r.map_err(|_| CheckError(format!("{s:?} is not an integer")))
+            r.map_err(|_| CheckError::Invalid(format!("{s:?} is not an integer")))
         }
         _ => err(format!("{v} is not an integer")),
     }
@@ -36,15 +51,15 @@ pub fn int(v: &Value) -> Result<u64, CheckError> {
 
 /// A table (spec 1.2.2): its rows, each a map from header to value.
 pub fn table<'a>(v: &'a Value, what: &str) -> Result<Vec<HashMap<&'a str, &'a Value>>, CheckError> {
-    let rows = v.as_array().ok_or_else(|| CheckError(format!("{what} is not a table")))?;
+    let rows = v.as_array().ok_or_else(|| CheckError::Invalid(format!("{what} is not a table")))?;
     let Some((head, rows)) = rows.split_first() else { return err(format!("{what} has no header")) };
     let head: Vec<&str> = head
         .as_array()
         .and_then(|h| h.iter().map(|c| c.as_str()).collect::<Option<Vec<_>>>())
-        .ok_or_else(|| CheckError(format!("{what}: the header is not a row of strings")))?;
+        .ok_or_else(|| CheckError::Invalid(format!("{what}: the header is not a row of strings")))?;
     rows.iter()
         .map(|r| {
-            let r = r.as_array().ok_or_else(|| CheckError(format!("{what}: a row is not an array")))?;
+            let r = r.as_array().ok_or_else(|| CheckError::Invalid(format!("{what}: a row is not an array")))?;
             if r.len() > head.len() {
                 return err(format!("{what}: a row is longer than the header"));
             }
@@ -53,8 +68,29 @@ pub fn table<'a>(v: &'a Value, what: &str) -> Result<Vec<HashMap<&'a str, &'a Va
         .collect()
 }
 
+/// `a + b`, or the overflow named by `what`.
+fn add(a: u64, b: u64, what: &str) -> Result<u64, CheckError> {
+    a.checked_add(b).ok_or_else(|| CheckError::Overflow(what.to_string()))
+}
+
+/// `a * b`, or the overflow named by `what`.
+fn mul(a: u64, b: u64, what: &str) -> Result<u64, CheckError> {
+    a.checked_mul(b).ok_or_else(|| CheckError::Overflow(what.to_string()))
+}
+
+/// The sum of counts, or the overflow named by `what`.
+fn sum<'a>(counts: impl IntoIterator<Item = &'a u64>, what: &str) -> Result<u64, CheckError> {
+    counts.into_iter().try_fold(0u64, |s, &c| add(s, c, what))
+}
+
+/// An edge id: an integer that fits 32 bits.
+fn id32(v: &Value, what: &str) -> Result<u32, CheckError> {
+    let n = int(v)?;
+    u32::try_from(n).map_err(|_| CheckError::BigId(what.to_string(), n))
+}
+
 fn col<'a>(row: &HashMap<&str, &'a Value>, c: &str, what: &str) -> Result<&'a Value, CheckError> {
-    row.get(c).copied().ok_or_else(|| CheckError(format!("{what}: a row has no {c}")))
+    row.get(c).copied().ok_or_else(|| CheckError::Invalid(format!("{what}: a row has no {c}")))
 }
 
 /// A node of a checked process.
@@ -100,7 +136,8 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
     let mut types: HashMap<u64, String> = HashMap::new();
     if let Some(t) = doc.get("EDGE_TYPES") {
         for r in table(t, "EDGE_TYPES")? {
-            let name = col(&r, "EDGE_TYPE", "EDGE_TYPES")?.as_str().ok_or_else(|| CheckError("EDGE_TYPE is not a string".into()))?;
+            let name =
+                col(&r, "EDGE_TYPE", "EDGE_TYPES")?.as_str().ok_or_else(|| CheckError::Invalid("EDGE_TYPE is not a string".into()))?;
             types.insert(int(col(&r, "EDGE_TYPE_ID", "EDGE_TYPES")?)?, name.to_string());
         }
     }
@@ -111,7 +148,7 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
             special.insert(int(col(&r, "NODE_ID", "SPECIAL_NODES")?)?, name);
         }
     }
-    let procs = doc.get("PROCESSES").ok_or_else(|| CheckError("no PROCESSES".into()))?;
+    let procs = doc.get("PROCESSES").ok_or_else(|| CheckError::Invalid("no PROCESSES".into()))?;
     let mut out = Vec::new();
     for pr in table(procs, "PROCESSES")? {
         let pid = int(col(&pr, "PROCESS_ID", "PROCESSES")?)?;
@@ -121,8 +158,9 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
             Some(Value::Array(a)) => a.iter().map(int).collect::<Result<_, _>>()?,
             _ => Vec::new(),
         };
+        let per_total = sum(&per, &format!("{what} INSTR_COUNT_PER_THREAD"))?;
         if let Some(total) = data.get("INSTR_COUNT") {
-            if int(total)? != per.iter().sum::<u64>() {
+            if int(total)? != per_total {
                 return err(format!("{what}: INSTR_COUNT {} is not the sum of INSTR_COUNT_PER_THREAD", int(total)?));
             }
         }
@@ -136,7 +174,7 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
                     for r in table(b, "BASIC_BLOCKS")? {
                         let id = int(col(&r, "NODE_ID", "BASIC_BLOCKS")?)?;
                         let n = NodeData {
-                            addr: base + int(col(&r, "ADDR_OFFSET", "BASIC_BLOCKS")?)?,
+                            addr: add(base, int(col(&r, "ADDR_OFFSET", "BASIC_BLOCKS")?)?, &format!("{what} node {id}'s address"))?,
                             instrs: int(col(&r, "NUM_INSTRS", "BASIC_BLOCKS")?)?,
                             count: r.get("COUNT").map(|c| int(c)).transpose()?.unwrap_or(0),
                         };
@@ -158,7 +196,7 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
                                 let head = int(col(&l, "LOOP_HEAD_NODE_ID", "LOOPS")?)?;
                                 let members = col(&l, "LOOP_NODE_IDS", "LOOPS")?
                                     .as_array()
-                                    .ok_or_else(|| CheckError("LOOP_NODE_IDS is not an array".into()))?
+                                    .ok_or_else(|| CheckError::Invalid("LOOP_NODE_IDS is not an array".into()))?
                                     .iter()
                                     .map(int)
                                     .collect::<Result<Vec<_>, _>>()?;
@@ -182,7 +220,7 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
                 let e = EdgeData {
                     src: int(col(&r, "SOURCE_NODE_ID", "EDGES")?)?,
                     dst: int(col(&r, "TARGET_NODE_ID", "EDGES")?)?,
-                    ty: types.get(&t).cloned().ok_or_else(|| CheckError(format!("{what}: edge {id} has unknown type {t}")))?,
+                    ty: types.get(&t).cloned().ok_or_else(|| CheckError::Invalid(format!("{what}: edge {id} has unknown type {t}")))?,
                     per_thread: per,
                 };
                 for end in [e.src, e.dst] {
@@ -198,16 +236,19 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
         // Counts: a node's COUNT is the sum of its incoming and of its outgoing edges.
         let (mut inc, mut outg): (HashMap<u64, u64>, HashMap<u64, u64>) = Default::default();
         let mut per_thread_instrs = vec![0u64; per.len()];
+        let ovf = format!("{what} edge counts");
         for e in edges.values() {
-            let c: u64 = e.per_thread.iter().sum();
-            *inc.entry(e.dst).or_insert(0) += c;
-            *outg.entry(e.src).or_insert(0) += c;
+            let c = sum(&e.per_thread, &ovf)?;
+            let i = inc.entry(e.dst).or_insert(0);
+            *i = add(*i, c, &ovf)?;
+            let o = outg.entry(e.src).or_insert(0);
+            *o = add(*o, c, &ovf)?;
             if let Some(n) = nodes.get(&e.src) {
                 for (t, c) in e.per_thread.iter().enumerate() {
                     if t >= per_thread_instrs.len() {
                         return err(format!("{what}: edge counts for thread {t}, which INSTR_COUNT_PER_THREAD lacks"));
                     }
-                    per_thread_instrs[t] += n.instrs * c;
+                    per_thread_instrs[t] = add(per_thread_instrs[t], mul(n.instrs, *c, &ovf)?, &ovf)?;
                 }
             }
         }
@@ -217,9 +258,10 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
                 return err(format!("{what}: node {id} has COUNT {} but {i} incoming and {o} outgoing edge executions", n.count));
             }
         }
-        let total: u64 = nodes.values().map(|n| n.instrs * n.count).sum();
-        if total != per.iter().sum::<u64>() {
-            return err(format!("{what}: NUM_INSTRS x COUNT sums to {total}, INSTR_COUNT is {}", per.iter().sum::<u64>()));
+        let ovf = format!("{what} NUM_INSTRS x COUNT");
+        let total = nodes.values().try_fold(0u64, |s, n| add(s, mul(n.instrs, n.count, &ovf)?, &ovf))?;
+        if total != per_total {
+            return err(format!("{what}: NUM_INSTRS x COUNT sums to {total}, INSTR_COUNT is {per_total}"));
         }
         if per_thread_instrs != per {
             return err(format!("{what}: instructions per thread from the edges {per_thread_instrs:?}, INSTR_COUNT_PER_THREAD {per:?}"));
@@ -234,29 +276,26 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
                 if !seen.insert(*n) {
                     return err(format!("{what}: node {n} is in two routines"));
                 }
-                let d = *local.get(d).ok_or_else(|| CheckError(format!("{what}: node {n}'s IDOM {d} is outside its routine")))?;
+                let d = *local.get(d).ok_or_else(|| CheckError::Invalid(format!("{what}: node {n}'s IDOM {d} is outside its routine")))?;
                 idom[i] = Some(d);
                 if (*n == *entry) != (d == i) {
                     return err(format!("{what}: routine {entry}: node {n} has IDOM {}", idoms[d].0));
                 }
             }
-            let root = *local.get(entry).ok_or_else(|| CheckError(format!("{what}: routine entry {entry} is not among its nodes")))?;
-            for i in 0..idoms.len() {
-                // Walking up the IDOM chain reaches the entry without a cycle.
-                let (mut v, mut steps) = (i, 0);
-                while v != root {
-                    v = idom[v].expect("set above");
-                    steps += 1;
-                    if steps > idoms.len() {
-                        return err(format!("{what}: routine {entry}: the IDOM chain of node {} does not reach the entry", idoms[i].0));
-                    }
-                }
-            }
+            let root =
+                *local.get(entry).ok_or_else(|| CheckError::Invalid(format!("{what}: routine entry {entry} is not among its nodes")))?;
+            // Every IDOM chain reaches the entry without a cycle; then dominance is two
+            // comparisons (a walk per loop member would be quadratic on long chains).
+            let tree = DomTree::new(&idom, root).map_err(|stray| {
+                CheckError::Invalid(format!("{what}: routine {entry}: the IDOM chain of node {} does not reach the entry", idoms[stray].0))
+            })?;
             for (head, members) in lps {
-                let h = *local.get(head).ok_or_else(|| CheckError(format!("{what}: loop head {head} is outside its routine")))?;
+                let h = *local.get(head).ok_or_else(|| CheckError::Invalid(format!("{what}: loop head {head} is outside its routine")))?;
                 for m in members {
-                    let mi = *local.get(m).ok_or_else(|| CheckError(format!("{what}: loop {head}: node {m} is outside its routine")))?;
-                    if !dominates(&idom, h, mi) {
+                    let mi = *local
+                        .get(m)
+                        .ok_or_else(|| CheckError::Invalid(format!("{what}: loop {head}: node {m} is outside its routine")))?;
+                    if !tree.dominates(h, mi) {
                         return err(format!("{what}: loop head {head} does not dominate its node {m}"));
                     }
                 }
@@ -286,15 +325,24 @@ pub fn read_trace(
     report: &mut Report,
     mut block: impl FnMut(u64, u64, u64, u64),
 ) -> Result<(), CheckError> {
-    let rows = doc.get("PROCESSES").ok_or_else(|| CheckError("the trace has no PROCESSES".into()))?;
+    let rows = doc.get("PROCESSES").ok_or_else(|| CheckError::Invalid("the trace has no PROCESSES".into()))?;
     // An exec'd image keeps its process id: the k-th row of a pid pairs with the k-th.
-    let mut seen: HashMap<u64, usize> = HashMap::new();
+    let mut by_pid: HashMap<u64, std::collections::VecDeque<&ProcessData>> = HashMap::new();
+    for p in procs {
+        by_pid.entry(p.pid).or_default().push_back(p);
+    }
     for pr in table(rows, "trace PROCESSES")? {
         let pid = int(col(&pr, "PROCESS_ID", "trace PROCESSES")?)?;
         let what = format!("trace of process {pid}");
-        let k = seen.entry(pid).or_insert(0);
-        let p = procs.iter().filter(|p| p.pid == pid).nth(*k).ok_or_else(|| CheckError(format!("{what}: not in the DCFG")))?;
-        *k += 1;
+        let p = by_pid.get_mut(&pid).and_then(|q| q.pop_front()).ok_or_else(|| CheckError::Invalid(format!("{what}: not in the DCFG")))?;
+        // Each thread's edge executions, which bound its chunks' EDGE_COUNTs.
+        let mut thread_edges = vec![0u64; p.instr_per_thread.len()];
+        for e in p.edges.values() {
+            for (t, c) in e.per_thread.iter().enumerate().take(thread_edges.len()) {
+                thread_edges[t] = add(thread_edges[t], *c, &format!("{what}: edge counts"))?;
+            }
+        }
+        let mut traced: HashSet<u64> = HashSet::new();
         let dict: HashMap<String, String> = match pr.get("STRING_DICTIONARY") {
             Some(Value::Object(o)) => o.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string())).collect(),
             _ => HashMap::new(),
@@ -302,20 +350,31 @@ pub fn read_trace(
         let mut t = Table::default();
         if let Some(tt) = pr.get("TRANSITION_TABLE") {
             for r in table(tt, "TRANSITION_TABLE")? {
-                let cur = int(col(&r, "CURRENT_EDGE_ID", "TRANSITION_TABLE")?)? as u32;
+                let cur = id32(col(&r, "CURRENT_EDGE_ID", "TRANSITION_TABLE")?, &format!("{what} CURRENT_EDGE_ID"))?;
                 let code = col(&r, "TRANSITION_CODE", "TRANSITION_TABLE")?.as_str().unwrap_or("\u{0}");
                 let next = col(&r, "NEXT_EDGE_IDS", "TRANSITION_TABLE")?
                     .as_array()
-                    .ok_or_else(|| CheckError("NEXT_EDGE_IDS is not an array".into()))?
+                    .ok_or_else(|| CheckError::Invalid("NEXT_EDGE_IDS is not an array".into()))?
                     .iter()
-                    .map(|v| int(v).map(|v| v as u32))
+                    .map(|v| id32(v, &format!("{what} NEXT_EDGE_IDS")))
                     .collect::<Result<Vec<_>, _>>()?;
-                t.add(cur, code, next).map_err(|e| CheckError(format!("{what}: {e}")))?;
+                t.add(cur, code, next).map_err(|e| CheckError::Invalid(format!("{what}: {e}")))?;
             }
         }
-        let Some(threads) = pr.get("THREAD_DATA") else { continue };
-        for th in table(threads, "THREAD_DATA")? {
+        let rows = match pr.get("THREAD_DATA") {
+            Some(threads) => table(threads, "THREAD_DATA")?,
+            None => Vec::new(),
+        };
+        for th in rows {
             let tid = int(col(&th, "THREAD_ID", "THREAD_DATA")?)?;
+            // A thread the DCFG counts, once: what bounds its work is the DCFG's counts.
+            let Some(&edges_of_thread) = usize::try_from(tid).ok().and_then(|t| thread_edges.get(t)) else {
+                return Err(CheckError::Thread { what, thread: tid, why: "is not among the DCFG's threads" });
+            };
+            if !traced.insert(tid) {
+                return Err(CheckError::Thread { what, thread: tid, why: "is traced twice" });
+            }
+            let mut decoded = 0u64;
             let mut counts: HashMap<u64, u64> = HashMap::new();
             let mut expect_preceding = 0u64;
             let mut last_dst: Option<u64> = None;
@@ -331,59 +390,78 @@ pub fn read_trace(
                         "{what} thread {tid}: PRECEDING_INSTR_COUNT {preceding}, the chunks before hold {expect_preceding}"
                     ));
                 }
-                let first = int(col(&c, "FIRST_EDGE_ID", "TRACE_DATA")?)? as u32;
+                // Decoding reads no bits through rows of empty codes: only the DCFG's counts
+                // bound a chunk's edges.
+                let left = edges_of_thread - decoded;
+                if n > left {
+                    return Err(CheckError::EdgeCount { what, thread: tid, count: n, left });
+                }
+                decoded += n;
+                let first = id32(col(&c, "FIRST_EDGE_ID", "TRACE_DATA")?, &format!("{what} FIRST_EDGE_ID"))?;
                 let seq = col(&c, "EDGE_ID_SEQUENCE", "TRACE_DATA")?.as_str().unwrap_or("");
                 let mut bits = BitReader::new(seq, &dict);
                 let mut chunk_instrs = 0u64;
-                let mut failure: Option<String> = None;
+                let mut failure: Option<CheckError> = None;
                 t.decode(first, n, &mut bits, |e| {
                     if failure.is_some() {
                         return;
                     }
                     let Some(ed) = p.edges.get(&(e as u64)) else {
-                        failure = Some(format!("edge {e} is not in the DCFG"));
+                        failure = Some(CheckError::Invalid(format!("{what} thread {tid}: edge {e} is not in the DCFG")));
                         return;
                     };
                     if let Some(prev) = last_dst {
                         if ed.src != prev {
-                            failure = Some(format!("edge {e} leaves node {}, the last edge reached {prev}", ed.src));
+                            failure = Some(CheckError::Invalid(format!(
+                                "{what} thread {tid}: edge {e} leaves node {}, the last edge reached {prev}",
+                                ed.src
+                            )));
                             return;
                         }
                     }
                     *counts.entry(e as u64).or_insert(0) += 1;
                     if let Some(src) = p.nodes.get(&ed.src) {
-                        chunk_instrs += src.instrs;
+                        // Cannot overflow unless the DCFG's checked sums did.
+                        chunk_instrs = chunk_instrs.saturating_add(src.instrs);
                     }
                     if let Some(dst) = p.nodes.get(&ed.dst) {
                         block(pid, tid, dst.addr, dst.instrs);
                     }
                     last_dst = Some(ed.dst);
                 })
-                .map_err(|e| CheckError(format!("{what} thread {tid}: {e}")))?;
+                .map_err(|e| CheckError::Invalid(format!("{what} thread {tid}: {e}")))?;
                 if let Some(f) = failure {
-                    return err(format!("{what} thread {tid}: {f}"));
+                    return Err(f);
                 }
                 if chunk_instrs != instrs {
                     return err(format!(
                         "{what} thread {tid}: a chunk's INSTR_COUNT is {instrs}, its edges' source nodes hold {chunk_instrs}"
                     ));
                 }
-                expect_preceding += instrs;
-                report.decoded_edges += n;
+                expect_preceding = add(expect_preceding, instrs, &format!("{what} thread {tid} INSTR_COUNT"))?;
+                report.decoded_edges = report.decoded_edges.saturating_add(n);
             }
-            // The decoded edges are exactly this thread's edge counts.
-            for (id, e) in &p.edges {
-                let want = e.per_thread.get(tid as usize).copied().unwrap_or(0);
-                let got = counts.get(id).copied().unwrap_or(0);
-                if got != want {
-                    return err(format!("{what} thread {tid}: edge {id} decoded {got} times, COUNT_PER_THREAD says {want}"));
-                }
+            // The decoded edges are exactly this thread's edge counts: those decoded agree,
+            // and they add up to all the thread's (so the rest count none). Work in the edges
+            // decoded, not in edges x threads.
+            let want = |id: &u64| p.edges.get(id).and_then(|e| e.per_thread.get(tid as usize)).copied().unwrap_or(0);
+            let wrong = counts.iter().find(|(id, got)| **got != want(id)).map(|(id, _)| *id);
+            let wrong = wrong.or_else(|| {
+                (decoded != edges_of_thread).then(|| p.edges.keys().copied().find(|id| !counts.contains_key(id) && want(id) > 0)).flatten()
+            });
+            if let Some(id) = wrong {
+                let (got, want) = (counts.get(&id).copied().unwrap_or(0), want(&id));
+                return err(format!("{what} thread {tid}: edge {id} decoded {got} times, COUNT_PER_THREAD says {want}"));
             }
             if expect_preceding != p.instr_per_thread.get(tid as usize).copied().unwrap_or(0) {
                 return err(format!(
                     "{what} thread {tid}: the chunks hold {expect_preceding} instructions, INSTR_COUNT_PER_THREAD another count"
                 ));
             }
+        }
+        // A thread the DCFG saw run but the trace leaves out would pass unchecked.
+        if let Some(t) = thread_edges.iter().enumerate().position(|(t, &n)| n > 0 && !traced.contains(&(t as u64))) {
+            return Err(CheckError::Thread { what, thread: t as u64, why: "has edge counts in the DCFG but no trace" });
         }
     }
     Ok(())

@@ -89,6 +89,57 @@ pub fn dominates(idom: &[Option<usize>], a: usize, mut b: usize) -> bool {
     }
 }
 
+/// A dominator tree numbered in depth-first order, so that whether one node dominates
+/// another is two comparisons, not a walk up the tree.
+pub struct DomTree {
+    /// Per node: when the walk entered it and when it left (after all it dominates).
+    enter: Vec<usize>,
+    leave: Vec<usize>,
+}
+
+impl DomTree {
+    /// The tree of `idom` rooted at `root`, or a node whose IDOM chain does not reach
+    /// `root` (a cycle, or a second root). Linear in the nodes.
+    pub fn new(idom: &[Option<usize>], root: usize) -> Result<DomTree, usize> {
+        let n = idom.len();
+        let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (v, d) in idom.iter().enumerate() {
+            match *d {
+                Some(d) if v != root && d < n && d != v => children[d].push(v),
+                _ => {}
+            }
+        }
+        let (mut enter, mut leave) = (vec![usize::MAX; n], vec![usize::MAX; n]);
+        let mut clock = 0;
+        // (node, next child to visit): an explicit stack, as chains can be long.
+        let mut stack = vec![(root, 0usize)];
+        enter[root] = clock;
+        while let Some((v, k)) = stack.last_mut() {
+            if let Some(&w) = children[*v].get(*k) {
+                *k += 1;
+                clock += 1;
+                enter[w] = clock;
+                stack.push((w, 0));
+            } else {
+                clock += 1;
+                leave[*v] = clock;
+                stack.pop();
+            }
+        }
+        // Each node is some one node's child at most, so the walk visits it once; a node
+        // left unvisited hangs on a cycle or another root.
+        match enter.iter().position(|&e| e == usize::MAX) {
+            Some(stray) => Err(stray),
+            None => Ok(DomTree { enter, leave }),
+        }
+    }
+
+    /// Whether `a` dominates `b` (every node dominates itself).
+    pub fn dominates(&self, a: usize, b: usize) -> bool {
+        self.enter[a] <= self.enter[b] && self.leave[b] <= self.leave[a]
+    }
+}
+
 /// A natural loop.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Loop {
@@ -205,6 +256,14 @@ mod tests {
         );
     }
 
+    /// IDOM chains that cycle or end elsewhere than the root name a node left out.
+    #[test]
+    fn trees_that_do_not_hang_on_the_root_are_refused() {
+        assert_eq!(DomTree::new(&[Some(0), Some(2), Some(1)], 0).err(), Some(1));
+        assert_eq!(DomTree::new(&[Some(0), Some(0), Some(2)], 0).err(), Some(2));
+        assert!(DomTree::new(&[Some(0), Some(0), Some(1)], 0).is_ok_and(|t| t.dominates(1, 2) && !t.dominates(2, 1)));
+    }
+
     /// Against the definition (a dominates b iff every path from the entry to b passes a),
     /// checked by removing a and searching, on random graphs.
     #[test]
@@ -237,6 +296,9 @@ mod tests {
                 seen
             };
             let all = reach(None);
+            // The numbered tree exists exactly when every node hangs on the entry.
+            let tree = DomTree::new(&idom, 0);
+            assert_eq!(tree.is_ok(), all.iter().all(|&r| r), "{succ:?}");
             for b in 0..n {
                 assert_eq!(idom[b].is_some(), all[b]);
                 if !all[b] {
@@ -245,6 +307,9 @@ mod tests {
                 for a in 0..n {
                     let by_def = a == b || (all[a] && !reach(Some(a))[b]);
                     assert_eq!(dominates(&idom, a, b), by_def, "{a} dom {b} in {succ:?}");
+                    if let Ok(t) = &tree {
+                        assert_eq!(t.dominates(a, b), by_def, "tree: {a} dom {b} in {succ:?}");
+                    }
                 }
             }
         }

@@ -19,8 +19,12 @@ pub enum SeqError {
     UnknownKey(String),
     #[error("unterminated dictionary reference at {0}")]
     Unterminated(usize),
-    #[error("dictionary references nest more than {0} deep (a circular reference?)")]
+    #[error("repeats and dictionary references nest more than {0} deep (a circular reference?)")]
     TooDeep(usize),
+    #[error("the repeat at {0} repeats nothing (a zero count or an empty body)")]
+    EmptyRepeat(usize),
+    #[error("dictionary entry <{0}> is empty")]
+    EmptyEntry(String),
     #[error("the sequence ends after {0} bits, before the edges it must hold")]
     Short(u64),
 }
@@ -37,7 +41,8 @@ pub fn sextet(c: u8) -> Option<u8> {
     }
 }
 
-/// Dictionary references deeper than this are taken for a cycle.
+/// Repeats and dictionary references nested deeper than this are refused (a reference
+/// cycle, or text that would cost its length again at each level).
 const MAX_DEPTH: usize = 64;
 
 /// Appends bits and renders them as modified Base64.
@@ -212,11 +217,17 @@ impl<'a> BitReader<'a> {
                     if level != 0 {
                         return Err(SeqError::BadRepeat(at));
                     }
-                    let (text, depth) = (f.text, f.depth);
-                    f.pos = end + 1;
-                    if n > 0 {
-                        self.stack.push(Frame { text: &text[..end], pos: body, again: n - 1, start: body, depth });
+                    // Every element yields a character: a repeat of nothing would loop
+                    // (or nest) without reading any.
+                    if n == 0 || end == body {
+                        return Err(SeqError::EmptyRepeat(at));
                     }
+                    let (text, depth) = (f.text, f.depth + 1);
+                    if depth > MAX_DEPTH {
+                        return Err(SeqError::TooDeep(MAX_DEPTH));
+                    }
+                    f.pos = end + 1;
+                    self.stack.push(Frame { text: &text[..end], pos: body, again: n - 1, start: body, depth });
                 }
                 b'<' => {
                     let len = f.text[at + 1..].iter().position(|&c| c == b'>').ok_or(SeqError::Unterminated(at))?;
@@ -227,7 +238,10 @@ impl<'a> BitReader<'a> {
                         return Err(SeqError::TooDeep(MAX_DEPTH));
                     }
                     let dict: &'a HashMap<String, String> = self.dict;
-                    let value = dict.get(&key).ok_or(SeqError::UnknownKey(key))?;
+                    let value = dict.get(&key).ok_or_else(|| SeqError::UnknownKey(key.clone()))?;
+                    if value.is_empty() {
+                        return Err(SeqError::EmptyEntry(key));
+                    }
                     self.stack.push(Frame { text: value.as_bytes(), pos: 0, again: 0, start: 0, depth });
                 }
                 _ => {
@@ -302,6 +316,39 @@ mod tests {
         assert_eq!(BitReader::new("A/", &d).expand(), Err(SeqError::BadChar('/', 1)));
         let cyclic: HashMap<String, String> = [("x".to_string(), "A<x>".to_string())].into_iter().collect();
         assert_eq!(BitReader::new("<x>", &cyclic).expand(), Err(SeqError::TooDeep(MAX_DEPTH)));
+    }
+
+    /// Runs `f` on another thread; panics if it has not returned within ten seconds.
+    fn within_seconds<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(f()));
+        rx.recv_timeout(std::time::Duration::from_secs(10)).expect("hung: a loop made no progress")
+    }
+
+    /// Repeats of nothing (a zero count, an empty body or an empty entry) and nesting
+    /// without end are refused where they are read, not expanded without progress.
+    #[test]
+    fn repeats_of_nothing_are_refused() {
+        let read = |s: &'static str, d: &'static [(&'static str, &'static str)]| {
+            within_seconds(move || {
+                let dict: HashMap<String, String> = d.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+                BitReader::new(s, &dict).expand()
+            })
+        };
+        assert_eq!(read("A(18446744073709551615*)", &[]), Err(SeqError::EmptyRepeat(1)));
+        assert_eq!(read("(18446744073709551615*(0*A))", &[]), Err(SeqError::EmptyRepeat(22)));
+        assert_eq!(read("(18446744073709551615*<e>)", &[("e", "")]), Err(SeqError::EmptyEntry("e".into())));
+        // Nesting is bounded, repeats and references alike.
+        let deep: &'static str = Box::leak(format!("{}A{}", "(18446744073709551615*".repeat(100), ")".repeat(100)).into_boxed_str());
+        assert_eq!(read(deep, &[]), Err(SeqError::TooDeep(MAX_DEPTH)));
+        // A reader stops where its bits do, whatever the counts say.
+        let ones = within_seconds(|| {
+            let d = HashMap::new();
+            let mut r = BitReader::new("(18446744073709551615*(18446744073709551615*AB))", &d);
+            (0..1000).map(|_| r.bit().unwrap() as u32).sum::<u32>()
+        });
+        // "AB" is 000000 000001: one bit in twelve is set.
+        assert_eq!(ones, 1000 / 12);
     }
 
     /// Written bits read back, through repeat compression, for random and repetitive input.

@@ -60,6 +60,11 @@ pub fn write_profile(rec: &Recovery, symbols: &Symbolizer, opts: &Options, outpu
         Tables::build(plans, &|a| by_addr.get(&a).copied().unwrap_or(u32::MAX), &|a| symbols.is_function_start(a), &|a| symbols.in_plt(a));
 
     let threads = rec.profile.threads.len().max(1);
+    // Stacks and per-thread totals go by the thread's position in the table: a profile's
+    // thread indices need not be 0..n-1. Every chunk is in its thread's list (the reader
+    // files it there), so the lookup finds it.
+    let position: FxHashMap<u32, usize> = rec.profile.threads.iter().enumerate().map(|(k, t)| (t.index, k)).collect();
+    let pos = |thread: u32| position.get(&thread).copied().unwrap_or(0);
     let mut stacks: Vec<Stack> = (0..threads).map(|_| Stack::default()).collect();
     let mut totals: Vec<Totals> = (0..if opts.separate_threads { threads } else { 1 }).map(|_| Totals::default()).collect();
     let mut last_thread: Option<u32> = None;
@@ -75,10 +80,10 @@ pub fn write_profile(rec: &Recovery, symbols: &Symbolizer, opts: &Options, outpu
         },
         |c| c.whole.len() * 8 + c.runs.len() * 16 + c.trans.len() * 16 + c.local.ops.len() * 64,
         |chunk, c| {
-            let t = chunk.thread as usize;
-            if let Some(prev) = last_thread.filter(|&p| p != chunk.thread) {
-                let k = if opts.separate_threads { prev as usize } else { 0 };
-                stacks[prev as usize].finish(&tables, &mut totals[k]);
+            let t = pos(chunk.thread);
+            if let Some(prev) = last_thread.filter(|&p| p != chunk.thread).map(pos) {
+                let k = if opts.separate_threads { prev } else { 0 };
+                stacks[prev].finish(&tables, &mut totals[k]);
             }
             last_thread = Some(chunk.thread);
             let k = if opts.separate_threads { t } else { 0 };
@@ -90,9 +95,9 @@ pub fn write_profile(rec: &Recovery, symbols: &Symbolizer, opts: &Options, outpu
             Ok(())
         },
     )?;
-    if let Some(prev) = last_thread {
-        let k = if opts.separate_threads { prev as usize } else { 0 };
-        stacks[prev as usize].finish(&tables, &mut totals[k]);
+    if let Some(prev) = last_thread.map(pos) {
+        let k = if opts.separate_threads { prev } else { 0 };
+        stacks[prev].finish(&tables, &mut totals[k]);
     }
 
     let cmd = rec.profile.meta.command.join(" ");

@@ -1,0 +1,149 @@
+//! Hand-made DCFG and DCFG-trace pairs that a hostile or damaged producer could write: the
+//! checker refuses each with the variant naming the problem, promptly, without a panic.
+
+use dep_dcfg_out::dcfg_check::{read_dcfg, read_trace, CheckError, Report};
+use serde_json::{json, Value};
+
+/// One process, one block (node 3, one instruction) looping on itself: START -1-> 3,
+/// 3 -2-> 3 five times, 3 -3-> END, all by thread 0 (`per_thread` gives each edge's counts).
+fn dcfg(per_thread: [Value; 3], instr_per_thread: Value, instr_count: Value) -> Value {
+    json!({
+        "EDGE_TYPES": [["EDGE_TYPE_ID", "EDGE_TYPE"], [1, "ENTRY"], [2, "DIRECT_UNCONDITIONAL_BRANCH"], [3, "EXIT"]],
+        "SPECIAL_NODES": [["NODE_ID", "NODE_NAME"], [1, "START"], [2, "END"]],
+        "PROCESSES": [["PROCESS_ID", "PROCESS_DATA"], [7, {
+            "INSTR_COUNT": instr_count,
+            "INSTR_COUNT_PER_THREAD": instr_per_thread,
+            "IMAGES": [["IMAGE_ID", "LOAD_ADDR", "SIZE", "IMAGE_DATA"], [1, "0x1000", 16, {
+                "BASIC_BLOCKS": [["NODE_ID", "ADDR_OFFSET", "SIZE", "NUM_INSTRS", "LAST_INSTR_OFFSET", "COUNT"], [3, "0x0", 2, 1, 0, 6]]
+            }]],
+            "EDGES": [["EDGE_ID", "SOURCE_NODE_ID", "TARGET_NODE_ID", "EDGE_TYPE_ID", "COUNT_PER_THREAD"],
+                [1, 1, 3, 1, per_thread[0]], [2, 3, 3, 2, per_thread[1]], [3, 3, 2, 3, per_thread[2]]]
+        }]]
+    })
+}
+
+fn good_dcfg() -> Value {
+    dcfg([json!([1]), json!([5]), json!([1])], json!([6]), json!(6))
+}
+
+/// A trace of thread `thread` with one chunk and the given transition table rows.
+fn trace(table: Value, thread: Value, edge_count: Value, first: Value, seq: &str) -> Value {
+    let mut t = vec![json!(["CURRENT_EDGE_ID", "TRANSITION_CODE", "NEXT_EDGE_IDS"])];
+    t.extend(table.as_array().unwrap().iter().cloned());
+    json!({
+        "PROCESSES": [["PROCESS_ID", "STRING_DICTIONARY", "TRANSITION_TABLE", "THREAD_DATA"], [7, {}, t,
+            [["THREAD_ID", "TRACE_DATA"], [thread, [["PRECEDING_INSTR_COUNT", "INSTR_COUNT", "EDGE_COUNT", "FIRST_EDGE_ID", "EDGE_ID_SEQUENCE"],
+                [0, 6, edge_count, first, seq]]]]]]
+    })
+}
+
+/// Edge 1, edge 2 (the empty code), edge 2 four times more (bits 0000), edge 3 (bit 1):
+/// "00001" and a padding bit, "000010", is 'C'.
+fn good_trace() -> Value {
+    trace(json!([[1, "", [2]], [2, "0", [2]], [2, "1", [3]]]), json!(0), json!(7), json!(1), "C")
+}
+
+/// Checks a pair on another thread, failing the test if that takes more than ten seconds.
+fn check(d: Value, t: Value) -> Result<u64, CheckError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut r = Report::default();
+        let res = read_dcfg(&d, &mut r).and_then(|p| read_trace(&t, &p, &mut r, |_, _, _, _| {}));
+        let _ = tx.send(res.map(|_| r.decoded_edges));
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the check hung")
+}
+
+#[test]
+fn the_hand_made_pair_passes() {
+    assert_eq!(check(good_dcfg(), good_trace()).unwrap(), 7);
+}
+
+/// A row with the empty code naming its own edge reads no bits: a chunk claiming more edges
+/// than the DCFG gives its thread is refused before decoding, not decoded for ever.
+#[test]
+fn edge_count_beyond_the_thread_is_refused() {
+    let t = trace(json!([[1, "", [2]], [2, "", [2]]]), json!(0), json!(u64::MAX), json!(1), "");
+    let e = check(good_dcfg(), t).unwrap_err();
+    assert!(matches!(e, CheckError::EdgeCount { count: u64::MAX, left: 7, .. }), "{e}");
+}
+
+/// Counts whose sums overflow 64 bits are refused, not wrapped into agreement.
+#[test]
+fn overflowing_counts_are_refused() {
+    // INSTR_COUNT_PER_THREAD [2^64 - 1, 1] sums to 0 when wrapped.
+    let d = dcfg([json!([1, 0]), json!([5, 0]), json!([1, 0])], json!([u64::MAX, 1]), json!(0));
+    let e = check(d, good_trace()).unwrap_err();
+    assert!(matches!(e, CheckError::Overflow(_)), "{e}");
+    // Edge counts whose node sums overflow.
+    let d = dcfg([json!([1]), json!([u64::MAX]), json!([1])], json!([6]), json!(6));
+    let e = check(d, good_trace()).unwrap_err();
+    assert!(matches!(e, CheckError::Overflow(_)), "{e}");
+}
+
+/// Ids beyond 32 bits are refused where read, not truncated into another edge's id.
+#[test]
+fn ids_beyond_32_bits_are_refused() {
+    let big = (1u64 << 32) + 1;
+    let t = trace(json!([[1, "", [2]], [2, "0", [2]], [2, "1", [3]]]), json!(0), json!(7), json!(big), "C");
+    let e = check(good_dcfg(), t).unwrap_err();
+    assert!(matches!(e, CheckError::BigId(_, b) if b == big), "{e}");
+    let t = trace(json!([[big, "", [2]], [2, "0", [2]], [2, "1", [3]]]), json!(0), json!(7), json!(1), "C");
+    let e = check(good_dcfg(), t).unwrap_err();
+    assert!(matches!(e, CheckError::BigId(_, b) if b == big), "{e}");
+}
+
+/// A thread the DCFG does not have, or one traced twice, is refused.
+#[test]
+fn unknown_and_repeated_threads_are_refused() {
+    let e = check(good_dcfg(), trace(json!([[1, "", [2]]]), json!(4), json!(1), json!(1), "")).unwrap_err();
+    assert!(matches!(e, CheckError::Thread { thread: 4, .. }), "{e}");
+    let mut t = good_trace();
+    let rows = t["PROCESSES"][1][3].as_array_mut().unwrap();
+    let again = rows[1].clone();
+    rows.push(again);
+    let e = check(good_dcfg(), t).unwrap_err();
+    assert!(matches!(e, CheckError::Thread { thread: 0, .. }), "{e}");
+}
+
+/// A routine whose dominator tree is one long chain, with a loop of all its nodes: the
+/// checks of the tree and of the loop take time linear in the nodes, not quadratic.
+#[test]
+fn a_long_dominator_chain_checks_in_linear_time() {
+    let n = 200_000u64;
+    let blocks: Vec<Value> = std::iter::once(json!(["NODE_ID", "ADDR_OFFSET", "SIZE", "NUM_INSTRS", "LAST_INSTR_OFFSET", "COUNT"]))
+        .chain((0..n).map(|i| json!([3 + i, i, 1, 1, 0, 0])))
+        .collect();
+    let idoms: Vec<Value> =
+        std::iter::once(json!(["NODE_ID", "IDOM_NODE_ID"])).chain((0..n).map(|i| json!([3 + i, 3 + i.saturating_sub(1)]))).collect();
+    let members: Vec<u64> = (3..3 + n).collect();
+    let d = json!({
+        "EDGE_TYPES": [["EDGE_TYPE_ID", "EDGE_TYPE"], [1, "ENTRY"]],
+        "SPECIAL_NODES": [["NODE_ID", "NODE_NAME"], [1, "START"], [2, "END"]],
+        "PROCESSES": [["PROCESS_ID", "PROCESS_DATA"], [7, {
+            "INSTR_COUNT": 0,
+            "INSTR_COUNT_PER_THREAD": [],
+            "IMAGES": [["IMAGE_ID", "LOAD_ADDR", "SIZE", "IMAGE_DATA"], [1, "0x1000", n, {
+                "BASIC_BLOCKS": blocks,
+                "ROUTINES": [["ENTRY_NODE_ID", "EXIT_NODE_IDS", "NODES", "LOOPS"], [3, [], idoms,
+                    [["LOOP_HEAD_NODE_ID", "LOOP_NODE_IDS"], [3, members]]]]
+            }]]
+        }]]
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut r = Report::default();
+        let _ = tx.send(read_dcfg(&d, &mut r).map(|_| (r.routines, r.loops)));
+    });
+    let got = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the check took more than ten seconds");
+    assert_eq!(got.unwrap(), (1, 1));
+}
+
+/// A thread the DCFG counts edges for but the trace leaves out is refused, not passed over.
+#[test]
+fn a_thread_left_out_of_the_trace_is_refused() {
+    let mut t = good_trace();
+    t["PROCESSES"][1][3].as_array_mut().unwrap().truncate(1);
+    let e = check(good_dcfg(), t).unwrap_err();
+    assert!(matches!(e, CheckError::Thread { thread: 0, .. }), "{e}");
+}
