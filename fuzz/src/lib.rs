@@ -131,6 +131,16 @@ pub struct ThreadRec {
     pub tls: Option<u64>,
 }
 
+/// A DEP_c item to insert.
+#[derive(Arbitrary, Debug, Clone)]
+pub enum Item {
+    Record(TagInsert),
+    /// A block of the table.
+    TableBlock(u8),
+    /// A block anywhere, in the table or not.
+    Block(Addr),
+}
+
 /// One change to the simulated profile. Record, chunk and block numbers are taken modulo
 /// how many there are; positions modulo the stream's length.
 #[derive(Arbitrary, Debug, Clone)]
@@ -158,13 +168,12 @@ pub enum Edit {
     TagDelete(u8, u16, u8),
     /// Moves block `i` of the table to a new address, and every tag naming it.
     MoveBlock(u8, Addr),
-    /// Inserts a record (a block of the table when `block` is set) before item `pos` of a
-    /// chunk's DEP_c, re-encoding the stream (H-tag changes stay consistent).
+    /// Inserts an item before item `pos` of a chunk's DEP_c, re-encoding the stream
+    /// (H-tag changes stay consistent).
     ItemInsert {
         chunk: u8,
         pos: u16,
-        record: TagInsert,
-        block: Option<u8>,
+        what: Item,
     },
     /// Deletes `n` items of a chunk's DEP_c from item `pos`, re-encoding the stream.
     ItemDelete(u8, u16, u8),
@@ -243,7 +252,11 @@ impl Input {
             let mut bytes: Vec<u8> =
                 b.insns.iter().take(8).flat_map(|&i| INSN_POOL[i as usize % INSN_POOL.len()].iter().copied()).collect();
             bytes.push(0xc3);
-            code.push((addr, bytes));
+            // The simulator runs only code below the top of the address space (edits move
+            // blocks anywhere).
+            if addr.checked_add(bytes.len() as u64).is_some() {
+                code.push((addr, bytes));
+            }
         }
         if code.is_empty() {
             code.push((0x40_0000, vec![0x50, 0xc3]));
@@ -540,10 +553,11 @@ fn edit(recs: &mut Vec<Rec>, e: &Edit) {
                 }
             }
         }
-        Edit::ItemInsert { chunk: c, pos, record, block: b } => {
-            let item = match b {
-                Some(b) => block(recs, *b).map(|b| TagItem::Block(b.addr)),
-                None => record.escape().map(TagItem::Escape),
+        Edit::ItemInsert { chunk: c, pos, what } => {
+            let item = match what {
+                Item::TableBlock(b) => block(recs, *b).map(|b| TagItem::Block(b.addr)),
+                Item::Block(a) => Some(TagItem::Block(a.get())),
+                Item::Record(r) => r.escape().map(TagItem::Escape),
             };
             let (Some(item), Some(c)) = (item, chunk(recs, *c)) else { return };
             edit_items(c, |items| {
