@@ -19,7 +19,7 @@ for t in $targets; do
     echo "== $t: $secs s"
     cargo +nightly fuzz run $flags "$t" "work/$t" "corpus/$t" -- \
         -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 2>&1 |
-        grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb|==[0-9]+==|SUMMARY|.*panicked at|.*Test unit written)'
+        grep -E '^(#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb|==[0-9]+==|SUMMARY|.*panicked at|.*Test unit written)'
     [ "${PIPESTATUS[0]}" -eq 0 ] || failed="$failed $t"
 done
 if [ -n "$failed" ]; then
