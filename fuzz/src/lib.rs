@@ -427,7 +427,7 @@ fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
 }
 
 /// The `i`-th record matching `f`, modulo how many do.
-fn nth<'a>(recs: &'a mut [Rec], i: u8, f: impl Fn(&Rec) -> bool) -> Option<&'a mut Rec> {
+fn nth(recs: &mut [Rec], i: u8, f: impl Fn(&Rec) -> bool) -> Option<&mut Rec> {
     let n = recs.iter().filter(|r| f(r)).count();
     let k = at(i, n)?;
     recs.iter_mut().filter(|r| f(r)).nth(k)
