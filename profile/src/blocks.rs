@@ -21,6 +21,8 @@ pub enum BlockError {
     Count { addr: u64, len: usize, found: usize, expected: usize },
     #[error("block at {addr:#x} is empty")]
     Empty { addr: u64 },
+    #[error("block at {addr:#x}: its {len} bytes of code run past the end of the address space")]
+    PastEnd { addr: u64, len: u64 },
 }
 
 /// One instruction with memory references, and the register work before it.
@@ -102,6 +104,12 @@ impl BlockPlan {
             if insns.len() != c {
                 return Err(BlockError::Count { addr, len: bytes.len(), found: insns.len(), expected: c });
             }
+        }
+        // Every instruction's end (`pc + len`: return addresses, fall-through targets) is
+        // then an address: the decoder wraps the IP past the top instead.
+        let len: u64 = insns.iter().map(|i| i.len as u64).sum();
+        if addr.checked_add(len).is_none() {
+            return Err(BlockError::PastEnd { addr, len });
         }
         Ok(Self::from_insns(addr, insns))
     }

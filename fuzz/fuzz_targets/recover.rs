@@ -1,0 +1,39 @@
+//! Whole-profile recovery, differential: the interpreted walk, compiled code and compiled
+//! code without popcnt give the same events or the same error, on one worker and in
+//! parallel, for simulated profiles with structure-aware damage.
+#![no_main]
+
+use dep_recover::{Counts, Engine, Format, Recovery, Renderer, Source};
+use libfuzzer_sys::fuzz_target;
+
+/// The text rendering of a sequential run and its error, if any.
+fn run(rec: &Recovery) -> (Vec<u8>, Option<String>) {
+    let mut out = Vec::new();
+    let mut r = Renderer::new(Format::Text, &mut out);
+    let res = rec.run(Source::Dep, &mut r);
+    let flushed = r.into_inner().map(|_| ());
+    let err = res.err().map(|e| e.to_string()).or_else(|| flushed.err().map(|e| e.to_string()));
+    (out, err)
+}
+
+fuzz_target!(|input: dep_fuzz::Input| {
+    let Some(p) = dep_fuzz::open(&input.build()) else { return };
+    let walk = run(&Recovery::with_engine(&p, 1, Engine::Walk));
+    for engine in [Engine::Compiled, Engine::CompiledWithoutPopcnt] {
+        let other = run(&Recovery::with_engine(&p, 1, engine));
+        assert_eq!(walk.1, other.1, "{engine:?}: a different error from the walk's");
+        if walk.1.is_none() {
+            assert!(walk.0 == other.0, "{engine:?}: different events from the walk's");
+        }
+    }
+    // In parallel: the same result in the same order.
+    let rec = Recovery::with_engine(&p, 2, Engine::Compiled);
+    let mut out = Vec::new();
+    let res = rec.run_ordered(Source::Dep, || Renderer::new(Format::Text, Vec::new()), |r| r.into_inner(), &mut out, &|_| {});
+    assert_eq!(res.is_ok(), walk.1.is_none(), "parallel: {res:?}, sequential: {:?}", walk.1);
+    if res.is_ok() {
+        assert!(out == walk.0, "parallel: different events from sequential");
+    }
+    // The truth stream's replay never fails badly either.
+    let _ = rec.run(Source::Truth, &mut Counts::default());
+});

@@ -1,0 +1,70 @@
+//! Each chunk decoder on raw bytes: DEP_c tags, DEP_m values, packed words, the truth
+//! stream and a chunk payload's sections.
+#![no_main]
+
+use arbitrary::Arbitrary;
+use dep_profile::container::{ChunkView, Section};
+use dep_profile::tags::TagDecoder;
+use dep_profile::values::ValueReader;
+use dep_profile::{packing, truth, Width};
+use libfuzzer_sys::fuzz_target;
+
+#[derive(Arbitrary, Debug)]
+enum Stream<'a> {
+    Tags { wide: bool, hi: u64, bytes: &'a [u8] },
+    Values { wide: bool, raw: Vec<u8>, bytes: &'a [u8] },
+    Unpack { wide: bool, raw_len: u32, bytes: &'a [u8] },
+    Truth(&'a [u8]),
+    Chunk { wide: bool, bytes: &'a [u8] },
+}
+
+fn width(wide: bool) -> Width {
+    if wide {
+        Width::W64
+    } else {
+        Width::W32
+    }
+}
+
+fuzz_target!(|s: Stream| match s {
+    Stream::Tags { wide, hi, bytes } => {
+        if let Ok(mut d) = TagDecoder::new(width(wide), bytes, hi) {
+            // Every item consumes at least one word: the loop ends.
+            for _ in 0..=bytes.len() {
+                match d.next_item() {
+                    Ok(Some(_)) => {}
+                    _ => break,
+                }
+            }
+        }
+    }
+    Stream::Values { wide, raw, bytes } => {
+        let mut r = ValueReader::new(width(wide), bytes);
+        for n in raw {
+            let ok = if n & 0x80 == 0 { r.next().is_ok() } else { r.raw((n & 0x7f) as usize).is_ok() };
+            if !ok {
+                break;
+            }
+        }
+    }
+    Stream::Unpack { wide, raw_len, bytes } => {
+        let mut out = Vec::new();
+        let _ = packing::unpack(bytes, width(wide).bytes(), raw_len as usize, &mut out);
+    }
+    Stream::Truth(bytes) => {
+        if let Ok(it) = truth::records(bytes) {
+            for r in it {
+                if r.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    Stream::Chunk { wide, bytes } => {
+        if let Ok(v) = ChunkView::parse(bytes, width(wide)) {
+            for s in Section::ALL {
+                let _ = v.decompress(s);
+            }
+        }
+    }
+});
