@@ -7,6 +7,7 @@ pub mod dcfg_check;
 pub mod dominators;
 pub mod edge_list;
 pub mod flow;
+pub mod module_file;
 pub mod parquet;
 pub mod races;
 pub mod seqcode;

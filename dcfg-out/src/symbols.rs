@@ -4,6 +4,7 @@
 //! differs, gives `module+0xoffset` names and one warning, never a wrong name; code outside
 //! every module (JIT code) is `[jit]`. Each module is read once, on first use.
 
+use crate::module_file::ModuleFile;
 use dep_profile::container::ModuleEvent;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable};
 use std::borrow::Cow;
@@ -43,6 +44,8 @@ struct Module {
 
 /// What was read of a module's file.
 struct File {
+    /// The file, mapped and checked against the recorded build id.
+    module: ModuleFile,
     /// Subtracted from a run-time address to give the file's virtual address.
     bias: u64,
     dwarf: Mutex<addr2line::Loader>,
@@ -156,6 +159,14 @@ impl Symbolizer {
         Some((m.path.as_str(), bias))
     }
 
+    /// The module holding `addr`: its path and its file's bytes, where the file could be
+    /// read and is the build recorded.
+    pub fn module_file(&self, addr: u64) -> Option<(&str, &[u8])> {
+        let m = self.module(addr)?;
+        let file = m.file.get_or_init(|| self.open(m)).as_ref()?;
+        Some((m.path.as_str(), file.module.bytes()))
+    }
+
     /// Whether a symbol (or a PLT stub) names `addr`, rather than its module and offset.
     pub fn covered(&self, addr: u64) -> bool {
         self.symbol_in(addr).3
@@ -231,7 +242,12 @@ impl Symbolizer {
     /// Reads a module's file, or says why not (once).
     fn open(&self, m: &Module) -> Option<File> {
         match read(m) {
-            Ok(f) => Some(f),
+            Ok(f) => {
+                if f.module.unchecked {
+                    self.warn(format!("{}: the profile recorded no build id, so its names may come from another build", m.path));
+                }
+                Some(f)
+            }
             Err(why) => {
                 self.warn(format!("{}: {why}; its code is named by offset", m.path));
                 None
@@ -269,17 +285,8 @@ fn short(path: &str) -> &str {
 }
 
 fn read(m: &Module) -> Result<File, String> {
-    if m.path.is_empty() || m.path.starts_with('[') {
-        return Err("no file".into());
-    }
-    let data = std::fs::read(&m.path).map_err(|e| format!("cannot read it ({e})"))?;
-    let obj = object::File::parse(&*data).map_err(|e| format!("not an object file ({e})"))?;
-    if let Some(want) = &m.build_id {
-        let have = obj.build_id().ok().flatten().map(hex);
-        if have.as_deref() != Some(want.as_str()) {
-            return Err(format!("build id {} is not the recorded {want}", have.as_deref().unwrap_or("(none)")));
-        }
-    }
+    let module = ModuleFile::open(&m.path, m.build_id.as_deref()).map_err(|e| e.to_string())?;
+    let obj = object::File::parse(module.bytes()).map_err(|e| format!("not an object file ({e})"))?;
     // The lowest loadable segment is mapped at the module's base.
     let first = obj.segments().map(|s| s.address()).min().ok_or("no loadable segment")? & !0xfff;
     let bias = m.base.wrapping_sub(first);
@@ -313,11 +320,8 @@ fn read(m: &Module) -> Result<File, String> {
         .filter(|s| matches!(s.name(), Ok(".plt" | ".plt.sec" | ".plt.got")))
         .map(|s| (s.address(), s.address() + s.size()))
         .collect();
-    Ok(File { bias, dwarf: Mutex::new(dwarf), plt, functions, objects, text, plt_sections })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    drop(obj);
+    Ok(File { module, bias, dwarf: Mutex::new(dwarf), plt, functions, objects, text, plt_sections })
 }
 
 /// x86-64 PLT stubs as binutils names them: each entry of `.plt`, `.plt.sec` and `.plt.got`

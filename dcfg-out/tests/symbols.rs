@@ -63,7 +63,7 @@ fn instructions(bin: &Path) -> (Vec<u64>, HashMap<u64, String>) {
 /// by its symbol and where the demanglers differ (addr2line's cpp_demangle drops the first
 /// parameter of some template constructors); files and lines are compared everywhere.
 fn check(bin: &Path, inner_names: bool) {
-    let syms = Symbolizer::new(&[load(bin, None)]);
+    let syms = Symbolizer::new(&[load(bin, Some(readelf_build_id(bin)))]);
     let (addrs, plt) = instructions(bin);
     let text: std::collections::HashSet<u64> = addrs.iter().copied().collect();
     // nm -C: every defined text symbol.
@@ -172,4 +172,68 @@ fn unreadable_or_different_modules_are_named_by_offset() {
     assert!(w[0].contains("build id") && w[1].contains("/no/such/libx.so"), "{w:?}");
     let jit = syms.place(0x7000_0000_0000);
     assert_eq!((jit.symbol.as_str(), jit.module), ("[jit]", None));
+}
+
+/// `f` on another thread, failing (not hanging) if it takes longer than a minute.
+fn within_a_minute<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60)).expect("hung on a file the profile named")
+}
+
+/// The build id `readelf -n` gives for `bin`.
+fn readelf_build_id(bin: &Path) -> String {
+    let notes = output(Command::new("readelf").arg("-n").arg(bin));
+    let line = notes.lines().find_map(|l| l.trim().strip_prefix("Build ID: ")).expect("a build id note");
+    line.trim().to_string()
+}
+
+/// A profile is untrusted: a module event naming a device, a FIFO or a directory gives
+/// offsets and one warning naming the module and what it is, without blocking or reading
+/// without end.
+#[test]
+fn devices_fifos_and_directories_are_refused_without_hanging() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("libfifo.so");
+    let st = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(st.success());
+    let cases = [
+        ("/dev/zero".to_string(), "character device"),
+        (fifo.display().to_string(), "FIFO"),
+        (dir.path().display().to_string(), "directory"),
+    ];
+    for (path, kind) in cases {
+        let got = within_a_minute({
+            let path = path.clone();
+            move || {
+                let syms = Symbolizer::new(&[ModuleEvent { path, ..load(Path::new("/"), Some("00".into())) }]);
+                (syms.place(BASE + 0x10).symbol, syms.variable(BASE + 0x10), syms.warnings())
+            }
+        });
+        let short = Path::new(&path).file_name().unwrap().to_str().unwrap().to_string();
+        assert_eq!(got.0, format!("{short}+0x10"), "{path}");
+        assert_eq!(got.1, None);
+        assert_eq!(got.2.len(), 1, "{:?}", got.2);
+        assert!(got.2[0].contains(&path) && got.2[0].contains(kind), "{:?}", got.2);
+    }
+}
+
+/// A module whose recorded build id is missing is still read, with one warning naming it
+/// (nothing says the file is the one that ran); the right build id gives no warning.
+#[test]
+fn a_missing_build_id_is_one_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = build(dir.path(), "hello.c", "gcc");
+    let syms = Symbolizer::new(&[load(&bin, None)]);
+    let main = output(Command::new("nm").arg(&bin)).lines().find_map(|l| l.strip_suffix(" T main").map(hex)).expect("main");
+    assert_eq!(syms.symbol(BASE + main), "main");
+    assert_eq!(syms.symbol(BASE + main), "main");
+    let w = syms.warnings();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].contains(&bin.display().to_string()) && w[0].contains("no build id"), "{w:?}");
+    let syms = Symbolizer::new(&[load(&bin, Some(readelf_build_id(&bin)))]);
+    assert_eq!(syms.symbol(BASE + main), "main");
+    assert!(syms.warnings().is_empty(), "{:?}", syms.warnings());
 }

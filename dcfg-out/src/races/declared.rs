@@ -40,10 +40,11 @@ const SECTIONS: &[gimli::SectionId] = &[
 const MAX_DEPTH: usize = 32;
 
 impl Declared {
-    /// Whether byte `offset` of the variable `name` in the module file `path` lies in an
-    /// object declared atomic; false where the DWARF does not say.
-    pub fn is_atomic(&mut self, path: &str, name: &str, offset: u64) -> bool {
-        let m = self.modules.entry(path.to_string()).or_insert_with(|| Module::read(path));
+    /// Whether byte `offset` of the variable `name` in the module file `path` (whose bytes
+    /// are `file`, as the symbolizer checked and mapped them) lies in an object declared
+    /// atomic; false where the DWARF does not say.
+    pub fn is_atomic(&mut self, path: &str, file: &[u8], name: &str, offset: u64) -> bool {
+        let m = self.modules.entry(path.to_string()).or_insert_with(|| Module::read(file));
         let Some(m) = m else { return false };
         let Some(&(unit_at, ty)) = m.variables.get(name) else { return false };
         let dwarf = m.dwarf();
@@ -54,15 +55,18 @@ impl Declared {
 }
 
 impl Module {
-    fn read(path: &str) -> Option<Module> {
-        let data = std::fs::read(path).ok()?;
-        let obj = object::File::parse(&*data).ok()?;
+    fn read(data: &[u8]) -> Option<Module> {
+        let obj = object::File::parse(data).ok()?;
         let endian = if obj.is_little_endian() { gimli::RunTimeEndian::Little } else { gimli::RunTimeEndian::Big };
         // Every DWARF section a unit may refer to (line programs, string offsets, ranges).
         let mut sections = HashMap::new();
         for s in obj.sections() {
             let Ok(name) = s.name() else { continue };
             let Some(id) = SECTIONS.iter().find(|id| id.name() == name) else { continue };
+            // A compressed section names its own uncompressed size: bounded before allocating.
+            if s.compressed_data().map_or(true, |c| c.uncompressed_size > crate::module_file::MAX_MODULE_BYTES) {
+                continue;
+            }
             if let Ok(bytes) = s.uncompressed_data() {
                 sections.insert(id.name(), bytes.into_owned());
             }
@@ -204,17 +208,18 @@ mod tests {
         let exe = dir.path().join("a");
         let st = std::process::Command::new("gcc").args(["-O2", "-g", "-o"]).arg(&exe).arg(&src).status().unwrap();
         assert!(st.success(), "gcc");
-        let path = exe.to_str().unwrap();
+        let file = crate::module_file::ModuleFile::open(exe.to_str().unwrap(), None).unwrap();
         let mut d = Declared::default();
-        assert!(!d.is_atomic(path, "st", 0));
-        assert!(d.is_atomic(path, "st", 8) && d.is_atomic(path, "st", 15));
-        assert!(!d.is_atomic(path, "st", 16));
+        let is_atomic = |d: &mut Declared, name: &str, off: u64| d.is_atomic("a", file.bytes(), name, off);
+        assert!(!is_atomic(&mut d, "st", 0));
+        assert!(is_atomic(&mut d, "st", 8) && is_atomic(&mut d, "st", 15));
+        assert!(!is_atomic(&mut d, "st", 16));
         // pair_t is 12 bytes: flags at 0..8, v at 8.
-        assert!(d.is_atomic(path, "pairs", 12 + 4));
-        assert!(!d.is_atomic(path, "pairs", 12 + 8), "volatile is not atomic");
-        assert!(d.is_atomic(path, "whole", 0));
-        assert!(!d.is_atomic(path, "ordinary", 0));
-        assert!(!d.is_atomic(path, "no_such", 0));
-        assert!(!d.is_atomic("/no/such/file", "st", 8));
+        assert!(is_atomic(&mut d, "pairs", 12 + 4));
+        assert!(!is_atomic(&mut d, "pairs", 12 + 8), "volatile is not atomic");
+        assert!(is_atomic(&mut d, "whole", 0));
+        assert!(!is_atomic(&mut d, "ordinary", 0));
+        assert!(!is_atomic(&mut d, "no_such", 0));
+        assert!(!Declared::default().is_atomic("b", b"not an object", "st", 8));
     }
 }

@@ -14,7 +14,7 @@
 
 use super::clock::Clocks;
 use super::feed::{Class, Ev};
-use super::shadow::{byte_mask, At, Shadow, Slot, SLOTS};
+use super::shadow::{access_end, granules, At, Shadow, Slot, SLOTS};
 use dep_profile::calls::{Func, LockOp};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -215,14 +215,11 @@ impl<'a> Engine<'a> {
         if self.atomic.is_empty() {
             return false;
         }
-        let end = addr.saturating_add(size.max(1) as u64);
-        let mut g = addr & !7;
-        while g < end {
+        for (g, mask) in granules(addr, access_end(addr, size.max(1))) {
             let at = self.at(g);
-            if self.shadow.atomic(at) & byte_mask(g, addr, end) != 0 {
+            if self.shadow.atomic(at) & mask != 0 {
                 return true;
             }
-            g += 8;
         }
         false
     }
@@ -505,7 +502,7 @@ impl<'a> Engine<'a> {
     fn access(&mut self, t: usize, pc: u64, addr: u64, size: u32, write: bool, class: Class) {
         let th = &mut self.threads[t];
         if class == Class::Stack {
-            th.stack = (th.stack.0.min(addr), th.stack.1.max(addr + size as u64));
+            th.stack = (th.stack.0.min(addr), th.stack.1.max(access_end(addr, size)));
         }
         let (caller, caller_runtime) = th.frames.last().copied().unwrap_or((0, true));
         // The runtime's code called by the runtime: its own internals, ordered by its own
@@ -531,16 +528,12 @@ impl<'a> Engine<'a> {
         self.stats.checked += 1;
         let site = self.site(Site { pc, caller, write, size });
         if let Some(r) = &mut self.region {
-            if addr < r.end && addr + size as u64 > r.start {
+            if addr < r.end && access_end(addr, size) > r.start {
                 *r.seen.entry((t as u32, site, locks)).or_insert(0) += 1;
             }
         }
-        let end = addr + size as u64;
-        let mut g = addr & !7;
-        while g < end {
-            let mask = byte_mask(g, addr, end);
+        for (g, mask) in granules(addr, access_end(addr, size)) {
             self.check(t, g, mask, Slot { clock, site, locks, thread: t as u16, mask, write }, addr);
-            g += 8;
         }
     }
 
@@ -766,5 +759,23 @@ mod tests {
         e.event(2, write(0x1008, 0x22));
         let r = e.races.values().next().unwrap();
         assert_eq!(r.block.map(|(b, blk)| (b, blk.size, blk.thread)), Some((0x1000, 16, 1)));
+    }
+
+    /// Accesses at the top of the address space (a damaged profile's addresses) end there:
+    /// no granule loop wraps to address 0 and walks the address space making shadow pages.
+    #[test]
+    fn accesses_at_the_top_of_the_address_space_do_not_wrap() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let atomic: &'static FxHashMap<u64, u8> = Box::leak(Box::new([(0x4000u64, 0x0fu8)].into_iter().collect()));
+            let mut e = two(atomic);
+            e.event(1, write(u64::MAX - 7, 0x10));
+            e.event(2, Ev::Access { pc: 0x20, addr: u64::MAX - 3, size: 16, write: true, class: Class::Plain });
+            let _ = tx.send((e.races.len(), e.is_atomic(u64::MAX, 8), e.shadow.bytes()));
+        });
+        let (races, atomic, bytes) =
+            rx.recv_timeout(std::time::Duration::from_secs(30)).expect("an access at the top of memory never ended");
+        assert_eq!((races, atomic), (1, false));
+        assert!(bytes < 1 << 20, "{bytes} bytes of shadow for two accesses");
     }
 }

@@ -149,11 +149,8 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>), RecoverErr
         }
         fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
             for r in refs.iter().filter(|r| self.flags.get(r.insn as usize).copied().unwrap_or(false)) {
-                let end = r.addr + r.size.max(1) as u64;
-                let mut g = r.addr & !7;
-                while g < end {
-                    *self.locs.entry(g).or_insert(0) |= shadow::byte_mask(g, r.addr, end);
-                    g += 8;
+                for (g, mask) in shadow::granules(r.addr, shadow::access_end(r.addr, r.size.max(1))) {
+                    *self.locs.entry(g).or_insert(0) |= mask;
                 }
             }
             Ok(())

@@ -121,8 +121,8 @@ impl<'a> Report<'a> {
         let declared_atomic = a
             .races
             .iter()
-            .map(|r| match (symbols.variable(r.addr), symbols.object(r.addr)) {
-                (Some((name, off)), Some((path, _))) => declared.is_atomic(path, &name, off),
+            .map(|r| match (symbols.variable(r.addr), symbols.module_file(r.addr)) {
+                (Some((name, off)), Some((path, file))) => declared.is_atomic(path, file, &name, off),
                 _ => false,
             })
             .collect();

@@ -105,19 +105,16 @@ impl Shadow {
         };
         for (p, i) in pages {
             let lo = (p << 12).max(start);
-            let hi = ((p + 1) << 12).min(end);
+            let hi = (p + 1).checked_shl(12).filter(|&h| h != 0).unwrap_or(u64::MAX).min(end);
             let page = &mut self.pages[i as usize];
-            let mut a = lo & !7;
-            while a < hi {
+            for (a, m) in granules(lo, hi) {
                 let g = &mut page.granules[((a >> 3) as usize) % GRANULES];
-                let m = byte_mask(a, lo.max(a), hi.min(a + 8));
                 for s in g.iter_mut() {
                     s.mask &= !m;
                     if s.mask == 0 {
                         *s = Slot::default();
                     }
                 }
-                a += 8;
             }
         }
     }
@@ -128,11 +125,23 @@ impl Shadow {
     }
 }
 
+/// The end of an access of `size` bytes at `addr`, clipped at the top of the address
+/// space (a damaged profile's address; no x86-64 program maps the last byte).
+pub fn access_end(addr: u64, size: u32) -> u64 {
+    addr.saturating_add(size as u64)
+}
+
+/// The granules `[addr, end)` touches, each with its mask of the bytes touched: a range
+/// that cannot wrap past the top of the address space to address 0.
+pub fn granules(addr: u64, end: u64) -> impl Iterator<Item = (u64, u8)> {
+    (addr & !7..end).step_by(8).map(move |g| (g, byte_mask(g, addr, end)))
+}
+
 /// The bytes of the granule at `granule` (8-aligned) that `[lo, hi)` covers, as a mask.
 #[inline]
 pub fn byte_mask(granule: u64, lo: u64, hi: u64) -> u8 {
     let a = (lo.max(granule) - granule) as u32;
-    let b = (hi.min(granule + 8) - granule) as u32;
+    let b = (hi.min(granule.saturating_add(8)).max(granule) - granule) as u32;
     if b <= a {
         return 0;
     }
