@@ -13,6 +13,11 @@ pub struct Emit {
 
 impl Emit {
     /// Inserts before `at`, or appends when `at` is null (building a list outside a block).
+    ///
+    /// # Safety
+    /// `self` was made in a basic-block event (or standalone list) for its own `dc`, `bb` and `at`,
+    /// and operands name valid registers; exercised by tests/collector.rs hello,
+    /// eight_threads_with_mutexes and standalone::avx512_forms_encode.
     pub unsafe fn ins(&self, i: *mut instr_t) {
         if self.at.is_null() {
             instrlist_meta_append(self.bb, i);
@@ -21,19 +26,36 @@ impl Emit {
         }
     }
 
+    /// # Safety
+    /// `self` was made in a basic-block event (or standalone list) for its own `dc`, `bb` and `at`,
+    /// and operands name valid registers; exercised by tests/collector.rs hello,
+    /// eight_threads_with_mutexes and standalone::avx512_forms_encode.
     pub unsafe fn label(&self) -> *mut instr_t {
         instr_create_0dst_0src(self.dc, OP_LABEL as c_int)
     }
 
+    /// # Safety
+    /// `self` was made in a basic-block event (or standalone list) for its own `dc`, `bb` and `at`,
+    /// and operands name valid registers; exercised by tests/collector.rs hello,
+    /// eight_threads_with_mutexes and standalone::avx512_forms_encode.
     pub unsafe fn mov_ld(&self, dst: reg_id_t, src: opnd_t) {
         self.ins(instr_create_1dst_1src(self.dc, OP_mov_ld as c_int, reg(dst), src));
     }
 
+    /// # Safety
+    /// `self` was made in a basic-block event (or standalone list) for its own `dc`, `bb` and `at`,
+    /// and operands name valid registers; exercised by tests/collector.rs hello,
+    /// eight_threads_with_mutexes and standalone::avx512_forms_encode.
     pub unsafe fn mov_st(&self, dst: opnd_t, src: opnd_t) {
         self.ins(instr_create_1dst_1src(self.dc, OP_mov_st as c_int, dst, src));
     }
 
     /// `mov reg, imm64`.
+    ///
+    /// # Safety
+    /// `self` was made in a basic-block event (or standalone list) for its own `dc`, `bb` and `at`,
+    /// and operands name valid registers; exercised by tests/collector.rs hello,
+    /// eight_threads_with_mutexes and standalone::avx512_forms_encode.
     pub unsafe fn mov_imm64(&self, dst: reg_id_t, v: u64) {
         self.ins(instr_create_1dst_1src(
             self.dc,
@@ -44,46 +66,89 @@ impl Emit {
     }
 
     /// `lea dst, [base + disp]`: advances a pointer without touching flags.
+    ///
+    /// # Safety
+    /// `self` was made in a basic-block event (or standalone list) for its own `dc`, `bb` and `at`,
+    /// and operands name valid registers; exercised by tests/collector.rs hello,
+    /// eight_threads_with_mutexes and standalone::avx512_forms_encode.
     pub unsafe fn add_lea(&self, dst: reg_id_t, disp: i32) {
         let m = opnd_create_base_disp(dst, DR_REG_NULL as reg_id_t, 0, disp, OPSZ_0 as opnd_size_t);
         self.ins(instr_create_1dst_1src(self.dc, OP_lea as c_int, reg(dst), m));
     }
 
+    /// # Safety
+    /// `self` was made in a basic-block event (or standalone list) for its own `dc`, `bb` and `at`,
+    /// and operands name valid registers; exercised by tests/collector.rs hello,
+    /// eight_threads_with_mutexes and standalone::avx512_forms_encode.
     pub unsafe fn cmp(&self, a: opnd_t, b: opnd_t) {
         self.ins(instr_create_0dst_2src(self.dc, OP_cmp as c_int, a, b));
     }
 
+    /// # Safety
+    /// `self` was made in a basic-block event (or standalone list) for its own `dc`, `bb` and `at`,
+    /// and operands name valid registers; exercised by tests/collector.rs hello,
+    /// eight_threads_with_mutexes and standalone::avx512_forms_encode. `target` is a label of the
+    /// same list.
     pub unsafe fn jcc(&self, op: u32, target: *mut instr_t) {
         self.ins(instr_create_0dst_1src(self.dc, op as c_int, opnd_create_instr(target)));
     }
 
     /// An unmasked EVEX store of a vector register (`vmovdqu64 [m] {k0}, src`), for the
     /// registers and sizes only EVEX encodes.
+    ///
+    /// # Safety
+    /// `self` was made in a basic-block event (or standalone list) for its own `dc`, `bb` and `at`,
+    /// and operands name valid registers; exercised by tests/collector.rs hello,
+    /// eight_threads_with_mutexes and standalone::avx512_forms_encode.
     pub unsafe fn store_vec_evex(&self, dst: opnd_t, src: reg_id_t) {
         self.ins(instr_create_1dst_2src(self.dc, OP_vmovdqu64 as c_int, dst, reg(DR_REG_K0 as reg_id_t), reg(src)));
     }
 
     /// A store of raw vector or mask register contents.
+    ///
+    /// # Safety
+    /// `self` was made in a basic-block event (or standalone list) for its own `dc`, `bb` and `at`,
+    /// and operands name valid registers; exercised by tests/collector.rs hello,
+    /// eight_threads_with_mutexes and standalone::avx512_forms_encode.
     pub unsafe fn store_vec(&self, dst: opnd_t, src: reg_id_t, op: u32) {
         self.ins(instr_create_1dst_1src(self.dc, op as c_int, dst, reg(src)));
     }
 }
 
+/// # Safety
+/// Only DynamoRIO operand constructors, pure value builders; the arguments must be DR register ids
+/// and OPSZ_ sizes; exercised by tests/collector.rs hello, eight_threads_with_mutexes and
+/// standalone::avx512_forms_encode.
 pub unsafe fn reg(r: reg_id_t) -> opnd_t {
     opnd_create_reg(r)
 }
 
 /// `[base + disp]` of `size` (an OPSZ_ constant).
+///
+/// # Safety
+/// Only DynamoRIO operand constructors, pure value builders; the arguments must be DR register ids
+/// and OPSZ_ sizes; exercised by tests/collector.rs hello, eight_threads_with_mutexes and
+/// standalone::avx512_forms_encode.
 pub unsafe fn mem(base: reg_id_t, disp: i32, size: u32) -> opnd_t {
     opnd_create_base_disp(base, DR_REG_NULL as reg_id_t, 0, disp, size as opnd_size_t)
 }
 
 /// An immediate; it must fit `size` as a signed value.
+///
+/// # Safety
+/// Only DynamoRIO operand constructors, pure value builders; the arguments must be DR register ids
+/// and OPSZ_ sizes; exercised by tests/collector.rs hello, eight_threads_with_mutexes and
+/// standalone::avx512_forms_encode.
 pub unsafe fn imm(v: i64, size: u32) -> opnd_t {
     opnd_create_immed_int(v as ptr_int_t, size as opnd_size_t)
 }
 
 /// A 32-bit immediate from its bit pattern.
+///
+/// # Safety
+/// Only DynamoRIO operand constructors, pure value builders; the arguments must be DR register ids
+/// and OPSZ_ sizes; exercised by tests/collector.rs hello, eight_threads_with_mutexes and
+/// standalone::avx512_forms_encode.
 pub unsafe fn imm32(bits: u32) -> opnd_t {
     imm(bits as i32 as i64, OPSZ_4)
 }
