@@ -347,7 +347,8 @@ pub unsafe extern "C" fn insertion(
     }
     let info = &mut *(ud as *mut BlockInfo);
     let last = drmgr_is_last_instr(dc, inst) != 0;
-    let e = Emit { dc, bb, at: inst };
+    // SAFETY: `dc`, `bb` and `inst` are this event's, and `e` does not outlive the event.
+    let e = unsafe { Emit::new(dc, bb, inst) };
     if instr_is_app(inst) != 0 {
         if !info.entered {
             info.entered = true;
@@ -600,11 +601,7 @@ unsafe fn step_values(e: &Emit, info: &BlockInfo, s: usize) {
 }
 
 /// Stores a gather's or scatter's index vector, then its mask, at `[v]`, advancing `v`.
-///
-/// # Safety
-/// `e` comes from the current basic-block event (see [`Emit`]); exercised by tests/collector.rs
-/// hello, eight_threads_with_mutexes and standalone::avx512_forms_encode.
-pub(crate) unsafe fn record_gather(e: &Emit, g: Gather, v: reg_id_t) {
+pub(crate) fn record_gather(e: &Emit, g: Gather, v: reg_id_t) {
     let sz = match g.index_bytes {
         16 => OPSZ_16,
         32 => OPSZ_32,
@@ -646,11 +643,7 @@ unsafe fn post_store(e: &Emit, r: Reg) {
 }
 
 /// The shadows this block changed, written before its last instruction.
-///
-/// # Safety
-/// `e` comes from the current basic-block event (see [`Emit`]); exercised by tests/collector.rs
-/// hello, eight_threads_with_mutexes and standalone::avx512_forms_encode.
-unsafe fn exit_shadows(e: &Emit, d: &Decisions) {
+fn exit_shadows(e: &Emit, d: &Decisions) {
     for r in d.exit_updated.iter() {
         e.mov_st(tls(S_SHADOW, r.0 as u32, OPSZ_1), imm(UPDATED as i64, OPSZ_1));
     }

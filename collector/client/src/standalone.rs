@@ -118,7 +118,7 @@ fn avx512_forms_encode() {
             gathers += 1;
             // The client's recording: index store, lea, mask store, lea.
             let bb = instrlist_create(dc);
-            record_gather(&Emit { dc, bb, at: core::ptr::null_mut() }, g, DR_REG_RDX as reg_id_t);
+            record_gather(&Emit::new(dc, bb, core::ptr::null_mut()), g, DR_REG_RDX as reg_id_t);
             let mut stores = Vec::new();
             let mut k = instrlist_first(bb);
             while !k.is_null() {

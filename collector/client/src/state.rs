@@ -63,19 +63,20 @@ pub fn opts() -> &'static Opts {
 }
 
 /// A TLS slot as a memory operand of `size` (`byte` bytes into the slot).
-///
-/// # Safety
-/// Only after the TLS slots are reserved in dr_client_main; exercised by tests/collector.rs hello,
-/// eight_threads_with_mutexes and standalone::avx512_forms_encode.
-pub unsafe fn tls(slot: u32, byte: u32, size: u32) -> opnd_t {
-    opnd_create_far_base_disp(
-        TLS_SEG,
-        DR_REG_NULL as reg_id_t,
-        DR_REG_NULL as reg_id_t,
-        0,
-        (TLS_OFFS + 8 * slot + byte) as c_int,
-        size as opnd_size_t,
-    )
+pub fn tls(slot: u32, byte: u32, size: u32) -> opnd_t {
+    // SAFETY: TLS_SEG and TLS_OFFS are written once in dr_client_main, before any block event
+    // builds an operand from them; opnd_create_far_base_disp only builds a value. Exercised by
+    // tests/collector.rs hello, eight_threads_with_mutexes and standalone::avx512_forms_encode.
+    unsafe {
+        opnd_create_far_base_disp(
+            TLS_SEG,
+            DR_REG_NULL as reg_id_t,
+            DR_REG_NULL as reg_id_t,
+            0,
+            (TLS_OFFS + 8 * slot + byte) as c_int,
+            size as opnd_size_t,
+        )
+    }
 }
 
 // ---------------------------------------------------------------- the connection
