@@ -230,6 +230,8 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
     let mut cmd = Command::new(install.dynamorio.join("lib64/release/libdynamorio.so"));
     cmd.arg0(&app).args(&args).env("DYNAMORIO_EXE_PATH", &app).env("DYNAMORIO_OPTIONS", dr_opts).env("LD_LIBRARY_PATH", ld);
     // The terminal's interrupt goes to the program; dep waits for it and reports its status.
+    // SAFETY: the pre_exec closure only calls signal(2), async-signal-safe, in the forked child;
+    // exercised by tests/collector.rs killed_program_status_and_readable_profile.
     unsafe {
         cmd.pre_exec(|| {
             libc::signal(libc::SIGINT, libc::SIG_DFL);
@@ -237,10 +239,15 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
             Ok(())
         });
     }
+    // SAFETY: signal(2) with a valid signal number and SIG_IGN; the old handler is restored below;
+    // exercised by tests/collector.rs hello.
     let old_int = unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+    // SAFETY: as for SIGINT above.
     let old_quit = unsafe { libc::signal(libc::SIGQUIT, libc::SIG_IGN) };
     let child = cmd.spawn();
     let status = child.and_then(|mut c| c.wait());
+    // SAFETY: restores the handlers signal(2) returned above; exercised by tests/collector.rs
+    // hello.
     unsafe {
         libc::signal(libc::SIGINT, old_int);
         libc::signal(libc::SIGQUIT, old_quit);

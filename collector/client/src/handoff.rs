@@ -25,19 +25,30 @@ static LOCK: AtomicBool = AtomicBool::new(false);
 static mut LIVE: Vec<(usize, u64)> = Vec::new();
 
 /// The live threads, under [`LOCK`].
+///
+/// # Safety
+/// Callers hold LOCK, or are the single thread left after fork; exercised by tests/collector.rs
+/// fork_and_exec and sigkill_loses_at_most_the_last_period.
 #[allow(static_mut_refs)]
 unsafe fn live() -> &'static mut Vec<(usize, u64)> {
-    // SAFETY: callers hold LOCK (the only other access is the single-threaded fork reset).
     &mut *core::ptr::addr_of_mut!(LIVE)
 }
 
 /// Adds a thread whose buffers are set up.
+///
+/// # Safety
+/// `pt` is the calling thread's own PerThread from [`get`], set up by [`new_thread`] and not yet
+/// freed; exercised by tests/collector.rs hello and eight_threads_with_mutexes.
 pub unsafe fn register(pt: &PerThread) {
     let _g = Spin::lock(&LOCK);
     live().push((slot(pt, S_TAGLIM) as usize, pt.tag_base as u64));
 }
 
 /// Removes a thread before its TLS and buffers go away, so the timer never writes freed memory.
+///
+/// # Safety
+/// `pt` is the calling thread's own PerThread from [`get`], set up by [`new_thread`] and not yet
+/// freed; exercised by tests/collector.rs hello and eight_threads_with_mutexes.
 pub unsafe fn unregister(pt: &PerThread) {
     let _g = Spin::lock(&LOCK);
     let lim = slot(pt, S_TAGLIM) as usize;
@@ -53,6 +64,10 @@ fn period() -> i32 {
 /// (a sleeping program needs no hand-off: its buffers do not grow) and, unlike a real-time
 /// timer, its signal never interrupts the program's sleeps. DynamoRIO keeps it apart from
 /// any ITIMER_PROF of the program's own. Also after fork: timers are not inherited.
+///
+/// # Safety
+/// Called from a DynamoRIO event (init or fork), where dr_set_itimer is allowed; exercised by
+/// tests/collector.rs fork_and_exec and sigkill_loses_at_most_the_last_period.
 pub unsafe fn start() {
     let ms = period();
     if ms > 0 {
@@ -61,6 +76,10 @@ pub unsafe fn start() {
 }
 
 /// After fork only the forking thread lives on: forget the others and restart the timer.
+///
+/// # Safety
+/// Only in the child's fork event, single-threaded, with its own `pt`; exercised by
+/// tests/collector.rs fork_and_exec and sigkill_loses_at_most_the_last_period.
 pub unsafe fn reset_after_fork(pt: &PerThread) {
     LOCK.store(false, std::sync::atomic::Ordering::Relaxed);
     live().clear();
@@ -71,6 +90,11 @@ pub unsafe fn reset_after_fork(pt: &PerThread) {
 /// The timer's callback, in a signal handler on the thread that took the signal: it asks
 /// every live thread to hand off, or, if the registry is being changed (perhaps by this
 /// very thread, interrupted), only this one. No waiting on a lock here.
+///
+/// # Safety
+/// DynamoRIO calls it as the itimer callback in signal context on an application thread, with valid
+/// pointers for the duration of the call; exercised by tests/collector.rs fork_and_exec and
+/// sigkill_loses_at_most_the_last_period.
 unsafe extern "C" fn tick(dc: *mut c_void, _mc: *mut dr_mcontext_t) {
     use std::sync::atomic::Ordering;
     if LOCK.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {
@@ -79,14 +103,14 @@ unsafe extern "C" fn tick(dc: *mut c_void, _mc: *mut dr_mcontext_t) {
             // unregisters under LOCK. An aligned 8-byte store is atomic on x86-64; the
             // thread's own reset of the limit after a hand-off may win, which only delays
             // the hand-off to the next tick.
-            (lim as *mut u64).write_volatile(base);
+            unsafe { (lim as *mut u64).write_volatile(base) };
         }
         LOCK.store(false, Ordering::Release);
     } else {
         let pt = crate::state::get(dc);
         if !pt.is_null() {
             // SAFETY: this thread's own TLS, live while it runs.
-            slot(&*pt, S_TAGLIM).write_volatile((*pt).tag_base as u64);
+            unsafe { slot(&*pt, S_TAGLIM).write_volatile((*pt).tag_base as u64) };
         }
     }
 }

@@ -37,6 +37,10 @@ pub struct BlockInfo {
 }
 
 /// Whether the instruction at `pc` carries a rep prefix (an expansion dropped it).
+///
+/// # Safety
+/// `pc` is the address of a decoded application instruction, readable; exercised by
+/// tests/collector.rs rep_strings_with_large_counts.
 unsafe fn is_rep_at(pc: u64) -> bool {
     let mut b = [0u8; 15];
     let mut got: usize = 0;
@@ -50,10 +54,16 @@ pub static mut MACHINE: Machine = Machine { width: dep_profile::Width::W64, xsav
 fn check(st: drreg_status_t, what: &str) {
     if st != drreg_status_t_DRREG_SUCCESS {
         say(&format!("internal error: drreg failed ({st}) in {what}"));
+        // SAFETY: dr_abort takes no arguments and ends the process; it is always allowed in a
+        // client.
         unsafe { dr_abort() };
     }
 }
 
+/// # Safety
+/// Called from DynamoRIO's basic-block event with its live `dc`, `bb` and `at` (an instruction of
+/// `bb` or null); exercised by tests/collector.rs hello, eight_threads_with_mutexes and
+/// standalone::avx512_forms_encode.
 unsafe fn reserve(dc: *mut c_void, bb: *mut instrlist_t, at: *mut instr_t) -> reg_id_t {
     let mut r: reg_id_t = 0;
     check(drreg_reserve_register(dc, bb, at, core::ptr::null_mut(), &mut r), "reserve");
@@ -62,6 +72,11 @@ unsafe fn reserve(dc: *mut c_void, bb: *mut instrlist_t, at: *mut instr_t) -> re
 
 /// Reserves a scratch register that is none of `avoid` (nor rsp): drreg in this
 /// DynamoRIO restores a spilled register's application value only in place.
+///
+/// # Safety
+/// Called from DynamoRIO's basic-block event with its live `dc`, `bb` and `at` (an instruction of
+/// `bb` or null); exercised by tests/collector.rs hello, eight_threads_with_mutexes and
+/// standalone::avx512_forms_encode.
 unsafe fn reserve_avoiding(dc: *mut c_void, bb: *mut instrlist_t, at: *mut instr_t, avoid: RegSet) -> reg_id_t {
     let mut allowed: [*mut c_void; 16] = [1usize as *mut c_void; 16];
     allowed[Reg::RSP.index()] = core::ptr::null_mut();
@@ -77,6 +92,10 @@ unsafe fn reserve_avoiding(dc: *mut c_void, bb: *mut instrlist_t, at: *mut instr
     r
 }
 
+/// # Safety
+/// Called from DynamoRIO's basic-block event with its live `dc`, `bb` and `at` (an instruction of
+/// `bb` or null); exercised by tests/collector.rs hello, eight_threads_with_mutexes and
+/// standalone::avx512_forms_encode. `r` was reserved at the same point.
 unsafe fn unreserve(dc: *mut c_void, bb: *mut instrlist_t, at: *mut instr_t, r: reg_id_t) {
     check(drreg_unreserve_register(dc, bb, at, r), "unreserve");
 }
@@ -115,11 +134,15 @@ pub fn forget_regions() {
 
 /// Whether a block starting at `pc` lies on a page the program can write: DynamoRIO
 /// sandboxes such code (the launcher passes `-sandbox_writable`), see [`writable_code`].
+///
+/// # Safety
+/// `pc` is an application address from a basic-block event; exercised by tests/collector.rs
+/// code_rewritten_on_a_writable_executable_page.
 unsafe fn on_writable_page(pc: app_pc) -> bool {
     let a = pc as u64;
     let _g = Spin::lock(&REGIONS_LOCK);
     // SAFETY: REGIONS is only touched under REGIONS_LOCK.
-    let regions = &mut *core::ptr::addr_of_mut!(REGIONS);
+    let regions = unsafe { &mut *core::ptr::addr_of_mut!(REGIONS) };
     let i = regions.partition_point(|r| r.1 <= a);
     if let Some(&(_, _, writable)) = regions.get(i).filter(|r| r.0 <= a) {
         return writable;
@@ -143,6 +166,11 @@ unsafe fn on_writable_page(pc: app_pc) -> bool {
 /// complete in DEP_c). So such a block ends at its first instruction that writes memory,
 /// and drreg restores every scratch register before each application instruction; that
 /// exit then coincides with the block's normal end, after all of dep's code has run.
+///
+/// # Safety
+/// Called from DynamoRIO's basic-block event with its live `dc`, `bb` and `at` (an instruction of
+/// `bb` or null); exercised by tests/collector.rs hello, eight_threads_with_mutexes and
+/// standalone::avx512_forms_encode.
 unsafe fn writable_code(dc: *mut c_void, bb: *mut instrlist_t) {
     let first = instrlist_first_app(bb);
     if first.is_null() || !on_writable_page(instr_get_app_pc(first)) {
@@ -168,6 +196,11 @@ unsafe fn writable_code(dc: *mut c_void, bb: *mut instrlist_t) {
 /// App2app: writable code ends at its first write ([`writable_code`]); a rep string never
 /// ends a block (its pointer is recorded after it), and one alone in its block runs as a
 /// loop (drutil), which leaves room after it in the block.
+///
+/// # Safety
+/// DynamoRIO calls it as the app2app stage of the drmgr basic-block event, with valid pointers for
+/// the duration of the call; exercised by tests/collector.rs hello, eight_threads_with_mutexes and
+/// standalone::avx512_forms_encode.
 pub unsafe extern "C" fn app2app(dc: *mut c_void, _tag: *mut c_void, bb: *mut instrlist_t, _ft: bool_, _tr: bool_) -> dr_emit_flags_t {
     writable_code(dc, bb);
     // The same in truth mode: the truth observes rep strings and gathers as they run
@@ -186,6 +219,11 @@ pub unsafe extern "C" fn app2app(dc: *mut c_void, _tag: *mut c_void, bb: *mut in
 }
 
 /// Reads the block's code and builds its plan.
+///
+/// # Safety
+/// DynamoRIO calls it as the analysis stage of the drmgr basic-block event, with valid pointers for
+/// the duration of the call; exercised by tests/collector.rs hello, eight_threads_with_mutexes and
+/// standalone::avx512_forms_encode.
 pub unsafe extern "C" fn analysis(
     dc: *mut c_void,
     _tag: *mut c_void,
@@ -291,6 +329,10 @@ pub unsafe extern "C" fn analysis(
     dr_emit_flags_t::DR_EMIT_DEFAULT
 }
 
+/// # Safety
+/// DynamoRIO calls it for each instruction of the block in the drmgr insertion stage, with valid
+/// pointers for the duration of the call; exercised by tests/collector.rs hello,
+/// eight_threads_with_mutexes and standalone::avx512_forms_encode.
 pub unsafe extern "C" fn insertion(
     dc: *mut c_void,
     _tag: *mut c_void,
@@ -305,7 +347,8 @@ pub unsafe extern "C" fn insertion(
     }
     let info = &mut *(ud as *mut BlockInfo);
     let last = drmgr_is_last_instr(dc, inst) != 0;
-    let e = Emit { dc, bb, at: inst };
+    // SAFETY: `dc`, `bb` and `inst` are this event's, and `e` does not outlive the event.
+    let e = unsafe { Emit::new(dc, bb, inst) };
     if instr_is_app(inst) != 0 {
         if !info.entered {
             info.entered = true;
@@ -391,6 +434,10 @@ pub unsafe extern "C" fn insertion(
 }
 
 /// Buffer checks, then the H-tag check and the L-tag store.
+///
+/// # Safety
+/// `e` comes from the current basic-block event (see [`Emit`]); exercised by tests/collector.rs
+/// hello, eight_threads_with_mutexes and standalone::avx512_forms_encode.
 unsafe fn block_entry(e: &Emit, info: &BlockInfo) {
     let dc = e.dc;
     let start = info.plan.addr;
@@ -481,6 +528,10 @@ unsafe fn block_entry(e: &Emit, info: &BlockInfo) {
 
 /// Makes a value register's application value available: a general register is restored
 /// in place and returned; a segment base is loaded into `scratch`.
+///
+/// # Safety
+/// `e` comes from the current basic-block event (see [`Emit`]); exercised by tests/collector.rs
+/// hello, eight_threads_with_mutexes and standalone::avx512_forms_encode.
 unsafe fn app_value(e: &Emit, r: Reg, scratch: reg_id_t) -> reg_id_t {
     if r == Reg::FS_BASE || r == Reg::GS_BASE {
         let seg = if r == Reg::FS_BASE { DR_SEG_FS } else { DR_SEG_GS };
@@ -498,6 +549,10 @@ unsafe fn app_value(e: &Emit, r: Reg, scratch: reg_id_t) -> reg_id_t {
 /// Values recorded before step `s`: unconditional ones, shadow-checked ones (branchless:
 /// the value is always stored and the pointer advances by the shadow, 8 or 0), a gather's
 /// index vector and mask, a rep string's slot.
+///
+/// # Safety
+/// `e` comes from the current basic-block event (see [`Emit`]); exercised by tests/collector.rs
+/// hello, eight_threads_with_mutexes and standalone::avx512_forms_encode.
 unsafe fn step_values(e: &Emit, info: &BlockInfo, s: usize) {
     let dc = e.dc;
     let step = &info.plan.steps[s];
@@ -546,7 +601,7 @@ unsafe fn step_values(e: &Emit, info: &BlockInfo, s: usize) {
 }
 
 /// Stores a gather's or scatter's index vector, then its mask, at `[v]`, advancing `v`.
-pub(crate) unsafe fn record_gather(e: &Emit, g: Gather, v: reg_id_t) {
+pub(crate) fn record_gather(e: &Emit, g: Gather, v: reg_id_t) {
     let sz = match g.index_bytes {
         16 => OPSZ_16,
         32 => OPSZ_32,
@@ -575,6 +630,10 @@ pub(crate) unsafe fn record_gather(e: &Emit, g: Gather, v: reg_id_t) {
 }
 
 /// Stores a rep string's pointer register, as it is now, into its DEP_m slot.
+///
+/// # Safety
+/// `e` comes from the current basic-block event (see [`Emit`]); exercised by tests/collector.rs
+/// hello, eight_threads_with_mutexes and standalone::avx512_forms_encode.
 unsafe fn post_store(e: &Emit, r: Reg) {
     let t = reserve_avoiding(e.dc, e.bb, e.at, [r].into_iter().collect());
     let src = app_value(e, r, t);
@@ -584,7 +643,7 @@ unsafe fn post_store(e: &Emit, r: Reg) {
 }
 
 /// The shadows this block changed, written before its last instruction.
-unsafe fn exit_shadows(e: &Emit, d: &Decisions) {
+fn exit_shadows(e: &Emit, d: &Decisions) {
     for r in d.exit_updated.iter() {
         e.mov_st(tls(S_SHADOW, r.0 as u32, OPSZ_1), imm(UPDATED as i64, OPSZ_1));
     }
@@ -597,6 +656,10 @@ unsafe fn exit_shadows(e: &Emit, d: &Decisions) {
 /// own reads-or-writes-memory), not dep's semantics, so a reference the semantics missed
 /// shows in the truth; except the cache-control hints, which DynamoRIO counts as reads and
 /// DEP by definition does not (profile/FORMAT.md).
+///
+/// # Safety
+/// `inst` is a live instruction of the current block; exercised by tests/collector.rs hello,
+/// eight_threads_with_mutexes and standalone::avx512_forms_encode.
 unsafe fn observed_access(inst: *mut instr_t) -> bool {
     const HINTS: [u32; 12] = [
         OP_prefetch,
@@ -618,6 +681,11 @@ unsafe fn observed_access(inst: *mut instr_t) -> bool {
 
 /// Truth: a clean call to an observer of observe.rs, after drreg restores the
 /// application's registers, with the instruction's pc as its argument if any.
+///
+/// # Safety
+/// `e` comes from the current basic-block event (see [`Emit`]); exercised by tests/collector.rs
+/// hello, eight_threads_with_mutexes and standalone::avx512_forms_encode. `callee` is a clean-call
+/// target of this client.
 unsafe fn observe_call(e: &Emit, callee: *mut c_void, pc: Option<u64>) {
     let flags = dr_cleancall_save_t_DR_CLEANCALL_READS_APP_CONTEXT;
     match pc {
@@ -627,6 +695,10 @@ unsafe fn observe_call(e: &Emit, callee: *mut c_void, pc: Option<u64>) {
 }
 
 /// Truth: each memory operand's address as computed at run time, reads then writes.
+///
+/// # Safety
+/// `e` comes from the current basic-block event (see [`Emit`]); exercised by tests/collector.rs
+/// hello, eight_threads_with_mutexes and standalone::avx512_forms_encode.
 unsafe fn truth_refs(e: &Emit, pc: u64, used: RegSet, in_loop: bool) {
     let dc = e.dc;
     let at = e.at;

@@ -34,6 +34,9 @@ fn xsave_size() -> u32 {
     core::arch::x86_64::__cpuid_count(0xd, 0).ebx
 }
 
+/// # Safety
+/// Called in dr_client_main, after DynamoRIO has loaded the main module; exercised by
+/// tests/collector.rs hello.
 unsafe fn main_module_path() -> String {
     let m = dr_get_main_module();
     if m.is_null() {
@@ -54,6 +57,9 @@ static mut PARENT: Option<ParentLink> = None;
 static mut MODULES: Vec<ModuleEvent> = Vec::new();
 static MODULES_LOCK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// # Safety
+/// Called once in dr_client_main after the options are parsed; exercised by tests/collector.rs
+/// hello.
 unsafe fn hello() {
     let meta = Metadata {
         format_version: VERSION,
@@ -76,11 +82,17 @@ fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
     serde_json::to_vec(v).unwrap_or_default()
 }
 
+/// # Safety
+/// `pt` is the calling thread's own set-up PerThread; exercised by tests/collector.rs hello and
+/// eight_threads_with_mutexes.
 unsafe fn thread_event(pt: &PerThread, event: &str) {
     let e = ThreadEvent { event: event.into(), index: pt.index, tid: pt.tid, time_ns: now_ns(), ..Default::default() };
     send(wire::THREAD, pt.index, &[&json(&e)]);
 }
 
+/// # Safety
+/// DynamoRIO calls it on each new application thread with its drcontext, with valid pointers for
+/// the duration of the call; exercised by tests/collector.rs hello and eight_threads_with_mutexes.
 unsafe extern "C" fn thread_init(dc: *mut c_void) {
     let pt = new_thread(dc);
     drmgr_set_tls_field(dc, TLS_IDX, pt as *mut c_void);
@@ -88,6 +100,9 @@ unsafe extern "C" fn thread_init(dc: *mut c_void) {
     thread_event(&*pt, "start");
 }
 
+/// # Safety
+/// `dc` is the calling thread's live drcontext, inside a DynamoRIO event or clean call; exercised
+/// by tests/collector.rs hello and eight_threads_with_mutexes.
 unsafe fn thread_done(dc: *mut c_void) {
     let pt = get(dc);
     if pt.is_null() {
@@ -112,10 +127,18 @@ unsafe fn thread_done(dc: *mut c_void) {
     }
 }
 
+/// # Safety
+/// DynamoRIO calls it on each exiting application thread with its drcontext, with valid pointers
+/// for the duration of the call; exercised by tests/collector.rs hello and
+/// eight_threads_with_mutexes.
 unsafe extern "C" fn thread_exit(dc: *mut c_void) {
     thread_done(dc);
 }
 
+/// # Safety
+/// DynamoRIO calls it once at process exit, after the other threads' exit events, with valid
+/// pointers for the duration of the call; exercised by tests/collector.rs hello and
+/// eight_threads_with_mutexes.
 unsafe extern "C" fn event_exit() {
     let dc = dr_get_current_drcontext();
     if !dc.is_null() {
@@ -129,6 +152,9 @@ unsafe extern "C" fn event_exit() {
     drmgr_exit();
 }
 
+/// # Safety
+/// `info` is the module data DynamoRIO passed to the current module event; exercised by
+/// tests/collector.rs hello and python3_from_the_system.
 unsafe fn module_event(info: *const module_data_t, event: &str) {
     let m = &*info;
     let path = if m.full_path.is_null() { String::new() } else { std::ffi::CStr::from_ptr(m.full_path).to_string_lossy().into_owned() };
@@ -156,6 +182,9 @@ unsafe fn module_event(info: *const module_data_t, event: &str) {
 }
 
 /// DynamoRIO and this client are in the process but are not the program's.
+///
+/// # Safety
+/// `info` is the module data of the current module event; exercised by tests/collector.rs hello.
 unsafe fn is_ours(info: *const module_data_t) -> bool {
     let m = &*info;
     if m.full_path.is_null() {
@@ -165,12 +194,18 @@ unsafe fn is_ours(info: *const module_data_t) -> bool {
     p.ends_with("/libdynamorio.so") || p.ends_with("/libdep_client.so")
 }
 
+/// # Safety
+/// DynamoRIO calls it when a module is loaded, with valid pointers for the duration of the call;
+/// exercised by tests/collector.rs hello and python3_from_the_system.
 unsafe extern "C" fn module_load(_dc: *mut c_void, info: *const module_data_t, _loaded: bool_) {
     if !is_ours(info) {
         module_event(info, "load");
     }
 }
 
+/// # Safety
+/// DynamoRIO calls it when a module is unloaded, with valid pointers for the duration of the call;
+/// exercised by tests/collector.rs python3_from_the_system.
 unsafe extern "C" fn module_unload(_dc: *mut c_void, info: *const module_data_t) {
     if !is_ours(info) {
         module_event(info, "unload");
@@ -179,6 +214,10 @@ unsafe extern "C" fn module_unload(_dc: *mut c_void, info: *const module_data_t)
 
 /// The block whose tag was written last in this chunk, if any (before the sync records
 /// its instructions wrote after it).
+///
+/// # Safety
+/// `pt` is the calling thread's own set-up PerThread; exercised by tests/collector.rs
+/// signal_handler_interrupting_a_hot_loop and siglongjmp_out_of_faults.
 unsafe fn current_block(pt: &PerThread) -> Option<u64> {
     let mut tp = *slot(pt, S_TAGPTR) as *mut u8;
     if tp == pt.sync_span.1 {
@@ -194,6 +233,10 @@ unsafe fn current_block(pt: &PerThread) -> Option<u64> {
 /// Records that the current block stopped at `pc` (a fault, or DynamoRIO moving the thread):
 /// the instruction there was attempted and execution resumes there in a new block. Every
 /// register expires, since the block's shadow updates did not run.
+///
+/// # Safety
+/// `pt` is the calling thread's own set-up PerThread and `mc` its machine state; exercised by
+/// tests/collector.rs signal_handler_interrupting_a_hot_loop and siglongjmp_out_of_faults.
 unsafe fn mark_interrupted(pt: &mut PerThread, mc: &dr_mcontext_t) {
     let tp = *slot(pt, S_TAGPTR) as *mut u8;
     if pt.interrupted_at == tp {
@@ -229,6 +272,11 @@ unsafe fn mark_interrupted(pt: &mut PerThread, mc: &dr_mcontext_t) {
 }
 
 /// DynamoRIO translates a thread's state for a fault or to move the thread.
+///
+/// # Safety
+/// DynamoRIO calls it when it translates a thread's state out of the code cache, with valid
+/// pointers for the duration of the call; exercised by tests/collector.rs
+/// signal_handler_interrupting_a_hot_loop and siglongjmp_out_of_faults.
 unsafe extern "C" fn restore_event(dc: *mut c_void, _restore_memory: bool_, info: *mut dr_restore_state_info_t) -> bool_ {
     let pt = get(dc);
     if !pt.is_null() && !info.is_null() && !(*info).mcontext.is_null() {
@@ -237,6 +285,10 @@ unsafe extern "C" fn restore_event(dc: *mut c_void, _restore_memory: bool_, info
     1
 }
 
+/// # Safety
+/// DynamoRIO calls it before delivering a signal to the application thread, with valid pointers for
+/// the duration of the call; exercised by tests/collector.rs signal_handler_interrupting_a_hot_loop
+/// and siglongjmp_out_of_faults.
 unsafe extern "C" fn signal_event(dc: *mut c_void, si: *mut dr_siginfo_t) -> dr_signal_action_t {
     let si = &*si;
     let pt = get(dc);
@@ -287,6 +339,9 @@ const SYS_MAPPING: [c_int; 8] = [
     329, /* pkey_mprotect */
 ];
 
+/// # Safety
+/// DynamoRIO calls it to ask which system calls to intercept, with valid pointers for the duration
+/// of the call; exercised by tests/collector.rs hello and eight_threads_with_mutexes.
 unsafe extern "C" fn syscall_filter(_dc: *mut c_void, sysnum: c_int) -> bool_ {
     (matches!(sysnum, SYS_RT_SIGRETURN | SYS_EXECVE | SYS_EXECVEAT | SYS_EXIT_GROUP | SYS_CLOSE | SYS_DUP2 | SYS_DUP3 | SYS_CLOSE_RANGE)
         || SYS_MAPPING.contains(&sysnum)
@@ -294,6 +349,11 @@ unsafe extern "C" fn syscall_filter(_dc: *mut c_void, sysnum: c_int) -> bool_ {
 }
 
 /// After a mapping change too: a block built while the call ran may have seen the old one.
+///
+/// # Safety
+/// DynamoRIO calls it after an intercepted system call, on the calling thread, with valid pointers
+/// for the duration of the call; exercised by tests/collector.rs thread_local_storage_and_syscalls
+/// and fork_and_exec.
 unsafe extern "C" fn post_syscall(dc: *mut c_void, sysnum: c_int) {
     if SYS_MAPPING.contains(&sysnum) {
         instrument::forget_regions();
@@ -327,6 +387,11 @@ const CLONE_SETTLS: u64 = 0x0008_0000;
 
 /// A thread-creating call's TLS pointer (0 if it sets none): clone's fifth argument, or
 /// the `tls` field (offset 56) of clone3's `struct clone_args`.
+///
+/// # Safety
+/// `dc` is the calling thread's live drcontext, inside a DynamoRIO event or clean call; exercised
+/// by tests/collector.rs hello and eight_threads_with_mutexes. Only from the clone system-call
+/// events.
 unsafe fn clone_tls(dc: *mut c_void, sysnum: c_int) -> u64 {
     if sysnum == SYS_CLONE {
         let flags = dr_syscall_get_param(dc, 0) as u64;
@@ -382,6 +447,10 @@ pub const SYS_SYNC: &[c_int] = &[
 
 /// The application's registers in a clean call (which must read the app context), if the
 /// thread is recorded.
+///
+/// # Safety
+/// `dc` is the calling thread's live drcontext, inside a DynamoRIO event or clean call; exercised
+/// by tests/collector.rs hello and eight_threads_with_mutexes. `pt` is that thread's PerThread.
 unsafe fn app_regs(dc: *mut c_void, pt: *mut PerThread, flags: dr_mcontext_flags_t) -> Option<[u64; dep_profile::NUM_REGS]> {
     if pt.is_null() {
         return None;
@@ -394,6 +463,10 @@ unsafe fn app_regs(dc: *mut c_void, pt: *mut PerThread, flags: dr_mcontext_flags
 
 /// Clean-call target before every system call instruction `k` of its block: stamps the
 /// synchronising ones (the number is in rax).
+///
+/// # Safety
+/// Only called from a clean call inserted by this client, on an application thread whose PerThread
+/// is set up; exercised by tests/collector.rs thread_local_storage_and_syscalls.
 pub unsafe extern "C" fn syscall_cc(k: u32) {
     let dc = dr_get_current_drcontext();
     let pt = get(dc);
@@ -406,6 +479,10 @@ pub unsafe extern "C" fn syscall_cc(k: u32) {
 }
 
 /// Clean-call target after atomic instruction `k` (at the block's next instruction).
+///
+/// # Safety
+/// Only called from a clean call inserted by this client, on an application thread whose PerThread
+/// is set up; exercised by tests/collector.rs eight_threads_with_mutexes.
 pub unsafe extern "C" fn atomic_after_cc(k: u32) {
     let pt = get(dr_get_current_drcontext());
     if !pt.is_null() {
@@ -414,6 +491,10 @@ pub unsafe extern "C" fn atomic_after_cc(k: u32) {
 }
 
 /// Clean-call target before every atomic instruction `k` of its block.
+///
+/// # Safety
+/// Only called from a clean call inserted by this client, on an application thread whose PerThread
+/// is set up; exercised by tests/collector.rs eight_threads_with_mutexes.
 pub unsafe extern "C" fn atomic_cc(k: u32) {
     let pt = get(dr_get_current_drcontext());
     if !pt.is_null() {
@@ -425,6 +506,11 @@ pub unsafe extern "C" fn atomic_cc(k: u32) {
 /// block): a sync record, then the call with rdi, rsi and the return address. A jump back
 /// to the entry within the same call (a spin loop) is recorded again: analyses tell it
 /// from a new call by its return address and the blocks between.
+///
+/// # Safety
+/// Only called from a clean call inserted by this client, on an application thread whose PerThread
+/// is set up; exercised by tests/collector.rs hello, eight_threads_with_mutexes and
+/// python3_from_the_system.
 pub unsafe extern "C" fn call_cc(func: u32, k: u32) {
     let dc = dr_get_current_drcontext();
     let pt = get(dc);
@@ -440,6 +526,11 @@ pub unsafe extern "C" fn call_cc(func: u32, k: u32) {
 }
 
 /// Clean-call target before a `ret` inside watched function `func`: its return value.
+///
+/// # Safety
+/// Only called from a clean call inserted by this client, on an application thread whose PerThread
+/// is set up; exercised by tests/collector.rs hello, eight_threads_with_mutexes and
+/// python3_from_the_system.
 pub unsafe extern "C" fn return_cc(func: u32) {
     let dc = dr_get_current_drcontext();
     let pt = get(dc);
@@ -450,6 +541,11 @@ pub unsafe extern "C" fn return_cc(func: u32) {
 
 /// Keeps the launcher connection alive when the program closes or reuses descriptors
 /// (daemons and `closefrom` close everything above 2). Returns false to skip the call.
+///
+/// # Safety
+/// `dc` is the calling thread's live drcontext, inside a DynamoRIO event or clean call; exercised
+/// by tests/collector.rs hello and eight_threads_with_mutexes. Only from the pre-syscall event;
+/// exercised also by tests/collector.rs program_closing_every_descriptor.
 unsafe fn protect_connection(dc: *mut c_void, sysnum: c_int) -> bool {
     let ours = sock_fd();
     if ours < 0 {
@@ -483,6 +579,10 @@ unsafe fn protect_connection(dc: *mut c_void, sysnum: c_int) -> bool {
     true
 }
 
+/// # Safety
+/// DynamoRIO calls it before an intercepted system call, on the calling thread, with valid pointers
+/// for the duration of the call; exercised by tests/collector.rs program_closing_every_descriptor
+/// and fork_and_exec.
 unsafe extern "C" fn pre_syscall(dc: *mut c_void, sysnum: c_int) -> bool_ {
     if !protect_connection(dc, sysnum) {
         return 0;
@@ -516,6 +616,10 @@ unsafe extern "C" fn pre_syscall(dc: *mut c_void, sysnum: c_int) -> bool_ {
     1
 }
 
+/// # Safety
+/// DynamoRIO calls it in the child after fork, single-threaded, with valid pointers for the
+/// duration of the call; exercised by tests/collector.rs fork_and_exec and
+/// sigkill_loses_at_most_the_last_period.
 unsafe extern "C" fn fork_init(dc: *mut c_void) {
     PARENT = Some(ParentLink { how: "fork".into(), parent_pid: libc::getppid() as u32 });
     reconnect_after_fork();
@@ -533,6 +637,9 @@ unsafe extern "C" fn fork_init(dc: *mut c_void) {
     }
 }
 
+/// # Safety
+/// DynamoRIO calls it once at start-up, before any application code runs, with valid pointers for
+/// the duration of the call; exercised by every test in tests/collector.rs, e.g. hello.
 #[no_mangle]
 pub unsafe extern "C" fn dr_client_main(id: client_id_t, _argc: c_int, _argv: *const *const c_char) {
     let mut argc: c_int = 0;
@@ -609,6 +716,10 @@ pub unsafe extern "C" fn dr_client_main(id: client_id_t, _argc: c_int, _argv: *c
 
 static mut DISASM: u64 = 0;
 
+/// # Safety
+/// DynamoRIO calls it as a basic-block event (disassembly debugging only), with valid pointers for
+/// the duration of the call; exercised by tests/collector.rs hello, eight_threads_with_mutexes and
+/// standalone::avx512_forms_encode.
 unsafe extern "C" fn disasm_event(dc: *mut c_void, tag: *mut c_void, bb: *mut instrlist_t, _ft: bool_, _tr: bool_) -> dr_emit_flags_t {
     if dr_fragment_app_pc(tag) as u64 & 0xfff == DISASM & 0xfff {
         instrlist_disassemble(dc, tag as app_pc, bb, dr_stderr());

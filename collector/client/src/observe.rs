@@ -18,6 +18,10 @@ extern "C" {
 /// The application's machine context inside a clean call inserted with
 /// DR_CLEANCALL_READS_APP_CONTEXT (drreg has restored every application value); `flags`
 /// says which parts (the SIMD registers only where a gather needs them).
+///
+/// # Safety
+/// `dc` is the calling thread's live drcontext, inside a DynamoRIO event or clean call; exercised
+/// by tests/collector.rs hello and eight_threads_with_mutexes.
 unsafe fn app_context(dc: *mut c_void, flags: dr_mcontext_flags_t) -> dr_mcontext_t {
     let mut mc: dr_mcontext_t = core::mem::zeroed();
     mc.size = core::mem::size_of::<dr_mcontext_t>();
@@ -30,6 +34,11 @@ unsafe fn app_context(dc: *mut c_void, flags: dr_mcontext_flags_t) -> dr_mcontex
 }
 
 /// Runs `f` on the instruction at `pc` as DynamoRIO decodes it.
+///
+/// # Safety
+/// `dc` is the calling thread's live drcontext, inside a DynamoRIO event or clean call; exercised
+/// by tests/collector.rs hello and eight_threads_with_mutexes. `pc` is a readable application
+/// instruction address.
 unsafe fn with_decoded<R>(dc: *mut c_void, pc: u64, f: impl FnOnce(*mut instr_t) -> R) -> R {
     let mut instr: instr_t = core::mem::zeroed();
     instr_init(dc, &mut instr);
@@ -44,6 +53,10 @@ unsafe fn with_decoded<R>(dc: *mut c_void, pc: u64, f: impl FnOnce(*mut instr_t)
 
 /// The memory operands of an instruction, sources (read) then destinations (written), as
 /// (operand, written).
+///
+/// # Safety
+/// `instr` is a live decoded instruction; exercised by tests/collector.rs hello,
+/// eight_threads_with_mutexes and standalone::avx512_forms_encode.
 pub(crate) unsafe fn memory_operands(instr: *mut instr_t) -> Vec<(opnd_t, bool)> {
     let mut ops = Vec::new();
     for k in 0..instr_num_srcs(instr) {
@@ -63,6 +76,10 @@ pub(crate) unsafe fn memory_operands(instr: *mut instr_t) -> Vec<(opnd_t, bool)>
 
 /// Clean call before a rep string: its element size, each operand's first address and
 /// stride (the direction flag as it is now), and rcx, whose change gives the count.
+///
+/// # Safety
+/// Only called from a clean call inserted by this client, on an application thread whose PerThread
+/// is set up; exercised by tests/collector.rs rep_strings_with_large_counts.
 pub unsafe extern "C" fn rep_start(pc: u64) {
     let dc = dr_get_current_drcontext();
     let pt = get(dc);
@@ -91,6 +108,10 @@ pub unsafe extern "C" fn rep_start(pc: u64) {
 }
 
 /// Clean call at the instruction after a rep string: how many iterations it made.
+///
+/// # Safety
+/// Only called from a clean call inserted by this client, on an application thread whose PerThread
+/// is set up; exercised by tests/collector.rs rep_strings_with_large_counts.
 pub unsafe extern "C" fn rep_end() {
     let dc = dr_get_current_drcontext();
     let pt = get(dc);
@@ -107,6 +128,11 @@ pub unsafe extern "C" fn rep_end() {
 
 /// Clean call before a gather or scatter: one reference per active element, its address
 /// computed by DynamoRIO from the index vector and mask.
+///
+/// # Safety
+/// Only called from a clean call inserted by this client, on an application thread whose PerThread
+/// is set up; exercised by tests/collector.rs avx_and_gathers and
+/// avx512_gathers_scatters_compress_and_masks.
 pub unsafe extern "C" fn gather(pc: u64) {
     let dc = dr_get_current_drcontext();
     let pt = get(dc);

@@ -33,7 +33,8 @@ fn with_dynamorio<R>(f: impl FnOnce(*mut c_void) -> R) -> R {
 /// Decodes `bytes` with DynamoRIO into a new instr_t (the caller destroys it), or None.
 ///
 /// # Safety
-/// `dc` must be a live drcontext.
+/// `dc` must be a live drcontext (the standalone one from `with_dynamorio`); exercised by
+/// avx512_forms_encode and semantics_agree_with_dynamorio.
 unsafe fn dr_decode(dc: *mut c_void, bytes: &[u8]) -> Option<*mut instr_t> {
     let mut code = bytes.to_vec();
     let app = instr_create(dc);
@@ -117,7 +118,7 @@ fn avx512_forms_encode() {
             gathers += 1;
             // The client's recording: index store, lea, mask store, lea.
             let bb = instrlist_create(dc);
-            record_gather(&Emit { dc, bb, at: core::ptr::null_mut() }, g, DR_REG_RDX as reg_id_t);
+            record_gather(&Emit::new(dc, bb, core::ptr::null_mut()), g, DR_REG_RDX as reg_id_t);
             let mut stores = Vec::new();
             let mut k = instrlist_first(bb);
             while !k.is_null() {
@@ -235,6 +236,8 @@ fn semantics_agree_with_dynamorio() {
     let mut sem = Semantics::new(Machine::x86_64(2696));
     let mut found = Vec::new();
     let mut atomics = 0;
+    // SAFETY: the standalone drcontext, used for decoding only under with_dynamorio's lock; this
+    // test exercises it.
     with_dynamorio(|dc| unsafe {
         for &(name, bytes) in FORMS {
             let insn = semantics_of(&mut sem, name, bytes);
@@ -305,6 +308,8 @@ fn register_sets_agree_with_dynamorio() {
     let regs = dr_registers();
     let mut found: Vec<(String, String)> = Vec::new();
     let mut compared = 0;
+    // SAFETY: the standalone drcontext, used for decoding only under with_dynamorio's lock; this
+    // test exercises it.
     with_dynamorio(|dc| unsafe {
         for &(name, bytes) in FORMS.iter().chain(AVX512_FORMS) {
             let insn = semantics_of(&mut sem, name, bytes);

@@ -57,19 +57,26 @@ pub struct Opts {
 pub static mut OPTS: Opts = Opts { socket: String::new(), truth: false, discard: false, no_sync: false };
 
 pub fn opts() -> &'static Opts {
+    // SAFETY: OPTS is written only in dr_client_main before any thread or event runs, read-only
+    // after; exercised by tests/collector.rs hello and eight_threads_with_mutexes.
     unsafe { &*core::ptr::addr_of!(OPTS) }
 }
 
 /// A TLS slot as a memory operand of `size` (`byte` bytes into the slot).
-pub unsafe fn tls(slot: u32, byte: u32, size: u32) -> opnd_t {
-    opnd_create_far_base_disp(
-        TLS_SEG,
-        DR_REG_NULL as reg_id_t,
-        DR_REG_NULL as reg_id_t,
-        0,
-        (TLS_OFFS + 8 * slot + byte) as c_int,
-        size as opnd_size_t,
-    )
+pub fn tls(slot: u32, byte: u32, size: u32) -> opnd_t {
+    // SAFETY: TLS_SEG and TLS_OFFS are written once in dr_client_main, before any block event
+    // builds an operand from them; opnd_create_far_base_disp only builds a value. Exercised by
+    // tests/collector.rs hello, eight_threads_with_mutexes and standalone::avx512_forms_encode.
+    unsafe {
+        opnd_create_far_base_disp(
+            TLS_SEG,
+            DR_REG_NULL as reg_id_t,
+            DR_REG_NULL as reg_id_t,
+            0,
+            (TLS_OFFS + 8 * slot + byte) as c_int,
+            size as opnd_size_t,
+        )
+    }
 }
 
 // ---------------------------------------------------------------- the connection
@@ -83,6 +90,7 @@ pub struct Spin(pub &'static AtomicBool);
 impl Spin {
     pub fn lock(l: &'static AtomicBool) -> Spin {
         while l.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            // SAFETY: dr_thread_yield has no preconditions inside a client.
             unsafe { dr_thread_yield() };
         }
         Spin(l)
@@ -99,6 +107,8 @@ impl Drop for Spin {
 /// makes the send fail rather than raise SIGPIPE, which would kill the program.
 fn write_all(fd: c_int, mut b: &[u8]) -> bool {
     while !b.is_empty() {
+        // SAFETY: `b` is a live slice of `b.len()` bytes; exercised by tests/collector.rs hello and
+        // eight_threads_with_mutexes and full_disk_keeps_a_readable_prefix.
         let r = unsafe { libc::send(fd, b.as_ptr() as *const c_void, b.len(), libc::MSG_NOSIGNAL) };
         if r < 0 {
             if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
@@ -132,6 +142,7 @@ pub fn send(kind: u32, thread: u32, parts: &[&[u8]]) {
 /// Prints a line on the user's terminal.
 pub fn say(msg: &str) {
     let line = format!("dep: {msg}\n");
+    // SAFETY: writes `line`, a live buffer of `line.len()` bytes, to DynamoRIO's stderr handle.
     unsafe { dr_write_file(dr_stderr(), line.as_ptr() as *const c_void, line.len()) };
 }
 
@@ -146,8 +157,12 @@ pub fn connect() {
             use std::os::unix::io::IntoRawFd;
             // Keep the descriptor out of the way of programs that reuse low numbers.
             let fd = s.into_raw_fd();
+            // SAFETY: fcntl on a descriptor this client owns; exercised by tests/collector.rs
+            // program_closing_every_descriptor.
             let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 900) };
             if high >= 0 {
+                // SAFETY: closes the low copy this client opened, never the program's; exercised by
+                // tests/collector.rs program_closing_every_descriptor.
                 unsafe { libc::close(fd) };
                 SOCK_FD.store(high, Ordering::Relaxed);
             } else {
@@ -163,6 +178,8 @@ pub fn reconnect_after_fork() {
     SOCK_LOCK.store(false, Ordering::Relaxed);
     let fd = SOCK_FD.swap(-1, Ordering::Relaxed);
     if fd >= 0 {
+        // SAFETY: the parent's connection, inherited by this child and taken out of SOCK_FD so
+        // nothing else closes it; exercised by tests/collector.rs fork_and_exec.
         unsafe { libc::close(fd) };
     }
     connect();
@@ -181,10 +198,14 @@ pub fn move_sock_above(above: c_int) {
     if fd < 0 {
         return;
     }
+    // SAFETY: fcntl on a descriptor this client owns; exercised by tests/collector.rs
+    // program_closing_every_descriptor.
     let n = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, above + 1) };
     if n >= 0 {
         SOCK_FD.store(n, Ordering::Relaxed);
         // The old number is the program's to take over.
+        // SAFETY: `fd` is the connection's old number, now copied to `n`, under SOCK_LOCK;
+        // exercised by tests/collector.rs program_closing_every_descriptor.
         unsafe { libc::close(fd) };
     }
 }
@@ -192,6 +213,8 @@ pub fn move_sock_above(above: c_int) {
 pub fn disconnect() {
     let fd = SOCK_FD.swap(-1, Ordering::Relaxed);
     if fd >= 0 {
+        // SAFETY: the connection's descriptor, taken out of SOCK_FD so nothing else closes it;
+        // exercised at the end of every run, e.g. tests/collector.rs hello.
         unsafe { libc::close(fd) };
     }
 }
@@ -237,6 +260,10 @@ pub static SYNC_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64
 
 /// Writes a sync record for the current block's instruction place `at` (see
 /// [`tags::Escape::Sync`]) and returns its number.
+///
+/// # Safety
+/// `pt` is the calling thread's own PerThread from [`get`], set up by [`new_thread`] and not yet
+/// freed; exercised by tests/collector.rs hello and eight_threads_with_mutexes.
 pub unsafe fn push_sync(pt: &mut PerThread, at: u16) -> Option<u64> {
     if opts().no_sync {
         return None;
@@ -249,6 +276,10 @@ pub unsafe fn push_sync(pt: &mut PerThread, at: u16) -> Option<u64> {
 /// Writes a record about the current block's instructions after its tag. The block's tag
 /// stays the last one C code can find (`sync_span`), so a fault later in the block is
 /// still marked on it.
+///
+/// # Safety
+/// `pt` is the calling thread's own PerThread from [`get`], set up by [`new_thread`] and not yet
+/// freed; exercised by tests/collector.rs hello and eight_threads_with_mutexes.
 pub unsafe fn push_in_block(pt: &mut PerThread, e: Escape) {
     let mut p = *slot(pt, S_TAGPTR) as *mut u8;
     if pt.sync_span.1 != p {
@@ -265,6 +296,10 @@ pub unsafe fn push_in_block(pt: &mut PerThread, e: Escape) {
 }
 
 /// Writes a sync record at no instruction (thread start or end, signal, chunk hand-off).
+///
+/// # Safety
+/// `pt` is the calling thread's own PerThread from [`get`], set up by [`new_thread`] and not yet
+/// freed; exercised by tests/collector.rs hello and eight_threads_with_mutexes.
 pub unsafe fn push_sync_point(pt: &mut PerThread) {
     if opts().no_sync {
         return;
@@ -285,6 +320,11 @@ pub struct RepPending {
 
 /// Appends one truth record. The block-entry check leaves room for every record a block
 /// writes (TRU_SLACK bytes); the records of one block are counted in its analysis.
+///
+/// # Safety
+/// `pt` is the calling thread's own PerThread from [`get`], set up by [`new_thread`] and not yet
+/// freed; exercised by tests/collector.rs hello and eight_threads_with_mutexes. Also
+/// truth_run_records_what_a_plain_run_records.
 pub unsafe fn push_truth(pt: &PerThread, rec: dep_profile::truth::TruthRecord) {
     let mut bytes = Vec::with_capacity(dep_profile::truth::RECORD_SIZE);
     rec.write(&mut bytes);
@@ -293,10 +333,16 @@ pub unsafe fn push_truth(pt: &PerThread, rec: dep_profile::truth::TruthRecord) {
     *slot(pt, S_TRUPTR) = p.add(bytes.len()) as u64;
 }
 
+/// # Safety
+/// `pt` is the calling thread's own PerThread from [`get`], set up by [`new_thread`] and not yet
+/// freed; exercised by tests/collector.rs hello and eight_threads_with_mutexes.
 pub unsafe fn slot(pt: &PerThread, s: u32) -> *mut u64 {
     pt.tls.add(8 * s as usize) as *mut u64
 }
 
+/// # Safety
+/// Called where DynamoRIO's global allocator may be used (any event); exercised by
+/// tests/collector.rs hello and eight_threads_with_mutexes.
 pub unsafe fn alloc(size: usize) -> *mut u8 {
     let p = dr_raw_mem_alloc(size, DR_MEMPROT_READ | DR_MEMPROT_WRITE, core::ptr::null_mut());
     if p.is_null() {
@@ -306,16 +352,27 @@ pub unsafe fn alloc(size: usize) -> *mut u8 {
     p as *mut u8
 }
 
+/// # Safety
+/// `dc` is the calling thread's live drcontext, inside a DynamoRIO event or clean call; exercised
+/// by tests/collector.rs hello and eight_threads_with_mutexes.
 pub unsafe fn get(dc: *mut c_void) -> *mut PerThread {
     drmgr_get_tls_field(dc, TLS_IDX) as *mut PerThread
 }
 
 /// Marks every register UPDATED: each is recorded again at its next use.
+///
+/// # Safety
+/// `pt` is the calling thread's own PerThread from [`get`], set up by [`new_thread`] and not yet
+/// freed; exercised by tests/collector.rs hello and eight_threads_with_mutexes.
 pub unsafe fn expire_all(pt: &PerThread) {
     core::ptr::write_bytes(slot(pt, S_SHADOW) as *mut u8, UPDATED, 24);
 }
 
 /// Appends tag words from C code (escapes).
+///
+/// # Safety
+/// `pt` is the calling thread's own PerThread from [`get`], set up by [`new_thread`] and not yet
+/// freed; exercised by tests/collector.rs hello and eight_threads_with_mutexes.
 pub unsafe fn push_words(pt: &mut PerThread, words: &[u16]) {
     let mut p = *slot(pt, S_TAGPTR) as *mut u8;
     for w in words {
@@ -326,6 +383,9 @@ pub unsafe fn push_words(pt: &mut PerThread, words: &[u16]) {
     pt.c_mark = p;
 }
 
+/// # Safety
+/// `pt` is the calling thread's own PerThread from [`get`], set up by [`new_thread`] and not yet
+/// freed; exercised by tests/collector.rs hello and eight_threads_with_mutexes.
 pub unsafe fn push_escape(pt: &mut PerThread, e: Escape) {
     let mut w = Vec::with_capacity(4);
     tags::push_escape(e, &mut w);
@@ -333,6 +393,10 @@ pub unsafe fn push_escape(pt: &mut PerThread, e: Escape) {
 }
 
 /// Starts a fresh chunk in the (empty) buffers.
+///
+/// # Safety
+/// `pt` is the calling thread's own PerThread from [`get`], set up by [`new_thread`] and not yet
+/// freed; exercised by tests/collector.rs hello and eight_threads_with_mutexes.
 unsafe fn begin_chunk(pt: &mut PerThread) {
     *slot(pt, S_TAGPTR) = pt.tag_base as u64;
     *slot(pt, S_TAGLIM) = pt.tag_base as u64 + (TAG_BUF - TAG_SLACK) as u64;
@@ -346,6 +410,10 @@ unsafe fn begin_chunk(pt: &mut PerThread) {
     push_escape(pt, Escape::ChunkStart { seq: pt.seq });
 }
 
+/// # Safety
+/// `dc` is the calling thread's live drcontext, inside a DynamoRIO event or clean call; exercised
+/// by tests/collector.rs hello and eight_threads_with_mutexes. Once per thread, from its
+/// thread-init event.
 pub unsafe fn new_thread(dc: *mut c_void) -> *mut PerThread {
     let tls = (dr_get_dr_segment_base(TLS_SEG) as *mut u8).add(TLS_OFFS as usize);
     let pt = Box::into_raw(Box::new(PerThread {
@@ -375,6 +443,11 @@ pub unsafe fn new_thread(dc: *mut c_void) -> *mut PerThread {
 }
 
 /// Restarts a thread's streams in a forked child: the parent hands off what was buffered.
+///
+/// # Safety
+/// `pt` is the calling thread's own PerThread from [`get`], set up by [`new_thread`] and not yet
+/// freed; exercised by tests/collector.rs hello and eight_threads_with_mutexes. Only in the fork
+/// child's event, with its `dc`; also fork_and_exec.
 pub unsafe fn restart_in_child(pt: &mut PerThread, dc: *mut c_void) {
     pt.index = 0;
     pt.tid = dr_get_thread_id(dc) as u32;
@@ -387,6 +460,11 @@ pub unsafe fn restart_in_child(pt: &mut PerThread, dc: *mut c_void) {
 }
 
 /// Hands off the buffers as one chunk and starts the next one.
+///
+/// # Safety
+/// `pt` is the calling thread's own PerThread from [`get`], set up by [`new_thread`] and not yet
+/// freed; exercised by tests/collector.rs hello and eight_threads_with_mutexes. Also
+/// full_disk_keeps_a_readable_prefix.
 pub unsafe fn flush(pt: &mut PerThread, last: bool) {
     // The hand-off is a point in the order too, the chunk's last record.
     push_sync_point(pt);
@@ -428,6 +506,10 @@ pub unsafe fn flush(pt: &mut PerThread, last: bool) {
 /// Hands off the buffers if escapes written outside blocks (a burst of signals during a
 /// system call) reached the limit; callers have just expired every register, so a chunk
 /// may begin here.
+///
+/// # Safety
+/// `pt` is the calling thread's own PerThread from [`get`], set up by [`new_thread`] and not yet
+/// freed; exercised by tests/collector.rs hello and eight_threads_with_mutexes.
 pub unsafe fn ensure_room(pt: &mut PerThread) {
     if *slot(pt, S_TAGPTR) >= *slot(pt, S_TAGLIM) {
         flush(pt, false);
@@ -435,6 +517,11 @@ pub unsafe fn ensure_room(pt: &mut PerThread) {
 }
 
 /// Sends the truth gathered so far ahead of its chunk (a long rep string filled the buffer).
+///
+/// # Safety
+/// `pt` is the calling thread's own PerThread from [`get`], set up by [`new_thread`] and not yet
+/// freed; exercised by tests/collector.rs hello and eight_threads_with_mutexes. Also
+/// truth_run_records_what_a_plain_run_records.
 pub unsafe fn flush_truth(pt: &mut PerThread) {
     let rp = *slot(pt, S_TRUPTR) as *mut u8;
     let rn = rp.offset_from(pt.tru_base) as usize;
@@ -447,6 +534,11 @@ pub unsafe fn flush_truth(pt: &mut PerThread) {
 }
 
 /// Clean-call target of the block-entry check.
+///
+/// # Safety
+/// Only called from a clean call inserted by this client, on an application thread whose PerThread
+/// is set up; exercised by tests/collector.rs hello, eight_threads_with_mutexes and
+/// python3_from_the_system.
 pub unsafe extern "C" fn flush_cc() {
     let dc = dr_get_current_drcontext();
     let pt = get(dc);
@@ -461,6 +553,10 @@ pub unsafe extern "C" fn flush_cc() {
 }
 
 /// Clean-call target inside long rep strings in truth mode.
+///
+/// # Safety
+/// Only called from a clean call inserted by this client, on an application thread whose PerThread
+/// is set up; exercised by tests/collector.rs truth_run_records_what_a_plain_run_records.
 pub unsafe extern "C" fn flush_truth_cc() {
     let pt = get(dr_get_current_drcontext());
     if !pt.is_null() {
@@ -469,6 +565,10 @@ pub unsafe extern "C" fn flush_truth_cc() {
 }
 
 /// The value registers from a machine context (segment bases are not in it).
+///
+/// # Safety
+/// `mc` was filled by DynamoRIO with at least the integer registers; exercised by
+/// tests/collector.rs signal_handler_interrupting_a_hot_loop and siglongjmp_out_of_faults.
 pub unsafe fn mcontext_regs(mc: &dr_mcontext_t) -> [u64; NUM_REGS] {
     let mut r = [0u64; NUM_REGS];
     r[0] = mc.__bindgen_anon_8.xax as u64;
