@@ -176,8 +176,15 @@ const NOT_PLAIN: u32 = 1 << 31;
 
 impl PlanCache {
     pub fn new() -> Self {
-        // Address u64::MAX is never a block's (a block there would have no bytes).
-        PlanCache { slots: Box::new([Slot { addr: u64::MAX, version: 0, id: 0 }; CACHE_SLOTS]) }
+        // No address is out of a profile's reach, so an empty slot holds a key that cannot be
+        // found in it: slot i holds address i ^ 1, whose lookups go to slot i ^ 1 (below 4096,
+        // an address is its own slot). A hit is therefore always an entry `find` made.
+        let mut slots = Box::new([Slot { addr: 0, version: 0, id: 0 }; CACHE_SLOTS]);
+        for (i, s) in slots.iter_mut().enumerate() {
+            s.addr = (i ^ 1) as u64;
+            debug_assert_ne!(Self::slot(s.addr), i);
+        }
+        PlanCache { slots }
     }
 
     /// A cached block at code version 0 without special steps.

@@ -407,7 +407,9 @@ impl Walker<'_> {
             while let Some(addr) = plain_tag(bytes, &mut p, &mut hi) {
                 let Some(id) = cache.peek_plain(addr) else { break };
                 // SAFETY (all unchecked indexing below): `FlatPlans::push` builds every range
-                // inside its arrays, and the cache holds only indices `Plans::find` returned.
+                // inside its arrays, and the cache hits only indices `Plans::find` returned (its
+                // empty slots hold keys no lookup reaches them with: `PlanCache::new`; exercised
+                // by recover/tests/hostile.rs on an empty table and on blocks at the top address).
                 let fb = unsafe { flat.blocks.get_unchecked(id as usize) };
                 let word = p / 2;
                 p += 2;

@@ -20,7 +20,10 @@ use iced_x86::BlockEncoderOptions;
 
 /// The multiplier of the dispatch table's hash (Fibonacci hashing).
 const TABLE_HASH: u64 = 0x9e37_79b9_7f4a_7c15;
-/// An empty dispatch table slot's address (never a block's: a block there has no bytes).
+/// An empty dispatch table slot's address, where linear probing stops. A profile can name
+/// this address too (a block there is refused when the table is decoded, but tags are free
+/// to say anything): so an empty slot's code is the exit routine, and matching one leaves
+/// compiled code exactly as a miss does, for the general walk to report the block.
 const EMPTY: u64 = u64::MAX;
 
 /// Everything compiled code reads and updates, at offsets the code is built with.
@@ -142,18 +145,19 @@ impl Jit {
         let entry = unsafe { std::mem::transmute::<*const u8, unsafe extern "sysv64" fn(*mut JitState)>(code.as_ptr()) };
         let at = |o: usize| code.as_ptr() as usize + o;
         let (exit, set_hi) = (at(exit_off), at(set_hi_off));
-        let mut table = vec![Slot { addr: EMPTY, code: 0 }; 1 << bits];
+        let empty = Slot { addr: EMPTY, code: exit };
+        let mut table = vec![empty; 1 << bits];
         for (a, at) in offsets {
             let mut i = hash.slot(a);
             while table[i].addr != EMPTY {
                 i += 1;
                 if i == table.len() {
-                    table.push(Slot { addr: EMPTY, code: 0 });
+                    table.push(empty);
                 }
             }
             table[i] = Slot { addr: a, code: code.as_ptr() as usize + at };
         }
-        table.push(Slot { addr: EMPTY, code: 0 });
+        table.push(empty);
         Ok(Jit { _code: code, entry, exit, set_hi, table: table.into_boxed_slice() })
     }
 

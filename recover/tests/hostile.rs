@@ -1,0 +1,90 @@
+//! Hostile profiles: tags naming addresses no block can have (the top of the address space,
+//! which recovery's tables once used to mean "empty"), on every engine, are an error naming
+//! the block, never a crash or a block the table does not hold.
+
+use dep_profile::container::{ChunkData, Profile, ProfileWriter, Section};
+use dep_profile::simulate::{random_code, random_path, write_profile, Rng};
+use dep_profile::tags::{CTL_SET_HI, ESC};
+use dep_profile::Machine;
+use dep_recover::plans::Plans;
+use dep_recover::traverse::{recover_chunk, ChunkFault, Scratch};
+use dep_recover::{Counts, Engine};
+
+const ENGINES: [Engine; 3] = [Engine::Walk, Engine::Compiled, Engine::CompiledWithoutPopcnt];
+
+fn sample(seed: u64) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    let code = random_code(&mut rng, 12);
+    let paths = vec![random_path(&mut rng, &code, 150, false)];
+    write_profile(Vec::new(), Machine::x86_64(2696), &code, &paths, seed).unwrap()
+}
+
+/// Rewrites `src` with its first chunk's tags and H-tag replaced, keeping its blocks if told.
+fn hostile(src: &[u8], dir: &std::path::Path, hi: u64, tags: &[u16], blocks: bool) -> Profile {
+    let path = dir.join("src.dep");
+    std::fs::write(&path, src).unwrap();
+    let p = Profile::open(&path).unwrap();
+    let out = dir.join("hostile.dep");
+    let mut w = ProfileWriter::new(std::fs::File::create(&out).unwrap(), p.width, 1).unwrap();
+    w.meta(&p.meta).unwrap();
+    if blocks {
+        for b in p.blocks() {
+            w.block(&p.block_entry(b)).unwrap();
+        }
+    }
+    let t = &p.threads[0];
+    let view = p.chunk(&t.chunks[0]).unwrap();
+    let bytes: Vec<u8> = tags.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let values = view.decompress(Section::Values).unwrap();
+    w.chunk(&ChunkData {
+        thread: t.index,
+        seq: 0,
+        hi,
+        status: view.status(),
+        last: true,
+        regs: view.regs(),
+        tags: &bytes,
+        values: &values,
+        truth: &[],
+    })
+    .unwrap();
+    drop(w);
+    Profile::open(&out).unwrap()
+}
+
+/// Recovers the profile's first chunk with `engine`; it must fail naming block u64::MAX.
+fn assert_unknown_top_block(p: &Profile, engine: Engine) {
+    let plans = Plans::build_with(p, 1, engine);
+    let view = p.chunk(&p.threads[0].chunks[0]).unwrap();
+    let r = recover_chunk(p.width, &plans, &view, &mut Scratch::default(), &mut Counts::default());
+    match r {
+        Err(ChunkFault::UnknownBlock { addr: u64::MAX, version: 0, .. }) => {}
+        other => panic!("{engine:?}: expected block {:#x} not in the table, got {other:?}", u64::MAX),
+    }
+}
+
+/// A long H-tag change to ffff_ffff_ffff, then L-tags ffff (not the chunk's last block,
+/// so the plain loops and compiled code see them).
+const LONG_CHANGE_TO_TOP: [u16; 8] = [ESC, CTL_SET_HI, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff];
+
+#[test]
+fn top_address_from_an_h_tag_change_is_not_in_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    for blocks in [true, false] {
+        let p = hostile(&sample(1), dir.path(), 0, &LONG_CHANGE_TO_TOP, blocks);
+        for e in ENGINES {
+            assert_unknown_top_block(&p, e);
+        }
+    }
+}
+
+#[test]
+fn top_address_from_a_chunk_header_is_not_in_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    for blocks in [true, false] {
+        let p = hostile(&sample(2), dir.path(), 0xffff_ffff_ffff, &[0xffff, 0xffff, 0xffff], blocks);
+        for e in ENGINES {
+            assert_unknown_top_block(&p, e);
+        }
+    }
+}
