@@ -14,6 +14,11 @@ use crate::semantics::{Insn, RegEffect, Semantics, Special};
 use iced_x86::{Decoder, DecoderOptions};
 use thiserror::Error;
 
+/// The most instructions a block may have: a block's instruction indices and counts are
+/// 16-bit everywhere downstream (`Step::insn`, recovery's events, the output formats'
+/// `block << 16 | executed` keys). DynamoRIO's blocks are far shorter.
+pub const MAX_BLOCK_INSNS: usize = u16::MAX as usize;
+
 /// Errors building a block plan.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum BlockError {
@@ -23,6 +28,8 @@ pub enum BlockError {
     Empty { addr: u64 },
     #[error("block at {addr:#x}: its {len} bytes of code run past the end of the address space")]
     PastEnd { addr: u64, len: u64 },
+    #[error("block at {addr:#x} has more than {max} instructions")]
+    TooLong { addr: u64, max: usize },
 }
 
 /// One instruction with memory references, and the register work before it.
@@ -89,8 +96,14 @@ impl BlockPlan {
     pub fn build(sem: &mut Semantics, addr: u64, bytes: &[u8], count: Option<usize>) -> Result<BlockPlan, BlockError> {
         let bitness = sem.machine().width.bits() as u32;
         let mut dec = Decoder::with_ip(bitness, bytes, addr, DecoderOptions::NONE);
+        if count.is_some_and(|c| c > MAX_BLOCK_INSNS) {
+            return Err(BlockError::TooLong { addr, max: MAX_BLOCK_INSNS });
+        }
         let mut insns = Vec::new();
         while dec.can_decode() {
+            if insns.len() == MAX_BLOCK_INSNS {
+                return Err(BlockError::TooLong { addr, max: MAX_BLOCK_INSNS });
+            }
             let i = dec.decode();
             insns.push(sem.insn(&i));
             if count.is_some_and(|c| insns.len() == c) {
@@ -114,8 +127,9 @@ impl BlockPlan {
         Ok(Self::from_insns(addr, insns))
     }
 
-    /// Builds the steps of already-analysed instructions.
-    pub fn from_insns(addr: u64, insns: Vec<Insn>) -> BlockPlan {
+    /// Builds the steps of already-analysed instructions, at most [`MAX_BLOCK_INSNS`] of them
+    /// (`build` makes sure), so that every index fits a step's 16 bits.
+    fn from_insns(addr: u64, insns: Vec<Insn>) -> BlockPlan {
         let mut steps = Vec::new();
         let mut seg = Segment::default();
         for (k, insn) in insns.iter().enumerate() {
@@ -268,5 +282,25 @@ mod tests {
         assert_eq!(p.tail_expired, RegSet::EMPTY);
         let p = BlockPlan::build(&mut s, 0, &[0x06], None).unwrap();
         assert_eq!(p.tail_expired, RegSet::all());
+    }
+
+    #[test]
+    fn blocks_longer_than_16_bit_indices_are_refused() {
+        // 69,999 nops then mov al,[rdi]: its step's index would wrap to 4,463 in 16 bits.
+        let n = 70_000;
+        let mut code = vec![0x90; n - 1];
+        code.extend_from_slice(&[0x8a, 0x07]);
+        let mut s = Semantics::new(Machine::x86_64(512));
+        for count in [None, Some(n)] {
+            let r = BlockPlan::build(&mut s, 0x1000, &code, count);
+            let got = r.as_ref().map(|p| p.steps.iter().map(|s| s.insn).collect::<Vec<_>>());
+            assert!(matches!(r, Err(BlockError::TooLong { addr: 0x1000, max: MAX_BLOCK_INSNS })), "{count:?}: steps at {got:?}");
+        }
+        // The longest block whose indices fit is planned, its last step at its last index.
+        let mut code = vec![0x90; MAX_BLOCK_INSNS - 1];
+        code.extend_from_slice(&[0x8a, 0x07]);
+        let p = BlockPlan::build(&mut s, 0x1000, &code, None).unwrap();
+        assert_eq!(p.insns.len(), MAX_BLOCK_INSNS);
+        assert_eq!(p.steps.last().unwrap().insn as usize, MAX_BLOCK_INSNS - 1);
     }
 }

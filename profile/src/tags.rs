@@ -108,7 +108,8 @@ pub enum TagError {
     OddLength(usize),
 }
 
-fn hi_mask(width: Width) -> u64 {
+/// The bits an H-tag has: 16 on 32-bit, 48 on 64-bit.
+pub fn hi_mask(width: Width) -> u64 {
     match width {
         Width::W32 => 0xffff,
         Width::W64 => 0xffff_ffff_ffff,

@@ -14,9 +14,10 @@
 //! 200 truth  raw_len u64, comp_len u64
 //! ```
 
-use crate::packing;
 use crate::regs::NUM_REGS;
 use crate::Width;
+use crate::{packing, tags};
+use thiserror::Error;
 
 /// Bytes in a chunk header.
 pub const CHUNK_HEADER_LEN: usize = 216;
@@ -42,6 +43,29 @@ impl Codec {
     }
 }
 
+/// zstd's largest expansion: a block holds at most 128 KiB and the smallest block that
+/// can produce that many bytes takes 4 (a 3-byte header and one RLE byte).
+pub const ZSTD_MAX_RATIO: u64 = 32 << 10;
+
+/// Why a chunk payload's layout is refused.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ChunkError {
+    #[error("chunk of {0} bytes is shorter than its {CHUNK_HEADER_LEN}-byte header")]
+    Short(usize),
+    #[error("unknown chunk flags {0:#x}")]
+    Flags(u32),
+    #[error("{} section has unknown codec {codec}", section.name())]
+    Codec { section: Section, codec: u8 },
+    #[error("{} section sizes are inconsistent (raw {raw}, compressed {comp})", section.name())]
+    Inconsistent { section: Section, raw: u64, comp: u64 },
+    #[error("sections need {need} bytes but the chunk has {have}")]
+    Length { need: u64, have: usize },
+    #[error("{} section claims {raw} bytes; at most {max} fit (its frame and the format's bound)", section.name())]
+    TooLarge { section: Section, raw: u64, max: u64 },
+    #[error("H-tag {hi:#x} does not fit a {bits}-bit address")]
+    Hi { hi: u64, bits: u8 },
+}
+
 /// zstd level of packed DEP_m: packing leaves little for a stronger level to find, and a
 /// fast level decompresses about twice as fast (FORMAT.md has the measurement).
 pub const PACKED_VALUES_LEVEL: i32 = -3;
@@ -63,6 +87,16 @@ pub enum Section {
 
 impl Section {
     pub const ALL: [Section; 3] = [Section::Tags, Section::Values, Section::Truth];
+
+    /// The most raw bytes a section may hold (FORMAT.md): DEP_c and DEP_m 64 MiB, eight
+    /// times the collector's buffers; the truth stream, which a long rep string grows past
+    /// its buffer, 1 GiB.
+    pub fn max_raw_len(self) -> u64 {
+        match self {
+            Section::Tags | Section::Values => 64 << 20,
+            Section::Truth => 1 << 30,
+        }
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -89,12 +123,17 @@ pub struct ChunkData<'a> {
 
 impl ChunkData<'_> {
     /// The record payload: DEP_m packed into `width`-sized words then compressed with zstd at
-    /// [`PACKED_VALUES_LEVEL`], the other sections with zstd at `level`.
+    /// [`PACKED_VALUES_LEVEL`], the other sections with zstd at `level`; a section longer
+    /// than readers take ([`Section::max_raw_len`]) is an error.
     pub fn encode(&self, width: Width, level: i32) -> std::io::Result<Vec<u8>> {
         let sections = [self.tags, self.values, self.truth];
         let mut frames = Vec::with_capacity(3);
         let mut flags = if self.last { FLAG_LAST } else { 0 };
         for (s, bytes) in Section::ALL.into_iter().zip(sections) {
+            if bytes.len() as u64 > s.max_raw_len() {
+                let e = ChunkError::TooLarge { section: s, raw: bytes.len() as u64, max: s.max_raw_len() };
+                return Err(std::io::Error::other(e));
+            }
             if bytes.is_empty() {
                 frames.push(Vec::new());
             } else if s == Section::Values && bytes.len().is_multiple_of(width.bytes()) {
@@ -154,26 +193,36 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
 
 impl<'a> ChunkView<'a> {
     /// Checks the layout of a chunk payload; the error says what is wrong.
-    pub fn parse(payload: &'a [u8], width: Width) -> Result<Self, String> {
+    pub fn parse(payload: &'a [u8], width: Width) -> Result<Self, ChunkError> {
         if payload.len() < CHUNK_HEADER_LEN {
-            return Err(format!("chunk of {} bytes is shorter than its {CHUNK_HEADER_LEN}-byte header", payload.len()));
+            return Err(ChunkError::Short(payload.len()));
         }
         let v = ChunkView { payload, width };
         let mut need = CHUNK_HEADER_LEN as u64;
         let flags = u32_at(payload, 20);
         if flags & !(FLAG_LAST | 0xff_ff_ff_00) != 0 {
-            return Err(format!("unknown chunk flags {flags:#x}"));
+            return Err(ChunkError::Flags(flags));
+        }
+        if v.hi() & !tags::hi_mask(width) != 0 {
+            return Err(ChunkError::Hi { hi: v.hi(), bits: width.bits() });
         }
         for s in Section::ALL {
-            v.codec(s)?;
+            let codec = v.codec(s)?;
             let (raw, comp) = v.lens(s);
             if (raw == 0) != (comp == 0) {
-                return Err(format!("{} section sizes are inconsistent (raw {raw}, compressed {comp})", s.name()));
+                return Err(ChunkError::Inconsistent { section: s, raw, comp });
+            }
+            // Decompression reserves `raw` bytes: no more than the frame can produce (a
+            // packed word takes at least a byte) and the format allows.
+            let expands = if codec == Codec::PackedZstd { width.bytes() as u64 } else { 1 };
+            let max = s.max_raw_len().min(comp.saturating_mul(ZSTD_MAX_RATIO).saturating_mul(expands));
+            if raw > max {
+                return Err(ChunkError::TooLarge { section: s, raw, max });
             }
             need = need.saturating_add(comp);
         }
         if need != payload.len() as u64 {
-            return Err(format!("sections need {need} bytes but the chunk has {}", payload.len()));
+            return Err(ChunkError::Length { need, have: payload.len() });
         }
         Ok(v)
     }
@@ -206,9 +255,9 @@ impl<'a> ChunkView<'a> {
     }
 
     /// How a section is stored.
-    pub fn codec(&self, s: Section) -> Result<Codec, String> {
+    pub fn codec(&self, s: Section) -> Result<Codec, ChunkError> {
         let b = (u32_at(self.payload, 20) >> flag_shift(s)) as u8;
-        Codec::from_u8(b).ok_or_else(|| format!("{} section has unknown codec {b}", s.name()))
+        Codec::from_u8(b).ok_or(ChunkError::Codec { section: s, codec: b })
     }
 
     /// Raw and compressed length of a section.
@@ -231,7 +280,7 @@ impl<'a> ChunkView<'a> {
     }
 
     /// Decompresses a section into `out` (cleared first), unpacking it if it is packed;
-    /// `mid` is scratch space for that.
+    /// `dec.packed` is scratch space for that. `parse` bounded the raw length reserved here.
     pub fn decompress_into(&self, s: Section, out: &mut Vec<u8>, dec: &mut Decompression) -> Result<(), String> {
         let width = self.width;
         out.clear();
@@ -239,16 +288,13 @@ impl<'a> ChunkView<'a> {
         if raw == 0 {
             return Ok(());
         }
-        if raw > (1 << 40) {
-            return Err(format!("{} section claims {raw} bytes", s.name()));
-        }
         let d = match &mut dec.zstd {
             Some(d) => d,
             none => none.insert(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?),
         };
         let mid = &mut dec.packed;
         let undo = |e: std::io::Error| format!("{} section does not decompress: {e}", s.name());
-        match self.codec(s)? {
+        match self.codec(s).map_err(|e| e.to_string())? {
             Codec::Zstd => {
                 out.reserve(raw as usize);
                 let n = d.decompress_to_buffer(self.compressed(s), out).map_err(undo)?;

@@ -26,6 +26,10 @@ pub struct Metadata {
     pub parent: Option<ParentLink>,
 }
 
+/// The largest XSAVE area a profile may declare: 64 KiB, six times the largest any x86 CPU
+/// reports (11,008 bytes with AMX tile data); each xsave reference is this long.
+pub const MAX_XSAVE_SIZE: u32 = 64 << 10;
+
 /// How a profile relates to the one it was split from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ParentLink {

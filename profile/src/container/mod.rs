@@ -14,8 +14,8 @@ pub mod reader;
 pub mod truncation;
 pub mod writer;
 
-pub use chunk::{ChunkData, ChunkView, Codec, Decompression, Section, CHUNK_HEADER_LEN, PACKED_VALUES_LEVEL};
-pub use meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ParentLink, ThreadEvent};
+pub use chunk::{ChunkData, ChunkError, ChunkView, Codec, Decompression, Section, CHUNK_HEADER_LEN, PACKED_VALUES_LEVEL, ZSTD_MAX_RATIO};
+pub use meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ParentLink, ThreadEvent, MAX_XSAVE_SIZE};
 pub use reader::{ChunkRef, Profile, Spawn, ThreadInfo};
 pub use writer::ProfileWriter;
 
@@ -82,6 +82,16 @@ pub enum ProfileError {
     Chunk { path: String, thread: u32, seq: u32, offset: u64, why: String },
     #[error("{path}: block {addr:#x} version {version}: {why}")]
     Block { path: String, addr: u64, version: u32, why: String },
+    #[error(
+        "{path}: record at byte {offset}: block {addr:#x} version {version} has {insns} instructions, more than the {max} a block may have"
+    )]
+    BlockTooLong { path: String, offset: u64, addr: u64, version: u32, insns: u32, max: usize },
+    #[error("{path}: the metadata's XSAVE area of {size} bytes exceeds the {MAX_XSAVE_SIZE}-byte bound")]
+    XsaveSize { path: String, size: u32 },
+    #[error("{path}: thread index {index} with only {records} records naming threads (indices count threads in creation order)")]
+    ThreadIndex { path: String, index: u32, records: usize },
+    #[error("{path}: record at byte {offset}: module at {base:#x} of {size} bytes runs past the address space")]
+    ModuleRange { path: String, offset: u64, base: u64, size: u64 },
     #[error("{path}: no metadata record")]
     NoMetadata { path: String },
     #[error("write error: {0}")]

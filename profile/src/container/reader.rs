@@ -1,8 +1,9 @@
 //! Reads a profile in place from a memory map.
 
 use super::chunk::ChunkView;
-use super::meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ThreadEvent, BLOCK_HEADER_LEN};
+use super::meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ThreadEvent, BLOCK_HEADER_LEN, MAX_XSAVE_SIZE};
 use super::{padding, ProfileError, RecordKind, FILE_HEADER_LEN, MAGIC, OLDEST_VERSION, RECORD_HEADER_LEN, RECORD_MAGIC, VERSION};
+use crate::blocks::MAX_BLOCK_INSNS;
 use crate::Width;
 use memmap2::Mmap;
 use std::collections::HashMap;
@@ -67,6 +68,25 @@ pub struct Profile {
     pub truncated_at: Option<u64>,
 }
 
+/// The thread table indexed by thread index (readers look threads up as `threads[index]`):
+/// `sorted` (by index) with the threads whose records were all lost filled in empty. An
+/// index of twice `records` (the thread and chunk records naming threads) or more is
+/// returned as the error: a genuine profile lost far fewer threads than it kept, and
+/// filling up to any index would take memory the file does not account for.
+fn dense(sorted: Vec<ThreadInfo>, records: usize) -> Result<Vec<ThreadInfo>, u32> {
+    if let Some(t) = sorted.last().filter(|t| t.index as usize >= records.saturating_mul(2)) {
+        return Err(t.index);
+    }
+    let mut out = Vec::with_capacity(sorted.last().map_or(0, |t| t.index as usize + 1));
+    for t in sorted {
+        while out.len() < t.index as usize {
+            out.push(ThreadInfo { index: out.len() as u32, ..Default::default() });
+        }
+        out.push(t);
+    }
+    Ok(out)
+}
+
 impl Profile {
     /// Opens and indexes a profile; chunk payloads are checked when read.
     pub fn open(path: impl AsRef<Path>) -> Result<Profile, ProfileError> {
@@ -102,6 +122,8 @@ impl Profile {
         let mut block_index = HashMap::new();
         let mut end = None;
         let mut truncated_at = None;
+        // Thread and chunk records: a thread index beyond their count cannot be genuine.
+        let mut thread_records = 0usize;
         let mut off = FILE_HEADER_LEN;
         let rec_err = |offset: usize, why: String| ProfileError::Record { path: path.clone(), offset: offset as u64, why };
         let thread_mut = |threads: &mut Vec<ThreadInfo>, index: u32| -> usize {
@@ -144,9 +166,22 @@ impl Profile {
             }
             let json_err = |e: serde_json::Error| rec_err(off, format!("{kind:?} record is not valid: {e}"));
             match kind {
-                RecordKind::Meta => meta = Some(serde_json::from_slice::<Metadata>(payload).map_err(json_err)?),
-                RecordKind::Module => modules.push(serde_json::from_slice::<ModuleEvent>(payload).map_err(json_err)?),
+                RecordKind::Meta => {
+                    let m = serde_json::from_slice::<Metadata>(payload).map_err(json_err)?;
+                    if m.xsave_size > MAX_XSAVE_SIZE {
+                        return Err(ProfileError::XsaveSize { path: path.clone(), size: m.xsave_size });
+                    }
+                    meta = Some(m);
+                }
+                RecordKind::Module => {
+                    let m = serde_json::from_slice::<ModuleEvent>(payload).map_err(json_err)?;
+                    if m.base.checked_add(m.size).is_none() {
+                        return Err(ProfileError::ModuleRange { path: path.clone(), offset: off as u64, base: m.base, size: m.size });
+                    }
+                    modules.push(m);
+                }
                 RecordKind::Thread => {
+                    thread_records += 1;
                     let t: ThreadEvent = serde_json::from_slice(payload).map_err(json_err)?;
                     if t.event == "spawn" {
                         let (Some(child), Some(seq)) = (t.child_tid, t.seq) else {
@@ -178,6 +213,10 @@ impl Profile {
                             format!("block {addr:#x} claims {code_len} code bytes in a {}-byte record", payload.len()),
                         ));
                     }
+                    if insn_count as usize > MAX_BLOCK_INSNS {
+                        let (offset, max) = (off as u64, MAX_BLOCK_INSNS);
+                        return Err(ProfileError::BlockTooLong { path: path.clone(), offset, addr, version, insns: insn_count, max });
+                    }
                     if block_index.insert((addr, version), blocks.len()).is_some() {
                         return Err(rec_err(off, format!("block {addr:#x} version {version} appears twice")));
                     }
@@ -188,6 +227,7 @@ impl Profile {
                     if payload.len() < 8 {
                         return Err(rec_err(off, "chunk record shorter than its header".into()));
                     }
+                    thread_records += 1;
                     let thread = u32::from_le_bytes(payload[0..4].try_into().unwrap());
                     let seq = u32::from_le_bytes(payload[4..8].try_into().unwrap());
                     let i = thread_mut(&mut threads, thread);
@@ -198,6 +238,11 @@ impl Profile {
         }
         let meta = meta.ok_or_else(|| ProfileError::NoMetadata { path: path.clone() })?;
         threads.sort_by_key(|t| t.index);
+        let mut threads = dense(threads, thread_records).map_err(|index| ProfileError::ThreadIndex {
+            path: path.clone(),
+            index,
+            records: thread_records,
+        })?;
         // Kernel ids are reused once a thread is gone: a spawn names the first thread after
         // its parent with that id and no creator yet.
         for (child, s) in spawns {
@@ -239,7 +284,7 @@ impl Profile {
         if crc32fast::hash(payload) != c.crc {
             return Err(err("checksum mismatch".into()));
         }
-        ChunkView::parse(payload, self.width).map_err(err)
+        ChunkView::parse(payload, self.width).map_err(|e| err(e.to_string()))
     }
 
     /// Builds the chunk error for a problem found while decoding it.

@@ -1,0 +1,144 @@
+//! Hostile profiles: counts, lengths and ids that would wrap, allocate without bound or
+//! index out of range are refused where they enter, each by its own error variant.
+
+use dep_profile::blocks::MAX_BLOCK_INSNS;
+use dep_profile::container::*;
+use dep_profile::{Width, NUM_REGS};
+
+fn meta(xsave_size: u32) -> Metadata {
+    Metadata {
+        format_version: VERSION,
+        width: 64,
+        command: vec!["/bin/true".into()],
+        program: "/bin/true".into(),
+        pid: 42,
+        start_time_ns: 1,
+        xsave_size,
+        truth: false,
+        tool: "test".into(),
+        parent: None,
+    }
+}
+
+/// Writes a profile with `meta`, then whatever `more` adds, and opens it.
+fn open_with(xsave_size: u32, more: impl FnOnce(&mut ProfileWriter<std::fs::File>)) -> (tempfile::TempDir, Result<Profile, ProfileError>) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("h.dep");
+    let mut w = ProfileWriter::new(std::fs::File::create(&p).unwrap(), Width::W64, 1).unwrap();
+    w.meta(&meta(xsave_size)).unwrap();
+    more(&mut w);
+    w.flush().unwrap();
+    drop(w);
+    let r = Profile::open(&p);
+    (dir, r)
+}
+
+fn thread(event: &str, index: u32) -> ThreadEvent {
+    ThreadEvent { event: event.into(), index, tid: 100 + index, time_ns: 5, ..Default::default() }
+}
+
+#[test]
+fn block_table_refuses_a_70000_instruction_block() {
+    // 70,000 nops: instruction indices and counts are 16-bit downstream.
+    let (_d, r) = open_with(2696, |w| {
+        w.block(&BlockEntry { addr: 0x40_1000, version: 0, insn_count: 70_000, code: vec![0x90; 70_000] }).unwrap();
+    });
+    assert!(matches!(r, Err(ProfileError::BlockTooLong { addr: 0x40_1000, version: 0, insns: 70_000, .. })), "{:?}", r.as_ref().err());
+    // The longest block that fits is kept.
+    let n = MAX_BLOCK_INSNS as u32;
+    let (_d, r) = open_with(2696, |w| {
+        w.block(&BlockEntry { addr: 0x40_1000, version: 0, insn_count: n, code: vec![0x90; n as usize] }).unwrap();
+    });
+    assert_eq!(r.unwrap().blocks()[0].insn_count, n);
+}
+
+#[test]
+fn xsave_size_beyond_the_architectural_bound_is_refused() {
+    let (_d, r) = open_with(u32::MAX, |_| {});
+    assert!(matches!(r, Err(ProfileError::XsaveSize { size: u32::MAX, .. })), "{:?}", r.as_ref().err());
+    let (_d, r) = open_with(MAX_XSAVE_SIZE, |_| {});
+    assert_eq!(r.unwrap().machine().xsave_size, MAX_XSAVE_SIZE);
+}
+
+#[test]
+fn thread_indices_name_their_place_in_the_table() {
+    // One record naming thread 4,000,000,000: readers index threads by their index.
+    let (_d, r) = open_with(2696, |w| w.thread(&thread("start", 4_000_000_000)).unwrap());
+    assert!(matches!(r, Err(ProfileError::ThreadIndex { index: 4_000_000_000, .. })), "{:?}", r.as_ref().err());
+    // A thread whose records were lost leaves a gap: it is filled, so threads[i] is thread i.
+    let (_d, r) = open_with(2696, |w| {
+        for i in [0, 2, 3] {
+            w.thread(&thread("start", i)).unwrap();
+        }
+    });
+    let p = r.unwrap();
+    assert_eq!(p.threads.iter().map(|t| t.index).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    assert_eq!((p.threads[1].start_ns, p.threads[1].chunks.len()), (None, 0));
+    assert_eq!(p.threads[2].tid, 102);
+}
+
+#[test]
+fn module_past_the_address_space_is_refused() {
+    let (_d, r) = open_with(2696, |w| {
+        let m = ModuleEvent { event: "load".into(), path: "/x".into(), base: u64::MAX - 10, size: 100, build_id: None, entry: None };
+        w.module(&m).unwrap();
+    });
+    assert!(matches!(r, Err(ProfileError::ModuleRange { size: 100, .. })), "{:?}", r.as_ref().err());
+}
+
+fn chunk(tags: &[u8], values: &[u8]) -> Vec<u8> {
+    ChunkData { thread: 0, seq: 0, hi: 0x40, status: 0, last: true, regs: [0; NUM_REGS], tags, values, truth: &[] }
+        .encode(Width::W64, 1)
+        .unwrap()
+}
+
+#[test]
+fn section_lengths_are_bounded_by_what_their_frames_can_hold() {
+    let values: Vec<u8> = (0..64u64).flat_map(|v| v.to_le_bytes()).collect();
+    let good = chunk(&[1, 0, 2, 0], &values);
+    assert!(ChunkView::parse(&good, Width::W64).is_ok());
+    // A raw length of a terabyte for a frame of a few bytes, and one just past each bound.
+    for (s, at) in [(Section::Tags, 168), (Section::Values, 184)] {
+        let comp = u64::from_le_bytes(good[at + 8..at + 16].try_into().unwrap());
+        let ratio = ZSTD_MAX_RATIO * if s == Section::Values { 8 } else { 1 };
+        for raw in [1u64 << 40, comp * ratio + 1, s.max_raw_len() + 1] {
+            let mut bad = good.clone();
+            bad[at..at + 8].copy_from_slice(&raw.to_le_bytes());
+            let r = ChunkView::parse(&bad, Width::W64);
+            assert!(matches!(r, Err(ChunkError::TooLarge { section, raw: r2, .. }) if section == s && r2 == raw), "{s:?} {raw}: {r:?}");
+        }
+    }
+}
+
+#[test]
+fn zstd_ratio_bound_holds_for_the_most_compressible_input() {
+    // Zeros compress best; the bound must still admit them at every level the writer uses.
+    for level in [-3, 1, 19] {
+        let zeros = vec![0u8; 16 << 20];
+        let f = zstd::bulk::compress(&zeros, level).unwrap();
+        assert!(zeros.len() as u64 <= f.len() as u64 * ZSTD_MAX_RATIO, "level {level}: {} bytes from {}", zeros.len(), f.len());
+    }
+}
+
+#[test]
+fn chunk_h_tag_beyond_the_address_width_is_refused() {
+    let mut bad = chunk(&[1, 0], &[]);
+    bad[8..16].copy_from_slice(&(1u64 << 48).to_le_bytes());
+    assert!(matches!(ChunkView::parse(&bad, Width::W64), Err(ChunkError::Hi { hi, .. }) if hi == 1 << 48));
+    // On 32-bit the H-tag has 16 bits.
+    let mut bad = chunk(&[1, 0], &[]);
+    bad[8..16].copy_from_slice(&0x1_0000u64.to_le_bytes());
+    assert!(matches!(ChunkView::parse(&bad, Width::W32), Err(ChunkError::Hi { hi: 0x1_0000, .. })));
+    bad[8..16].copy_from_slice(&0xffffu64.to_le_bytes());
+    assert!(ChunkView::parse(&bad, Width::W32).is_ok());
+}
+
+#[test]
+fn writer_refuses_sections_readers_would_refuse() {
+    let tags = vec![1u8; Section::Tags.max_raw_len() as usize + 2];
+    let e = ChunkData { thread: 0, seq: 0, hi: 0, status: 0, last: true, regs: [0; NUM_REGS], tags: &tags, values: &[], truth: &[] }
+        .encode(Width::W64, 1)
+        .map(|b| b.len())
+        .unwrap_err();
+    assert!(e.to_string().contains("DEP_c section"), "{e}");
+}
