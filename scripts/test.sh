@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# Every unsafe block has its SAFETY comment and every unsafe fn its contract, per file.
+bash scripts/unsafe-audit.sh >/dev/null || { bash scripts/unsafe-audit.sh | grep MISMATCH; echo "unsafe-audit: mismatch"; exit 1; }
 cargo build --release --workspace
 log=$(mktemp)
 status=0

@@ -406,7 +406,7 @@ impl Walker<'_> {
             // block (no word after it) is left to the general walk.
             while let Some(addr) = plain_tag(bytes, &mut p, &mut hi) {
                 let Some(id) = cache.peek_plain(addr) else { break };
-                // SAFETY (all unchecked indexing below): `FlatPlans::push` builds every range
+                // SAFETY: (this and the unchecked indexing below) `FlatPlans::push` builds every range
                 // inside its arrays, and the cache hits only indices `Plans::find` returned (its
                 // empty slots hold keys no lookup reaches them with: `PlanCache::new`; exercised
                 // by recover/tests/hostile.rs on an empty table and on blocks at the top address).
@@ -425,9 +425,11 @@ impl Walker<'_> {
                     interrupted: false,
                 })?;
                 let mut k = 0usize;
+                // SAFETY: `fb.steps` is a range `FlatPlans::push` built inside `flat.steps`.
                 for step in unsafe { flat.steps.get_unchecked(fb.steps.0 as usize..fb.steps.1 as usize) } {
                     status &= !step.expired;
                     if step.adjust.0 != step.adjust.1 {
+                        // SAFETY: `step.adjust` is a range `FlatPlans::push` built inside `flat.adjust`.
                         add_constants(vals, unsafe { flat.adjust.get_unchecked(step.adjust.0 as usize..step.adjust.1 as usize) }, u64::MAX);
                     }
                     let mut need = step.used & !status;
@@ -442,6 +444,7 @@ impl Walker<'_> {
                         vp += 8;
                     }
                     status |= step.used;
+                    // SAFETY: `step.refs` is a range `FlatPlans::push` built inside `flat.refs`.
                     let refs = unsafe { flat.refs.get_unchecked(step.refs.0 as usize..step.refs.1 as usize) };
                     // SAFETY: at most `fb.refs <= max_refs` writes, within the capacity.
                     if step.simple {
@@ -451,6 +454,7 @@ impl Walker<'_> {
                         }
                     } else {
                         for r in refs {
+                            // SAFETY: as for the simple form above: `k < fb.refs <= max_refs <= capacity`.
                             unsafe { out.add(k).write(MemEvent { addr: r.eval(vals), ..r.event }) };
                             k += 1;
                         }
@@ -460,6 +464,7 @@ impl Walker<'_> {
                 if fb.tail_adjust.0 != fb.tail_adjust.1 {
                     add_constants(
                         vals,
+                        // SAFETY: `fb.tail_adjust` is a range `FlatPlans::push` built inside `flat.adjust`.
                         unsafe { flat.adjust.get_unchecked(fb.tail_adjust.0 as usize..fb.tail_adjust.1 as usize) },
                         u64::MAX,
                     );
@@ -517,13 +522,19 @@ impl Walker<'_> {
         let mut st = JitState {
             vals: self.vals,
             hi: tags.hi() << 16,
+            // SAFETY: `p + 4 <= bytes.len()`, checked above.
             tags: unsafe { tags_range.start.add(p) },
+            // SAFETY: the tags are at least 4 bytes long (checked above).
             tags_last: unsafe { tags_range.end.sub(4) },
+            // SAFETY: the value reader's offset is within its bytes.
             values: unsafe { values_range.start.add(self.values.offset()) },
             values_end: values_range.end,
             refs: refs0,
+            // SAFETY: `cap >= 4 * max_refs`, reserved above; the room past the limit holds
+            // the largest compiled block's references (compiled blocks have at most `max_refs`).
             refs_limit: unsafe { refs0.add(cap - max_refs) },
             blocks: blocks0,
+            // SAFETY: `JIT_BLOCKS` records are reserved above.
             blocks_limit: unsafe { blocks0.add(JIT_BLOCKS - 1) },
             status: self.status as u64,
             table: jit.table(),

@@ -72,6 +72,8 @@ pub struct Slot {
 pub struct Jit {
     /// The code's memory, which `entry`, `exit`, `set_hi` and `table` point into.
     _code: memmap2::Mmap,
+    // SAFETY: a type, not a call: the code is only entered through `Jit::enter`, whose
+    // contract the recovery loop meets (recover/tests/simulated.rs, hostile.rs).
     entry: unsafe extern "sysv64" fn(*mut JitState),
     exit: usize,
     set_hi: usize,
@@ -141,7 +143,8 @@ impl Jit {
         let mut map = memmap2::MmapMut::map_anon(bytes.len()).map_err(|e| format!("code memory: {e}"))?;
         map.copy_from_slice(&bytes);
         let code = map.make_exec().map_err(|e| format!("code memory: {e}"))?;
-        // SAFETY: offset 0 holds the entry routine, built for this signature.
+        // SAFETY: offset 0 holds the entry routine, built for this signature; every recovery
+        // test on x86-64 enters it. SAFETY: the second `unsafe` is the pointer's type.
         let entry = unsafe { std::mem::transmute::<*const u8, unsafe extern "sysv64" fn(*mut JitState)>(code.as_ptr()) };
         let at = |o: usize| code.as_ptr() as usize + o;
         let (exit, set_hi) = (at(exit_off), at(set_hi_off));
