@@ -11,6 +11,9 @@ use rustc_hash::FxHashMap;
 /// A block-table index and how many of its instructions ran: `id << 16 | executed`.
 pub type Node = u64;
 
+// `executed` fits its 16 bits: the profile reader refuses longer blocks.
+const _: () = assert!(dep_profile::blocks::MAX_BLOCK_INSNS <= 0xffff);
+
 /// A node's key.
 #[inline]
 pub fn node(id: u32, executed: u32) -> Node {

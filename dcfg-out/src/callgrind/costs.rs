@@ -224,7 +224,8 @@ pub struct Carry {
 pub struct ChunkCosts {
     /// Whole executions of each block, by block id (dense: most blocks run whole).
     pub whole: Vec<u64>,
-    /// Executions of blocks cut short, packed `block << 16 | executed`.
+    /// Executions of blocks cut short, packed `block << 16 | executed` (`executed` fits:
+    /// the profile reader refuses blocks of more than `MAX_BLOCK_INSNS`, 65,535).
     pub runs: FxHashMap<u64, u64>,
     /// Per block: the successor seen last and how often since it was counted in `trans`
     /// (most blocks have one or two successors, so this saves a hash per block).
