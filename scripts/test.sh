@@ -9,7 +9,7 @@ bash scripts/unsafe-audit.sh >/dev/null || { bash scripts/unsafe-audit.sh | grep
 cargo build --release --workspace
 log=$(mktemp)
 status=0
-cargo test --release --workspace --lib --bins --tests 2>&1 | tee "$log" || status=$?
+cargo test --release --workspace --lib --bins --tests --no-fail-fast 2>&1 | tee "$log" || status=$?
 passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed;' "$log" | awk '{s+=$1} END {print s+0}')
 rm -f "$log"

@@ -11,7 +11,7 @@ use std::process::Command;
 
 const CHILD: &str = "DEP_TRUNCATION_CHILD";
 
-/// A valid profile of a few hundred KB: one large block's code (the pages truncated away).
+/// A valid profile of a few hundred KB: large blocks' code (the pages truncated away).
 fn write_large(path: &std::path::Path) {
     let f = std::fs::File::create(path).unwrap();
     let mut w = ProfileWriter::new(f, Width::W64, 3).unwrap();
@@ -28,8 +28,11 @@ fn write_large(path: &std::path::Path) {
         parent: None,
     })
     .unwrap();
-    let code = vec![0x90u8; 300_000];
-    w.block(&BlockEntry { addr: 0x40_0000, version: 0, insn_count: code.len() as u32, code }).unwrap();
+    // Blocks hold at most 65,535 instructions: five of 60,000 one-byte nops.
+    for i in 0..5u64 {
+        let code = vec![0x90u8; 60_000];
+        w.block(&BlockEntry { addr: 0x40_0000 + i * 0x10_0000, version: 0, insn_count: code.len() as u32, code }).unwrap();
+    }
     w.flush().unwrap();
 }
 
