@@ -107,6 +107,13 @@ pub fn unpack(packed: &[u8], word: usize, raw_len: usize, out: &mut Vec<u8>) -> 
         return Err(PackError::Ragged(raw_len, word));
     }
     let words = raw_len / word;
+    // Every word takes at least one payload byte and every four a control byte, so the
+    // packed bytes bound what can be unpacked: a claimed length beyond that is refused
+    // before anything is reserved for it.
+    let most = packed.len() / 5 * 4 + (packed.len() % 5).saturating_sub(1);
+    if words > most {
+        return Err(PackError::Truncated { at: packed.len(), word: most, words });
+    }
     let start = out.len();
     // Room for whole 8-byte stores past the end, trimmed below.
     out.reserve(words * word + 8);
@@ -205,6 +212,10 @@ mod tests {
         longer.push(0);
         assert!(matches!(unpack(&longer, 8, raw.len(), &mut out), Err(PackError::Trailing { extra: 1 })));
         assert!(matches!(unpack(&p, 8, 12, &mut out), Err(PackError::Ragged(12, 8))));
+        // A length the packed bytes cannot hold is refused without reserving it.
+        let cap = out.capacity();
+        assert!(matches!(unpack(&p, 8, 1 << 40, &mut out), Err(PackError::Truncated { .. })));
+        assert_eq!(out.capacity(), cap);
         assert!(matches!(pack(&raw[..5], 8, &mut out), Err(PackError::Ragged(5, 8))));
     }
 
