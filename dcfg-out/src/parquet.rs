@@ -8,11 +8,10 @@
 //! Threads are written in parallel, each streamed through a buffer of about [`BATCH`] rows.
 //!
 //! Every row carries `order`: the number of the last synchronisation point its thread
-//! passed before it (null before the first). A sync record that names an instruction
-//! arrives after its block's references, so the current block's rows stay buffered, open
-//! to correction, until the next block; only rows of instructions before the block's first
-//! atomic or system call (the only instructions a sync record names) leave earlier, which
-//! bounds the buffer but for a rep string after an atomic in one block.
+//! passed before it (null before the first). Recovery gives a sync record that names an
+//! instruction where it stands among its block's references, so a reference's order is
+//! final when it arrives; only a block's own row waits for a record before its first
+//! instruction.
 
 use ::parquet::arrow::ArrowWriter;
 use ::parquet::basic::{Compression, Encoding, ZstdLevel};
@@ -22,7 +21,7 @@ use arrow_array::types::Int8Type;
 use arrow_array::{ArrayRef, BooleanArray, DictionaryArray, Int8Array, RecordBatch, StringArray, UInt32Array, UInt64Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use dep_profile::container::{ModuleEvent, ThreadInfo};
-use dep_profile::semantics::{Access, Flow};
+use dep_profile::semantics::Access;
 use dep_recover::{Begin, BlockEvent, Marker, MemEvent, Part, RecoverError, Recovery, Sink, SinkError, SinkResult, Source};
 use std::fs::File;
 use std::io::{self, BufWriter};
@@ -399,11 +398,6 @@ struct ThreadWriter {
     syncs: SyncRows,
     /// The last sync point's number.
     order: Option<u64>,
-    /// Where the current block's references start in `refs`.
-    block_start: usize,
-    /// The current block's first instruction a sync record can name (an atomic or a system
-    /// call): its references before it are final.
-    syncable: u16,
 }
 
 impl ThreadWriter {
@@ -417,8 +411,6 @@ impl ThreadWriter {
             blocks: BlockRows::default(),
             syncs: SyncRows::default(),
             order: None,
-            block_start: 0,
-            syncable: 0,
         }
     }
 
@@ -431,7 +423,6 @@ impl ThreadWriter {
         let batch = self.refs.batch(self.thread, n);
         self.files()?.refs.write(batch).map_err(SinkError::failed)?;
         self.refs.drain(n);
-        self.block_start = self.block_start.saturating_sub(n);
         Ok(())
     }
 
@@ -450,11 +441,9 @@ impl ThreadWriter {
     }
 
     /// Sync point `seq` before instruction `from` of the current block: that instruction's
-    /// references and those after it, and the block itself when `from` is 0, follow it.
+    /// references and those after it (still to come), and the block itself when `from` is
+    /// 0, follow it.
     fn sync_in_block(&mut self, seq: u64, from: u16) {
-        let start = self.block_start;
-        let i = start + self.refs.insn[start..].partition_point(|&k| k < from);
-        self.refs.order[i..].fill(Some(seq));
         if from == 0 {
             if let Some(o) = self.blocks.order.last_mut() {
                 *o = Some(seq);
@@ -474,17 +463,10 @@ impl Sink for ThreadWriter {
     }
 
     fn block(&mut self, b: &BlockEvent) -> SinkResult {
-        // The rows buffered are final now: no sync record reaches back past a block.
-        if self.refs.pc.len() >= self.batch {
-            self.flush_refs(self.refs.pc.len())?;
-        }
+        // The block rows buffered are final now: no sync record reaches back past a block.
         if self.blocks.addr.len() >= self.batch {
             self.flush_blocks()?;
         }
-        self.block_start = self.refs.pc.len();
-        self.syncable = b.plan.map_or(0, |p| {
-            p.insns.iter().position(|i| i.atomic || i.flow == Flow::Syscall).map_or(u16::MAX, |k| k.min(u16::MAX as usize) as u16)
-        });
         self.blocks.order.push(self.order);
         self.blocks.addr.push(b.addr);
         self.blocks.id.push(b.id);
@@ -498,15 +480,8 @@ impl Sink for ThreadWriter {
         for m in refs {
             self.refs.push(m, self.order, block);
         }
-        // One block's references past twice a batch (a long rep string): write those no
-        // sync record can reach.
-        if self.refs.pc.len() >= 2 * self.batch {
-            let start = self.block_start;
-            let syncable = self.syncable;
-            let done = start + self.refs.insn[start..].partition_point(|&k| k < syncable);
-            if done > 0 {
-                self.flush_refs(done)?;
-            }
+        if self.refs.pc.len() >= self.batch {
+            self.flush_refs(self.refs.pc.len())?;
         }
         Ok(())
     }
@@ -582,8 +557,9 @@ mod tests {
         Marker::Sync { seq, insn, after }
     }
 
-    /// Blocks without plans (no instruction known to be syncable), references before and
-    /// after sync points, a batch of 4 rows so that writes happen between and within blocks.
+    /// Blocks without plans, references before and after sync points (given where they
+    /// stand, as recovery gives them), a batch of 4 rows so that writes happen between and
+    /// within blocks.
     #[test]
     fn rows_orders_and_batches() {
         let dir = tempfile::tempdir().unwrap();
@@ -594,15 +570,17 @@ mod tests {
         w.refs(&[mem(1, 0, Access::Read), mem(2, 1, Access::Write)]).unwrap();
         // Block 1: a sync point before instruction 1 and one after it.
         w.block(&BlockEvent { id: None, ..planless }).unwrap();
-        w.refs(&[mem(3, 0, Access::Read), mem(4, 1, Access::Read), mem(5, 1, Access::Write), mem(6, 2, Access::Read)]).unwrap();
+        w.refs(&[mem(3, 0, Access::Read)]).unwrap();
         w.marker(2, sync(10, Some(1), false)).unwrap();
+        w.refs(&[mem(4, 1, Access::Read), mem(5, 1, Access::Write)]).unwrap();
         w.marker(2, sync(11, Some(1), true)).unwrap();
+        w.refs(&[mem(6, 2, Access::Read)]).unwrap();
         // A sync point between blocks, then block 2 with one before its first instruction.
         w.marker(2, sync(12, None, false)).unwrap();
         w.block(&planless).unwrap();
-        w.refs(&[mem(7, 0, Access::Write)]).unwrap();
         w.marker(2, sync(13, Some(0), false)).unwrap();
-        // Block 3: ten references with nothing syncable known: held until the block ends.
+        w.refs(&[mem(7, 0, Access::Write)]).unwrap();
+        // Block 3: ten references, written in batches as they come.
         w.block(&planless).unwrap();
         for pc in 8..18 {
             w.refs(&[mem(pc, 2, Access::Read)]).unwrap();
@@ -642,8 +620,9 @@ mod tests {
         assert_eq!(u32s(&syncs, "insn"), vec![Some(1), Some(1), None, Some(0)]);
     }
 
-    /// A block whose rep string runs long before its atomic: the references before the
-    /// atomic are written as they come, the atomic's and later ones wait for its sync points.
+    /// A block whose rep string runs long before its atomic: its references are written as
+    /// they come, in a buffer bounded by the batch, and the atomic's sync points order the
+    /// references after them.
     #[test]
     fn long_block_before_an_atomic() {
         // mov rax, [rbx]; rep movsb; lock xadd [rcx], eax; mov [rdx], rax
@@ -658,10 +637,11 @@ mod tests {
         for k in 0..20 {
             w.refs(&[mem(1, 1, Access::Read), mem(1, 1, if k == 19 { Access::Read } else { Access::Write })]).unwrap();
         }
-        assert!(w.refs.next - w.refs.pc.len() as u64 >= 8, "the rep string's references were not written as they came");
-        w.refs(&[mem(2, 2, Access::Read), mem(2, 2, Access::Write), mem(3, 3, Access::Write)]).unwrap();
+        assert!(w.refs.pc.len() < 4, "the rep string's references were not written as they came");
         w.marker(2, sync(5, Some(2), false)).unwrap();
+        w.refs(&[mem(2, 2, Access::Read), mem(2, 2, Access::Write)]).unwrap();
         w.marker(2, sync(6, Some(2), true)).unwrap();
+        w.refs(&[mem(3, 3, Access::Write)]).unwrap();
         w.finish().unwrap();
         let refs = read(dir.path(), REFERENCES);
         assert_eq!(u64s(&refs, "seq"), (0..44).map(Some).collect::<Vec<_>>());

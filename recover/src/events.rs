@@ -105,7 +105,9 @@ pub enum Marker {
     /// A synchronisation point with its process-wide sequence number (the order of all
     /// threads' points): before instruction `insn` of the block last entered, after it
     /// when `after` (a system call's return), or at no instruction when `insn` is None
-    /// (thread start or end, signal delivery, chunk hand-off).
+    /// (thread start or end, signal delivery, chunk hand-off). Recovery gives it where it
+    /// stands: after the references of the instructions before it ([`place`](Self::place))
+    /// and before the rest of its block's.
     Sync {
         seq: u64,
         insn: Option<u16>,
@@ -113,13 +115,15 @@ pub enum Marker {
     },
     /// The block last entered is the entry of a watched library function
     /// ([`Func`](dep_profile::calls::Func) number `func`): rdi and rsi there, and the
-    /// return address. Comes after that block's references.
+    /// return address. Comes right after the sync record given before it in the profile,
+    /// or before the block's references when none was.
     Call {
         func: u16,
         args: [u64; 2],
         ret: u64,
     },
     /// The block last entered returned from watched function `func` with rax = `value`.
+    /// Comes after that block's references.
     Return {
         func: u16,
         value: u64,
@@ -127,9 +131,9 @@ pub enum Marker {
 }
 
 impl Marker {
-    /// Where a sync record stands among its block's references, for sinks that put it
-    /// there (recovery gives it after the block): `2k` before instruction `k`'s references,
-    /// `2k + 1` right after them; None for records at no instruction and other markers.
+    /// Where a sync record stands among its block's references: `2k` before instruction
+    /// `k`'s references, `2k + 1` right after them; None for records at no instruction and
+    /// other markers.
     pub fn place(&self) -> Option<u32> {
         match *self {
             Marker::Sync { insn: Some(k), after, .. } => Some(2 * k as u32 + after as u32),

@@ -103,14 +103,11 @@ pub fn recover_chunk<S: Sink>(
         match item {
             TagItem::Block(addr) => {
                 let (id, stop) = block_at(plans, &mut cache, &mut tags, addr, version, word, &mut pending, &mut syncs)?;
-                w.block(plans, id, version, stop, sink).map_err(|f| match f {
+                w.block(plans, id, version, stop, &syncs, sink).map_err(|f| match f {
                     StepFault::Exhausted(offset) => ChunkFault::ValuesExhausted { word, offset, addr },
                     StepFault::Sink(e) => ChunkFault::Sink(e),
                     StepFault::Implausible(what) => ChunkFault::Malformed { word, what },
                 })?;
-                for &m in &syncs {
-                    sink.marker(w.thread, m)?;
-                }
                 version = 0;
             }
             TagItem::Escape(e) => match control(e, chunk, word)? {
@@ -250,6 +247,10 @@ fn sync_marker(at: u16, seq: u64) -> Marker {
 
 /// The table index of the block a tag names, and the instruction it was interrupted at if
 /// an interruption record follows it; any other item read after it goes to `pending`.
+/// `records` receives the records of its instructions, each with its place among the
+/// block's references ([`Marker::place`]), in the order they are given: a sync record
+/// where its instruction is, a call record with the record before it (at the block's start
+/// if none), a return record after all of them; records of one place in profile order.
 fn block_at(
     plans: &Plans,
     cache: &mut PlanCache,
@@ -258,7 +259,7 @@ fn block_at(
     version: u32,
     word: usize,
     pending: &mut Option<TagItem>,
-    syncs: &mut Vec<Marker>,
+    records: &mut Vec<(u32, Marker)>,
 ) -> Result<(u32, Option<u16>), ChunkFault> {
     let id = match cache.find(plans, addr, version) {
         Ok(p) => p,
@@ -268,7 +269,8 @@ fn block_at(
     // An interrupted block is followed by the record saying where it stopped, and by the
     // sync and call records of its instructions, before or after that record.
     let mut stop = None;
-    syncs.clear();
+    records.clear();
+    let mut last = 0u32;
     let n = plans.flat.blocks[id as usize].insns;
     loop {
         match if tags.at_escape() { tags.next_item() } else { Ok(None) } {
@@ -291,10 +293,14 @@ fn block_at(
                         });
                     }
                 }
-                syncs.push(m);
+                last = m.place().unwrap_or(u32::MAX);
+                records.push((last, m));
             }
-            Ok(Some(TagItem::Escape(Escape::Call { func, args, ret }))) => syncs.push(Marker::Call { func, args, ret }),
-            Ok(Some(TagItem::Escape(Escape::Return { func, value }))) => syncs.push(Marker::Return { func, value }),
+            Ok(Some(TagItem::Escape(Escape::Call { func, args, ret }))) => records.push((last, Marker::Call { func, args, ret })),
+            Ok(Some(TagItem::Escape(Escape::Return { func, value }))) => {
+                last = u32::MAX;
+                records.push((last, Marker::Return { func, value }))
+            }
             Ok(next) => {
                 *pending = next;
                 break;
@@ -302,6 +308,8 @@ fn block_at(
             Err(e) => return Err(ChunkFault::Malformed { word: tags.word_offset(), what: e.to_string() }),
         }
     }
+    // Stable: records of one place keep their order.
+    records.sort_by_key(|&(p, _)| p);
     Ok((id, stop))
 }
 
@@ -334,7 +342,7 @@ pub fn walk_blocks<S: Sink>(width: Width, plans: &Plans, chunk: &ChunkView, scra
                 let executed = stop.map_or(plans.flat.blocks[id as usize].insns, |s| s as u32 + 1);
                 let plan = plans.get_plan(id);
                 sink.block(&BlockEvent { thread, addr, version, id: Some(id), plan, executed, interrupted: stop.is_some() })?;
-                for &m in &syncs {
+                for &(_, m) in &syncs {
                     sink.marker(thread, m)?;
                 }
                 version = 0;
@@ -593,7 +601,15 @@ impl Walker<'_> {
     }
 
     #[inline(always)]
-    fn block<S: Sink>(&mut self, plans: &Plans, id: u32, version: u32, stop: Option<u16>, sink: &mut S) -> Result<(), StepFault> {
+    fn block<S: Sink>(
+        &mut self,
+        plans: &Plans,
+        id: u32,
+        version: u32,
+        stop: Option<u16>,
+        records: &[(u32, Marker)],
+        sink: &mut S,
+    ) -> Result<(), StepFault> {
         let flat = &plans.flat;
         let fb = flat.blocks[id as usize];
         let executed = stop.map_or(fb.insns, |s| s as u32 + 1);
@@ -615,7 +631,14 @@ impl Walker<'_> {
         self.batch.reserve(fb.refs as usize);
         let mask = self.mask;
         let mut status = self.status;
+        // The block's records (placed by `place_records`) not yet given.
+        let mut records = records;
         for step in steps {
+            if let Some(&(p, _)) = records.first() {
+                if p <= 2 * step.insn as u32 {
+                    self.records_before(2 * step.insn as u32, &mut records, sink)?;
+                }
+            }
             status &= !step.expired;
             if step.adjust.0 != step.adjust.1 {
                 self.adjust(&flat.adjust[step.adjust.0 as usize..step.adjust.1 as usize]);
@@ -656,6 +679,27 @@ impl Walker<'_> {
         self.status = status;
         if !self.batch.is_empty() {
             sink.refs(&self.batch)?;
+        }
+        for &(_, m) in records {
+            sink.marker(self.thread, m)?;
+        }
+        Ok(())
+    }
+
+    /// Gives the references batched so far and then the records placed at or before
+    /// `place` (the next instruction's references come after them).
+    #[cold]
+    fn records_before<S: Sink>(&mut self, place: u32, records: &mut &[(u32, Marker)], sink: &mut S) -> Result<(), StepFault> {
+        if !self.batch.is_empty() {
+            sink.refs(&self.batch)?;
+            self.batch.clear();
+        }
+        while let Some((&(p, m), rest)) = records.split_first() {
+            if p > place {
+                break;
+            }
+            sink.marker(self.thread, m)?;
+            *records = rest;
         }
         Ok(())
     }

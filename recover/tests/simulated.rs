@@ -147,3 +147,79 @@ fn programs_with_control_flow_recover_exactly() {
     }
     assert_engines_ran(c);
 }
+
+/// Checks that every record of a block's instructions arrives where it stands among the
+/// block's references: a sync record before instruction k after the references of
+/// instructions before k and before k's own (after them for a record after k), a call
+/// record with the record before it, a return record after all of them.
+#[derive(Default)]
+struct Placement {
+    /// The current block's references so far (instruction indices) and its records so far
+    /// (place), in arrival order.
+    refs: Vec<u16>,
+    records: Vec<u32>,
+    /// Records seen, and references seen after a record of their block.
+    checked: usize,
+    after: usize,
+    wrong: Vec<String>,
+}
+
+impl dep_recover::Sink for Placement {
+    fn block(&mut self, _: &dep_recover::BlockEvent) -> dep_recover::SinkResult {
+        self.refs.clear();
+        self.records.clear();
+        Ok(())
+    }
+    fn refs(&mut self, refs: &[dep_recover::MemEvent]) -> dep_recover::SinkResult {
+        for r in refs {
+            // No record already given may stand after this reference.
+            if let Some(&p) = self.records.iter().find(|&&p| p > 2 * r.insn as u32) {
+                self.wrong.push(format!("reference of instruction {} after a record at place {p}", r.insn));
+            }
+            self.after += !self.records.is_empty() as usize;
+            self.refs.push(r.insn);
+        }
+        Ok(())
+    }
+    fn marker(&mut self, _: u32, m: dep_recover::Marker) -> dep_recover::SinkResult {
+        use dep_recover::Marker;
+        let p = match m {
+            Marker::Sync { insn: Some(_), .. } => m.place().unwrap(),
+            Marker::Call { .. } => self.records.last().copied().unwrap_or(0),
+            Marker::Return { .. } => u32::MAX,
+            _ => return Ok(()),
+        };
+        self.checked += 1;
+        // Every reference already given stands before this record.
+        if let Some(&k) = self.refs.iter().find(|&&k| 2 * k as u32 >= p) {
+            self.wrong.push(format!("record at place {p} after a reference of instruction {k}"));
+        }
+        self.records.push(p);
+        Ok(())
+    }
+}
+
+#[test]
+fn records_of_instructions_arrive_in_place() {
+    let (mut checked, mut after) = (0, 0);
+    for seed in (1..80).step_by(2) {
+        let mut rng = Rng::new(seed);
+        let n = 1 + rng.below(30) as usize;
+        let code = random_code(&mut rng, n);
+        let paths: Vec<_> = (0..2).map(|_| random_path(&mut rng, &code, 400, true)).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sim.dep");
+        write_profile_with(std::fs::File::create(&path).unwrap(), Machine::x86_64(2696), &code, &paths, seed, true).unwrap();
+        let p = Profile::open(&path).unwrap();
+        for engine in [Engine::Walk, Engine::Compiled, Engine::CompiledWithoutPopcnt] {
+            let rec = Recovery::with_engine(&p, 1, engine);
+            let mut s = Placement::default();
+            rec.run(Source::Dep, &mut s).unwrap();
+            assert!(s.wrong.is_empty(), "seed {seed} {engine:?}: {}", s.wrong[..s.wrong.len().min(5)].join("; "));
+            checked += s.checked;
+            after += s.after;
+        }
+    }
+    // Not vacuous: many records, and references after records of their own block.
+    assert!(checked > 500 && after > 500, "{checked} records, {after} references after one");
+}
