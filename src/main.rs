@@ -252,13 +252,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 /// Opens the output file, or stdout when none is given.
-fn create_output(path: Option<&std::path::Path>) -> Result<Box<dyn Write>> {
+fn create_output(path: Option<&std::path::Path>) -> Result<Box<dyn Write + Send>> {
     Ok(match path {
         Some(p) => Box::new(std::io::BufWriter::with_capacity(
             1 << 20,
             std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
         )),
-        None => Box::new(std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock())),
+        None => Box::new(std::io::BufWriter::with_capacity(1 << 20, std::io::stdout())),
     })
 }
 
@@ -321,18 +321,17 @@ fn recover(profile: &std::path::Path, truth: bool, format: &str, output: Option<
     let source = if truth { Source::Truth } else { Source::Dep };
     if format == "null" {
         // Recovery alone, for timing it: per-chunk counts summed, nothing written.
-        let total = std::sync::Mutex::new(dep_recover::Counts::default());
-        rec.run_ordered(
+        let mut c = dep_recover::Counts::default();
+        rec.run_chunks(
             source,
-            dep_recover::Counts::default,
-            |c| {
-                total.lock().unwrap().add(&c);
-                Ok(Vec::new())
+            |_| dep_recover::Counts::default(),
+            Ok,
+            |_| 0,
+            |_, chunk| {
+                c.add(&chunk);
+                Ok(())
             },
-            &mut std::io::sink(),
-            &|_| {},
         )?;
-        let c = total.into_inner().unwrap();
         eprintln!(
             "dep: recovered {} blocks, {} instructions, {} reads, {} writes, checksum {:016x}",
             c.blocks, c.instructions, c.reads, c.writes, c.checksum
@@ -360,7 +359,7 @@ fn recover(profile: &std::path::Path, truth: bool, format: &str, output: Option<
         rec.run_with_progress(source, &mut r, &|n| pb.inc(n))
             .and_then(|_| r.into_inner().map(|_| ()).map_err(dep_recover::RecoverError::Output))
     } else {
-        rec.run_ordered(source, || Renderer::new(fmt, Vec::new()), |r| r.into_inner(), &mut out, &|n| pb.inc(n))
+        rec.run_rendered(source, fmt, &mut out, &|n| pb.inc(n))
     };
     pb.finish_and_clear();
     match r {

@@ -29,7 +29,7 @@ fuzz_target!(|input: dep_fuzz::Input| {
     // In parallel: the same result in the same order.
     let rec = Recovery::with_engine(&p, 2, Engine::Compiled);
     let mut out = Vec::new();
-    let res = rec.run_ordered(Source::Dep, || Renderer::new(Format::Text, Vec::new()), |r| r.into_inner(), &mut out, &|_| {});
+    let res = rec.run_rendered(Source::Dep, Format::Text, &mut out, &|_| {});
     assert_eq!(res.is_ok(), walk.1.is_none(), "parallel: {res:?}, sequential: {:?}", walk.1);
     if res.is_ok() {
         assert!(out == walk.0, "parallel: different events from sequential");

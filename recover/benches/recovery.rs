@@ -1,6 +1,6 @@
 //! Throughput of recovery, in memory references per second, on simulated profiles: the
 //! recovery loop alone (the null `Counts` sink), with text rendering to `io::sink()`, the
-//! statistics sink, and chunk-parallel `run_ordered` with 1 and 2 workers; and on profiles
+//! statistics sink, and chunk-parallel `run_chunks`/`run_rendered` with 1 and 2 workers; and on profiles
 //! recorded from real programs (gzip compressing 4 MB of text, a Python loop) when the
 //! workspace's release `dep` and its collector are built (`cargo build --release
 //! --workspace`): the null sink, and edge counts merged chunk-parallel on 1 and 2 workers.
@@ -91,12 +91,11 @@ fn parallel(c: &mut Criterion) {
     for workers in [1, 2] {
         let rec = Recovery::new(&p, workers);
         g.bench_with_input(BenchmarkId::new("null_sink", workers), &rec, |b, rec| {
-            b.iter(|| rec.run_ordered(Source::Dep, Counts::default, |_| Ok(Vec::new()), &mut std::io::sink(), &|_| {}).unwrap())
+            b.iter(|| rec.run_chunks(Source::Dep, |_| Counts::default(), Ok, |_| 0, |_, _| Ok(())).unwrap())
         });
         g.bench_with_input(BenchmarkId::new("text", workers), &rec, |b, rec| {
             b.iter(|| {
-                rec.run_ordered(Source::Dep, || Renderer::new(Format::Text, Vec::new()), |r| r.into_inner(), &mut std::io::sink(), &|_| {})
-                    .unwrap()
+                rec.run_rendered(Source::Dep, Format::Text, &mut std::io::sink(), &|_| {}).unwrap()
             })
         });
     }
@@ -171,7 +170,7 @@ fn recorded(c: &mut Criterion) {
             let rec = Recovery::with_compiled(&p, workers, compiled);
             let id = format!("{name}_null_sink{}", if compiled { "" } else { "_interpreted" });
             g.bench_with_input(BenchmarkId::new(id, workers), &rec, |b, rec| {
-                b.iter(|| rec.run_ordered(Source::Dep, Counts::default, |_| Ok(Vec::new()), &mut std::io::sink(), &|_| {}).unwrap())
+                b.iter(|| rec.run_chunks(Source::Dep, |_| Counts::default(), Ok, |_| 0, |_, _| Ok(())).unwrap())
             });
         }
         // A stateful analysis: edge counts merged chunk-parallel, on one and two cores.

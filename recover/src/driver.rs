@@ -2,11 +2,15 @@
 //! - [`run`](Recovery::run): one sink sees everything, on the calling thread;
 //! - [`run_threads`](Recovery::run_threads): one sink per thread, each fed its chunks in
 //!   order, threads in parallel (state of any kind: call stacks, instance numbers);
-//! - [`run_merged`](Recovery::run_merged) and [`run_ordered`](Recovery::run_ordered): one
+//! - [`run_merged`](Recovery::run_merged) and [`run_chunks`](Recovery::run_chunks): one
 //!   sink per chunk, chunks in parallel, then merged in order into each thread's sink
-//!   ([`Merge`]) or turned into bytes written in order (renderers).
+//!   ([`Merge`]) or handed over in chunk order;
+//! - [`run_rendered`](Recovery::run_rendered): `dep recover`'s renderings, chunks in
+//!   parallel, written in order.
 
 use crate::events::{Begin, Merge, Part, Sink, SinkError};
+use crate::ordered::{ChunkWriter, Gate};
+use crate::render::{Format, Renderer};
 use crate::plans::{Engine, Plans};
 use crate::traverse::{recover_chunk, walk_blocks, ChunkFault, Scratch};
 use crate::truth::replay_chunk;
@@ -182,7 +186,7 @@ impl<'p> Recovery<'p> {
         fed(sink.finish()).map(|_| ())
     }
 
-    /// Threads [`run_ordered`](Self::run_ordered) and [`run_merged`](Self::run_merged) use.
+    /// Threads the chunk-parallel drivers use.
     pub fn workers(&self) -> usize {
         let chunks: usize = self.profile.threads.iter().map(|t| t.chunks.len()).sum();
         self.workers.min(chunks).max(1)
@@ -296,7 +300,7 @@ impl<'p> Recovery<'p> {
         };
         self.map_ordered(
             &chunks,
-            |c, buf| work(c, buf),
+            |_, c, buf| work(c, buf),
             |_| 0,
             |k, (sink, how)| {
                 let t = owner[k];
@@ -333,30 +337,33 @@ impl<'p> Recovery<'p> {
         Ok(done.into_iter().map(|s| s.expect("every thread closed")).collect())
     }
 
-    /// Recovers chunks in parallel, each into a sink made by `make` (which sees `begin` with
-    /// [`Part::Chunk`], its chunk and `finish`); `finish` turns a sink into bytes that are
-    /// written to `out` in chunk order. `progress` sees each chunk done. A sink that stops
-    /// ends its own chunk's output only.
-    pub fn run_ordered<S, M, F>(
+    /// Recovers chunks in parallel, each rendered in `format`, and writes the renderings to
+    /// `out` in chunk order (thread by thread, each in sequence) in bounded memory: the
+    /// chunk next in order writes straight through, those ahead of it hold their bytes
+    /// ([`ordered`](crate::ordered)). `progress` sees each chunk done.
+    pub fn run_rendered(
         &self,
         source: Source,
-        make: M,
-        finish: F,
-        out: &mut dyn Write,
+        format: Format,
+        out: &mut (dyn Write + Send),
         progress: &(dyn Fn(u64) + Sync),
-    ) -> Result<(), RecoverError>
-    where
-        S: Sink,
-        M: Fn() -> S + Sync,
-        F: Fn(S) -> std::io::Result<Vec<u8>> + Sync,
-    {
-        self.run_chunks(
-            source,
-            |_| make(),
-            |s| finish(s).map_err(RecoverError::Output),
-            |bytes| bytes.len(),
-            |_, bytes| {
-                out.write_all(&bytes).map_err(RecoverError::Output)?;
+    ) -> Result<(), RecoverError> {
+        self.check_source(source)?;
+        let chunks = self.chunks();
+        let gate = Gate::new(out);
+        self.map_ordered(
+            &chunks,
+            |k, c, buf| {
+                let mut sink = Renderer::new(format, ChunkWriter::new(k, &gate));
+                if fed(sink.begin(&self.begin(source, Part::Chunk { thread: c.thread, seq: c.seq })))? == Fed::All {
+                    self.feed(c, source, buf, &mut sink)?;
+                }
+                fed(sink.finish())?;
+                sink.into_inner().map_err(RecoverError::Output)
+            },
+            ChunkWriter::held_bytes,
+            |k, w| {
+                gate.finish(k, w).map_err(RecoverError::Output)?;
                 progress(1);
                 Ok(())
             },
@@ -387,7 +394,7 @@ impl<'p> Recovery<'p> {
         let mut consume = consume;
         self.map_ordered(
             &chunks,
-            |c, buf| {
+            |_, c, buf| {
                 let mut sink = make(c);
                 if fed(sink.begin(&self.begin(source, Part::Chunk { thread: c.thread, seq: c.seq })))? == Fed::All {
                     self.feed(c, source, buf, &mut sink)?;
@@ -405,14 +412,14 @@ impl<'p> Recovery<'p> {
     fn map_ordered<T, W, C>(&self, chunks: &[ChunkRef], work: W, weight: fn(&T) -> usize, mut consume: C) -> Result<(), RecoverError>
     where
         T: Send,
-        W: Fn(&ChunkRef, &mut Buffers) -> Result<T, RecoverError> + Sync,
+        W: Fn(usize, &ChunkRef, &mut Buffers) -> Result<T, RecoverError> + Sync,
         C: FnMut(usize, T) -> Result<(), RecoverError>,
     {
         let workers = self.workers();
         if workers == 1 {
             let mut buf = Buffers::default();
             for (k, c) in chunks.iter().enumerate() {
-                consume(k, work(c, &mut buf)?)?;
+                consume(k, work(k, c, &mut buf)?)?;
             }
             return Ok(());
         }
@@ -425,7 +432,7 @@ impl<'p> Recovery<'p> {
                 s.spawn(move |_| {
                     let mut buf = Buffers::default();
                     for k in job_rx {
-                        if res_tx.send((k, work(&chunks[k], &mut buf))).is_err() {
+                        if res_tx.send((k, work(k, &chunks[k], &mut buf))).is_err() {
                             break;
                         }
                     }

@@ -8,6 +8,7 @@ pub mod events;
 pub mod flat;
 #[cfg(target_arch = "x86_64")]
 pub mod jit;
+pub mod ordered;
 pub mod plans;
 pub mod records;
 pub mod render;

@@ -4,7 +4,7 @@
 use dep_profile::container::Profile;
 use dep_profile::simulate::{random_code, random_path, write_profile, Rng};
 use dep_profile::Machine;
-use dep_recover::{Counts, Format, Recovery, Renderer, Source};
+use dep_recover::{Counts, Format, Recovery, Source};
 use proptest::prelude::*;
 
 fn sample(seed: u64) -> Vec<u8> {
@@ -23,7 +23,7 @@ fn recover_all(bytes: &[u8]) {
     for source in [Source::Dep, Source::Truth] {
         let _ = rec.run(source, &mut Counts::default());
         let mut out = Vec::new();
-        let _ = rec.run_ordered(source, || Renderer::new(Format::Text, Vec::new()), |r| r.into_inner(), &mut out, &|_| {});
+        let _ = rec.run_rendered(source, Format::Text, &mut out, &|_| {});
     }
 }
 

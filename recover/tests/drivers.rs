@@ -99,19 +99,19 @@ fn handlers_spanning_chunks(p: &Profile) -> usize {
         }
     }
     let rec = Recovery::new(p, 1);
-    let found = std::sync::atomic::AtomicUsize::new(0);
-    rec.run_ordered(
+    let mut found = 0;
+    rec.run_chunks(
         Source::Dep,
-        || Spans { open: 0, found: 0 },
-        |s| {
-            found.fetch_add(s.found, std::sync::atomic::Ordering::Relaxed);
-            Ok(Vec::new())
+        |_| Spans { open: 0, found: 0 },
+        |s| Ok(s.found),
+        |_| 0,
+        |_, n| {
+            found += n;
+            Ok(())
         },
-        &mut std::io::sink(),
-        &|_| {},
     )
     .unwrap();
-    found.into_inner()
+    found
 }
 
 /// A sink that stops after `limit` blocks, and one that fails.

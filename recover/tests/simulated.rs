@@ -10,7 +10,7 @@ use dep_recover::{Engine, Format, Recovery, Renderer, Source};
 fn render(rec: &Recovery, source: Source, format: Format, parallel: bool) -> Vec<u8> {
     let mut out = Vec::new();
     if parallel {
-        rec.run_ordered(source, || Renderer::new(format, Vec::new()), |r| r.into_inner(), &mut out, &|_| {}).unwrap();
+        rec.run_rendered(source, format, &mut out, &|_| {}).unwrap();
     } else {
         let mut r = Renderer::new(format, &mut out);
         rec.run(source, &mut r).unwrap();
