@@ -69,12 +69,14 @@ impl Symbolizer {
     /// The modules a profile recorded (load events; an unload is ignored, since a later
     /// load at the same place replaces it).
     pub fn new(events: &[ModuleEvent]) -> Symbolizer {
-        let mut modules: Vec<Module> = Vec::new();
-        for e in events.iter().filter(|e| e.event == "load" && e.size > 0) {
-            modules.retain(|m| m.base != e.base);
-            modules.push(Module { path: e.path.clone(), base: e.base, size: e.size, build_id: e.build_id.clone(), file: OnceLock::new() });
-        }
-        modules.sort_by_key(|m| m.base);
+        // The last load at each base (a sort and one pass, however many events a profile holds).
+        let mut loads: Vec<(usize, &ModuleEvent)> = events.iter().filter(|e| e.event == "load" && e.size > 0).enumerate().collect();
+        loads.sort_by_key(|&(i, e)| (e.base, std::cmp::Reverse(i)));
+        loads.dedup_by_key(|(_, e)| e.base);
+        let modules: Vec<Module> = loads
+            .into_iter()
+            .map(|(_, e)| Module { path: e.path.clone(), base: e.base, size: e.size, build_id: e.build_id.clone(), file: OnceLock::new() })
+            .collect();
         Symbolizer { modules, warnings: Mutex::new(Vec::new()) }
     }
 
@@ -92,7 +94,8 @@ impl Symbolizer {
     /// The function symbols of the module loaded at `base`, as (name, offset from the base,
     /// size), sorted by offset; empty where the module cannot be read.
     pub fn module_symbols(&self, base: u64) -> Vec<(String, u64, u64)> {
-        let Some(m) = self.modules.iter().find(|m| m.base == base) else { return Vec::new() };
+        let Ok(i) = self.modules.binary_search_by_key(&base, |m| m.base) else { return Vec::new() };
+        let m = &self.modules[i];
         let Some(file) = m.file.get_or_init(|| self.open(m)) else { return Vec::new() };
         file.functions
             .iter()
@@ -362,4 +365,25 @@ fn plt_stubs(obj: &object::File) -> Vec<(u64, u64, String)> {
     }
     stubs.sort();
     stubs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(path: &str, base: u64) -> ModuleEvent {
+        ModuleEvent { event: "load".into(), path: path.into(), base, size: 0x1000, build_id: None, entry: None }
+    }
+
+    #[test]
+    fn the_last_load_at_a_base_names_it() {
+        let mut events = vec![load("/a", 0x3000), load("/b", 0x1000), load("/c", 0x3000)];
+        events.push(ModuleEvent { event: "unload".into(), ..load("/c", 0x3000) });
+        events.push(load("/d", 0x2000));
+        events.push(load("/e", 0x1000));
+        let s = Symbolizer::new(&events);
+        let got: Vec<(&str, u64)> = s.modules.iter().map(|m| (m.path.as_str(), m.base)).collect();
+        assert_eq!(got, [("/e", 0x1000), ("/d", 0x2000), ("/c", 0x3000)]);
+        assert!(s.module_symbols(0x2500).is_empty(), "not a module's base");
+    }
 }

@@ -126,14 +126,14 @@ impl Profile {
         let mut thread_records = 0usize;
         let mut off = FILE_HEADER_LEN;
         let rec_err = |offset: usize, why: String| ProfileError::Record { path: path.clone(), offset: offset as u64, why };
-        let thread_mut = |threads: &mut Vec<ThreadInfo>, index: u32| -> usize {
-            match threads.iter().position(|t| t.index == index) {
-                Some(p) => p,
-                None => {
-                    threads.push(ThreadInfo { index, ..Default::default() });
-                    threads.len() - 1
-                }
-            }
+        // Where each thread index is in `threads`: a lookup per record, not a scan (a
+        // profile of n thread and chunk records must not take n^2 steps to open).
+        let mut thread_at: HashMap<u32, usize> = HashMap::new();
+        let mut thread_mut = |threads: &mut Vec<ThreadInfo>, index: u32| -> usize {
+            *thread_at.entry(index).or_insert_with(|| {
+                threads.push(ThreadInfo { index, ..Default::default() });
+                threads.len() - 1
+            })
         };
         while off < map.len() {
             if map.len() - off < RECORD_HEADER_LEN {
