@@ -108,6 +108,9 @@ pub enum EngineError {
     Io(#[from] io::Error),
     #[error("instruction at {pc:#x} ran more than {max} times, more than a WET instance number holds here")]
     TooManyInstances { pc: u64, max: u64 },
+    /// A reference handed over with a block whose instruction it does not name.
+    #[error("thread {thread}: a reference of the instruction at {pc:#x} given with block {block:#x}, whose instruction {insn} is at {at:#x}")]
+    Misplaced { thread: u32, pc: u64, block: u64, insn: u16, at: u64 },
 }
 
 /// The dependence engine over a whole trace.
@@ -196,8 +199,9 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    /// References of the block last entered.
-    pub fn refs(&mut self, evs: &[MemEvent]) -> Result<(), EngineError> {
+    /// References of the block `thread` last entered.
+    pub fn refs(&mut self, thread: u32, evs: &[MemEvent]) -> Result<(), EngineError> {
+        self.thread(thread)?;
         let Some((bid, executed)) = self.t.block else { return Ok(()) };
         let plan = self.plans.plan(bid);
         for ev in evs {
@@ -206,6 +210,11 @@ impl<'a> Engine<'a> {
                 continue;
             }
             let insn = &plan.insns[i as usize];
+            // Each reference names its instruction: one given with another block (another
+            // thread's) would be charged to the wrong instruction's use ports.
+            if insn.pc != ev.pc {
+                return Err(EngineError::Misplaced { thread, pc: ev.pc, block: plan.addr, insn: ev.insn, at: insn.pc });
+            }
             match self.t.cur {
                 Some(c) if c.idx == i => {
                     let per = insn.refs.len() as u32;

@@ -242,11 +242,12 @@ fn indirect_targets(rec: &Recovery) -> Result<FxHashSet<(u32, u32)>, RecoverErro
     Ok(all)
 }
 
-/// Events handed from the recovery to the engine.
+/// Events handed from the recovery to the engine. References name their thread: the
+/// interleaving can resume a thread in the middle of a block, after another thread's events.
 #[derive(Clone, Copy)]
 enum Ev {
     Block { thread: u32, addr: u64, id: Option<u32>, executed: u32, interrupted: bool },
-    Refs(u32),
+    Refs { thread: u32, n: u32 },
     Marker(u32, Marker),
 }
 
@@ -261,6 +262,8 @@ struct Forward {
     batch: Batch,
     tx: crossbeam::channel::Sender<Batch>,
     free: crossbeam::channel::Receiver<Batch>,
+    /// The thread of the last block, whose references come next.
+    thread: u32,
 }
 
 impl Forward {
@@ -276,10 +279,10 @@ impl Forward {
 
     /// Adds an event (for `Ev::Refs`, the references `refs`), sending the batch when full.
     fn push(&mut self, ev: Ev, refs: &[MemEvent]) -> SinkResult {
-        if let Ev::Refs(_) = ev {
+        if let Ev::Refs { thread, .. } = ev {
             for part in refs.chunks(Self::REFS) {
                 self.batch.refs.extend_from_slice(part);
-                self.batch.evs.push(Ev::Refs(part.len() as u32));
+                self.batch.evs.push(Ev::Refs { thread, n: part.len() as u32 });
                 self.check()?;
             }
             Ok(())
@@ -300,10 +303,11 @@ impl Forward {
 
 impl Sink for Forward {
     fn block(&mut self, b: &BlockEvent) -> SinkResult {
+        self.thread = b.thread;
         self.push(Ev::Block { thread: b.thread, addr: b.addr, id: b.id, executed: b.executed, interrupted: b.interrupted }, &[])
     }
     fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
-        self.push(Ev::Refs(0), refs)
+        self.push(Ev::Refs { thread: self.thread, n: 0 }, refs)
     }
     fn marker(&mut self, thread: u32, m: Marker) -> SinkResult {
         self.push(Ev::Marker(thread, m), &[])
@@ -313,97 +317,6 @@ impl Sink for Forward {
             self.send()?;
         }
         Ok(())
-    }
-}
-
-/// A sink's stop as a clean end, anything else as a recovery error.
-/// One thread's recovered events, as its producer hands them over in batches; an atomic
-/// instruction's sync record is put between the references of the instructions before it
-/// and its own (recovery gives it after its block), so that a segment ends exactly there.
-struct ThreadFeed<'p> {
-    plans: &'p dep_recover::plans::Plans,
-    out: Forward,
-    /// The block whose events are held until its sync records are known, with its refs
-    /// and the sync markers that came after it.
-    held: Option<(Ev, Vec<MemEvent>, Vec<Marker>)>,
-}
-
-impl ThreadFeed<'_> {
-    fn push(&mut self, ev: Ev, refs: &[MemEvent]) -> SinkResult {
-        self.out.push(ev, refs)
-    }
-
-    /// Emits the held block: its references, with each sync marker of an instruction
-    /// before that instruction's first reference.
-    fn release(&mut self) -> SinkResult {
-        let Some((block, refs, mut syncs)) = self.held.take() else { return Ok(()) };
-        self.push(block, &[])?;
-        let thread = match block {
-            Ev::Block { thread, .. } => thread,
-            _ => 0,
-        };
-        // Each sync record where its instruction is: before instruction k, between the
-        // references of instructions before k and k's own; after k, right after k's.
-        let place = |m: &Marker| m.place().unwrap_or(u32::MAX);
-        syncs.sort_by_key(place);
-        let mut at = 0usize;
-        for m in syncs {
-            let p = place(&m);
-            let upto = if p == u32::MAX {
-                refs.len()
-            } else {
-                // References of instructions before k (before), or up to k (after).
-                at + refs[at..].iter().take_while(|r| 2 * (r.insn as u32) < p).count()
-            };
-            if upto > at {
-                self.push(Ev::Refs(0), &refs[at..upto])?;
-            }
-            at = upto;
-            self.push(Ev::Marker(thread, m), &[])?;
-        }
-        if at < refs.len() {
-            self.push(Ev::Refs(0), &refs[at..])?;
-        }
-        Ok(())
-    }
-}
-
-impl Sink for ThreadFeed<'_> {
-    fn block(&mut self, b: &BlockEvent) -> SinkResult {
-        self.release()?;
-        let ev = Ev::Block { thread: b.thread, addr: b.addr, id: b.id, executed: b.executed, interrupted: b.interrupted };
-        let atomic = b.id.and_then(|id| self.plans.get_plan(id)).is_some_and(|p| p.insns.iter().any(|i| i.atomic));
-        if atomic {
-            self.held = Some((ev, Vec::new(), Vec::new()));
-            Ok(())
-        } else {
-            self.push(ev, &[])
-        }
-    }
-    fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
-        match &mut self.held {
-            Some((_, held, _)) => {
-                held.extend_from_slice(refs);
-                Ok(())
-            }
-            None => self.push(Ev::Refs(0), refs),
-        }
-    }
-    fn marker(&mut self, thread: u32, m: Marker) -> SinkResult {
-        match (&mut self.held, m) {
-            (Some((_, _, syncs)), Marker::Sync { .. }) => {
-                syncs.push(m);
-                Ok(())
-            }
-            _ => {
-                self.release()?;
-                self.push(Ev::Marker(thread, m), &[])
-            }
-        }
-    }
-    fn finish(&mut self) -> SinkResult {
-        self.release()?;
-        self.out.finish()
     }
 }
 
@@ -426,8 +339,9 @@ fn linearize(rec: &Recovery, fwd: &mut Forward) -> Result<(), RecoverError> {
             let chunks = t.chunks.clone();
             producers.push(s.spawn(move || -> Result<(), RecoverError> {
                 // (No recycled batches come back to a producer.)
-                let out = Forward { batch: Batch::default(), tx, free: crossbeam::channel::never() };
-                let mut feed = ThreadFeed { plans: &rec.plans, out, held: None };
+                // (Recovery gives each sync record where it stands among its block's
+                // references, so a segment ends exactly there.)
+                let mut feed = Forward { batch: Batch::default(), tx, free: crossbeam::channel::never(), thread: t.index };
                 for c in &chunks {
                     if !rec.run_chunk(Source::Dep, c, &mut feed)? {
                         return Ok(());
@@ -454,7 +368,7 @@ fn linearize(rec: &Recovery, fwd: &mut Forward) -> Result<(), RecoverError> {
                     let ev = batch.evs[*ev_at];
                     *ev_at += 1;
                     let refs: &[MemEvent] = match ev {
-                        Ev::Refs(n) => {
+                        Ev::Refs { n, .. } => {
                             *ref_at += n as usize;
                             &batch.refs[*ref_at - n as usize..*ref_at]
                         }
@@ -496,8 +410,8 @@ fn run_pipelined(rec: &Recovery, engine: &mut Engine) -> Result<(), WetError> {
                             let b = BlockEvent { thread, addr, version: 0, id, plan: None, executed, interrupted };
                             engine.block(&b)?;
                         }
-                        Ev::Refs(n) => {
-                            engine.refs(&batch.refs[at..at + n as usize])?;
+                        Ev::Refs { thread, n } => {
+                            engine.refs(thread, &batch.refs[at..at + n as usize])?;
                             at += n as usize;
                         }
                         Ev::Marker(thread, m) => engine.marker(thread, m)?,
@@ -509,7 +423,7 @@ fn run_pipelined(rec: &Recovery, engine: &mut Engine) -> Result<(), WetError> {
             }
             engine.finish()
         });
-        let mut fwd = Forward { batch: Batch::default(), tx, free: free_rx };
+        let mut fwd = Forward { batch: Batch::default(), tx, free: free_rx, thread: 0 };
         // One thread needs no interleaving (its own writes are always ordered before its
         // reads): the plain in-order run, one hop shorter.
         let recovered = if rec.profile.threads.len() <= 1 {
