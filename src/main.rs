@@ -205,8 +205,15 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            // One line: the causes joined, most general first.
-            let msg = e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ");
+            // One line: the causes joined, most general first; a cause an error already
+            // quotes at its end (`#[error("...: {0}")]` over its source) is not repeated.
+            let mut causes: Vec<String> = Vec::new();
+            for c in e.chain().map(|c| c.to_string()) {
+                if !causes.last().is_some_and(|last| last.ends_with(&c)) {
+                    causes.push(c);
+                }
+            }
+            let msg = causes.join(": ");
             let _ = writeln!(std::io::stderr(), "dep: error: {msg}");
             ExitCode::from(2)
         }

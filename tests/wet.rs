@@ -346,4 +346,9 @@ fn bad_input_fails_cleanly() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("/nonexistent/dir/x") && err.trim().lines().count() == 1, "{err}");
+    // A full device: said once, in one line (the error quotes its cause, not twice).
+    let o = Command::new(dep()).arg("wet").arg(&profile).args(["-o", "/dev/full"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.trim().lines().count() == 1 && err.matches("No space left on device").count() == 1, "{err}");
 }
