@@ -1,29 +1,37 @@
 //! Vector clocks: one counter per thread, the happens-before order of the race analysis.
 
-/// A vector clock over the profile's threads.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A vector clock over the profile's threads, as long as its last nonzero component:
+/// threads it has not heard of are 0, so a clock costs what it knows, not the run's
+/// thread count.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Clock(Vec<u32>);
 
 impl Clock {
-    /// All zero, for `n` threads.
-    pub fn new(n: usize) -> Clock {
-        Clock(vec![0; n])
+    /// All zero.
+    pub fn new() -> Clock {
+        Clock(Vec::new())
     }
 
     /// Thread `t`'s component.
     #[inline]
     pub fn get(&self, t: usize) -> u32 {
-        self.0[t]
+        self.0.get(t).copied().unwrap_or(0)
     }
 
     /// Advances thread `t`'s component.
     #[inline]
     pub fn tick(&mut self, t: usize) {
+        if t >= self.0.len() {
+            self.0.resize(t + 1, 0);
+        }
         self.0[t] += 1;
     }
 
     /// Takes the later of each component of `self` and `other`.
     pub fn join(&mut self, other: &Clock) {
+        if other.0.len() > self.0.len() {
+            self.0.resize(other.0.len(), 0);
+        }
         for (a, &b) in self.0.iter_mut().zip(&other.0) {
             *a = (*a).max(b);
         }
@@ -32,23 +40,28 @@ impl Clock {
     /// Whether an event of thread `t` at clock `c` happened before a point with this clock.
     #[inline]
     pub fn saw(&self, t: usize, c: u32) -> bool {
-        c <= self.0[t]
+        c <= self.get(t)
     }
 }
 
 /// A thread's (or a sync object's) two clocks: `full` with every happens-before edge, what
 /// ordered this run; `weak` without lock hand-offs (release to acquire of one lock), what
 /// orders the accesses whatever order the threads took the locks in. Both advance together.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Clocks {
     pub full: Clock,
     pub weak: Clock,
 }
 
 impl Clocks {
-    /// All zero, for `n` threads.
-    pub fn new(n: usize) -> Clocks {
-        Clocks { full: Clock::new(n), weak: Clock::new(n) }
+    /// Components held (both clocks).
+    pub fn len(&self) -> usize {
+        self.full.0.len() + self.weak.0.len()
+    }
+
+    /// All zero.
+    pub fn new() -> Clocks {
+        Clocks { full: Clock::new(), weak: Clock::new() }
     }
 
     /// Thread `t`'s own component (the same in both).
@@ -79,17 +92,17 @@ mod tests {
 
     #[test]
     fn join_and_order() {
-        let mut a = Clock::new(3);
+        let mut a = Clock::new();
         a.tick(0);
-        let mut b = Clock::new(3);
+        let mut b = Clock::new();
         b.tick(1);
         b.tick(1);
         assert!(!b.saw(0, 1));
         b.join(&a);
         assert!(b.saw(0, 1) && b.get(1) == 2 && !b.saw(2, 1));
-        let mut x = Clocks::new(2);
+        let mut x = Clocks::new();
         x.tick(0);
-        let mut y = Clocks::new(2);
+        let mut y = Clocks::new();
         y.join(&x, true);
         assert!(y.full.saw(0, 1) && !y.weak.saw(0, 1), "a lock hand-off reaches only the full clock");
         y.join(&x, false);

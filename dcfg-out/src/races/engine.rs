@@ -123,7 +123,10 @@ pub struct Engine<'a> {
     /// Parent's sync record number → the thread it created.
     spawned_at: FxHashMap<u64, u32>,
     spawn_clock: Vec<Option<Clocks>>,
+    /// The clocks of threads that ended and were not joined yet.
     end_clock: Vec<Option<Clocks>>,
+    /// Every ended thread's end clock joined: what a join of a thread not known joins.
+    ended_all: Clocks,
     /// TLS pointer (pthread_t) → the threads created with it (a finished thread's TLS is
     /// given to a later one).
     by_tls: FxHashMap<u64, Vec<u32>>,
@@ -154,11 +157,11 @@ impl<'a> Engine<'a> {
         runtime.sort_unstable();
         let n = spawns.len();
         let threads = (0..n)
-            .map(|t| {
-                let mut clock = Clocks::new(n);
-                clock.tick(t);
+            .map(|_| {
                 Thread {
-                    clock,
+                    // Component t becomes 1 at the thread's first event (`own`): a thread
+                    // not started yet holds nothing.
+                    clock: Clocks::new(),
                     started: false,
                     held: Vec::new(),
                     locks: 0,
@@ -191,6 +194,7 @@ impl<'a> Engine<'a> {
             spawned_at,
             spawn_clock: vec![None; n],
             end_clock: vec![None; n],
+            ended_all: Clocks::new(),
             by_tls,
             joined: vec![false; n],
             tls,
@@ -240,8 +244,27 @@ impl<'a> Engine<'a> {
         self.shadow.bytes()
     }
 
+    /// Vector clock components held, of threads, sync objects and thread ends.
+    pub fn clock_components(&self) -> usize {
+        let threads: usize = self.threads.iter().map(|t| t.clock.len()).sum();
+        let objects: usize = self.objects.values().map(Clocks::len).sum();
+        let kept: usize = self.spawn_clock.iter().chain(&self.end_clock).flatten().map(Clocks::len).sum();
+        threads + objects + kept + self.ended_all.len()
+    }
+
+    /// Gives thread `t` its own first tick if it has none yet (its events are at 1 and
+    /// later; 0 means "never" in the shadow memory).
+    #[inline]
+    fn own(&mut self, t: usize) {
+        let c = &mut self.threads[t].clock;
+        if c.get(t) == 0 {
+            c.tick(t);
+        }
+    }
+
     /// Thread `t` reached its sync record `seq`.
     pub fn sync(&mut self, t: usize, seq: u64) {
+        self.own(t);
         self.stats.syncs += 1;
         if !self.threads[t].started {
             self.threads[t].started = true;
@@ -257,9 +280,8 @@ impl<'a> Engine<'a> {
 
     /// Thread `t` releases sync object `obj`; `lock`: a lock hand-off.
     fn release_as(&mut self, t: usize, obj: u64, lock: bool) {
-        let n = self.threads.len();
         let c = &mut self.threads[t].clock;
-        self.objects.entry(obj & !7).or_insert_with(|| Clocks::new(n)).join(c, lock);
+        self.objects.entry(obj & !7).or_default().join(c, lock);
         c.tick(t);
     }
 
@@ -343,6 +365,7 @@ impl<'a> Engine<'a> {
 
     /// The next event of thread `t`.
     pub fn event(&mut self, t: usize, ev: Ev) {
+        self.own(t);
         match ev {
             Ev::Block { addr, call_ret } => self.block(t, addr, call_ret),
             Ev::Access { pc, addr, size, write, class } => self.access(t, pc, addr, size, write, class),
@@ -444,17 +467,18 @@ impl<'a> Engine<'a> {
                 let j = self
                     .by_tls
                     .get(&p.args[0])
-                    .and_then(|ts| ts.iter().rev().find(|&&j| self.end_clock[j as usize].is_some() && !self.joined[j as usize]));
-                let mut c = self.threads[t].clock.clone();
+                    .and_then(|ts| ts.iter().rev().find(|&&j| self.end_clock[j as usize].is_some() && !self.joined[j as usize]))
+                    .copied();
                 match j {
-                    Some(&j) => {
+                    Some(j) => {
                         self.joined[j as usize] = true;
-                        c.join(self.end_clock[j as usize].as_ref().expect("ended"), false);
+                        // Joined: nothing else can join it, so its clock goes.
+                        let end = self.end_clock[j as usize].take().expect("ended");
+                        self.threads[t].clock.join(&end, false);
                     }
                     // Not known which thread: every thread that ended may be the one.
-                    None => self.end_clock.iter().flatten().for_each(|e| c.join(e, false)),
+                    None => self.threads[t].clock.join(&self.ended_all, false),
                 }
-                self.threads[t].clock = c;
             }
             Func::Malloc => self.alloc(t, value, p.args[0], p.ret),
             Func::Calloc => self.alloc(t, value, p.args[0].saturating_mul(p.args[1]), p.ret),
@@ -483,7 +507,11 @@ impl<'a> Engine<'a> {
     }
 
     fn end(&mut self, t: usize) {
-        self.end_clock[t] = Some(self.threads[t].clock.clone());
+        // The thread's clock now lives on only for whoever joins it (a thread that ended
+        // makes no more accesses to check).
+        let end = std::mem::take(&mut self.threads[t].clock);
+        self.ended_all.join(&end, false);
+        self.end_clock[t] = Some(end);
         let th = &mut self.threads[t];
         th.ended = true;
         // A thread's stack and TLS are reused for threads created later: forget them. The
@@ -777,5 +805,48 @@ mod tests {
             rx.recv_timeout(std::time::Duration::from_secs(30)).expect("an access at the top of memory never ended");
         assert_eq!((races, atomic), (1, false));
         assert!(bytes < 1 << 20, "{bytes} bytes of shadow for two accesses");
+    }
+
+    /// Thousands of threads over a run, 64 alive at once, each created and joined by
+    /// thread 0: the clocks held grow with the threads alive times those of the run, not
+    /// with the square of the run's threads.
+    #[test]
+    fn clocks_grow_with_the_threads_alive() {
+        let (n, alive) = (2000usize, 64usize);
+        let none = FxHashMap::default();
+        // Thread k (1..=n) created at thread 0's sync record 2k - 1; its pthread_t is that of
+        // the slot it takes among those alive (glibc reuses a joined thread's).
+        let tls = |k: usize| 0x7000_0000 + ((k - 1) % alive) as u64 * 0x1000;
+        let spawns: Vec<Option<(u32, u64, u64)>> =
+            std::iter::once(None).chain((1..=n).map(|k| Some((0, 2 * k as u64 - 1, tls(k))))).collect();
+        let mut e = Engine::new(&spawns, &none, Vec::new());
+        let mut seq = 1_000_000u64;
+        let mut peak = 0;
+        e.sync(0, 0);
+        for wave in (1..=n).step_by(alive) {
+            let kids: Vec<usize> = (wave..(wave + alive).min(n + 1)).collect();
+            for &k in &kids {
+                e.sync(0, 2 * k as u64 - 1);
+            }
+            for &k in &kids {
+                seq += 1;
+                e.sync(k, seq);
+                e.event(k, write(0x10_0000 + 8 * k as u64, 0x10));
+                e.event(k, Ev::Release(0x9000));
+                e.event(k, Ev::End);
+            }
+            peak = peak.max(e.clock_components());
+            for &k in &kids {
+                e.event(0, call(Func::Join, tls(k), 0x99));
+                e.event(0, Ev::Block { addr: 0x99, call_ret: 0 });
+            }
+            e.event(0, Ev::Acquire(0x9000));
+            e.event(0, read(0x10_0000 + 8 * kids[0] as u64, 0x20));
+        }
+        assert!(e.races.is_empty(), "{:?}", e.races);
+        // Both clocks (full, weak) of thread 0, of the threads alive, of their ends and the
+        // sync object, each at most n + 1 long.
+        let bound = 2 * (2 * alive + 4) * (n + 1);
+        assert!(peak <= bound, "{peak} clock components held at the peak, over {bound}");
     }
 }
