@@ -325,42 +325,59 @@ impl Sink for Forward {
 /// that begin them. A write in a segment that ended before another began precedes all of
 /// that one, so the engine can tell ordered writes from concurrent ones; and each segment
 /// streams, so memory stays bounded however long a segment runs. Each thread is recovered
-/// by a producer of its own into a bounded channel. Profiles without sync records give
-/// each thread one segment: threads one after another.
+/// by a producer of its own into a bounded channel, from the time the merge reaches the
+/// thread's creation to the end of its stream. Profiles without sync records give each
+/// thread one segment: threads one after another.
 fn linearize(rec: &Recovery, fwd: &mut Forward) -> Result<(), RecoverError> {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
     let threads = &rec.profile.threads;
     std::thread::scope(|s| -> Result<(), RecoverError> {
-        let mut inputs = Vec::new();
-        let mut producers = Vec::new();
-        for t in threads {
+        // A thread's producer starts when the merge first reaches it and ends when its
+        // stream does, so the OS threads and batches alive follow the threads alive in the
+        // run, not all the threads it ever had.
+        let producer = |t: usize| {
             let (tx, rx) = crossbeam::channel::bounded::<Batch>(4);
-            let chunks = t.chunks.clone();
-            producers.push(s.spawn(move || -> Result<(), RecoverError> {
-                // (No recycled batches come back to a producer.)
-                // (Recovery gives each sync record where it stands among its block's
-                // references, so a segment ends exactly there.)
-                let mut feed = Forward { batch: Batch::default(), tx, free: crossbeam::channel::never(), thread: t.index };
-                for c in &chunks {
+            let info = &threads[t];
+            let handle = s.spawn(move || -> Result<(), RecoverError> {
+                // (No recycled batches come back to a producer. Recovery gives each sync
+                // record where it stands among its block's references, so a segment ends
+                // exactly there.)
+                let mut feed = Forward { batch: Batch::default(), tx, free: crossbeam::channel::never(), thread: info.index };
+                for c in &info.chunks {
                     if !rec.run_chunk(Source::Dep, c, &mut feed)? {
                         return Ok(());
                     }
                 }
                 RecoverError::from_sink_result(feed.finish())
-            }));
-            inputs.push((rx, None::<(Batch, usize, usize)>));
-        }
-        // (segment start, thread)
-        let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..inputs.len()).map(|t| Reverse((0, t))).collect();
+            });
+            (rx, handle)
+        };
+        let mut inputs: Vec<Option<(crossbeam::channel::Receiver<Batch>, Option<(Batch, usize, usize)>)>> =
+            (0..threads.len()).map(|_| None).collect();
+        let mut producers = Vec::new();
+        // (segment start, thread): a thread's first segment, before its first sync record,
+        // starts no earlier than the record its creator passed before creating it.
+        let mut heap: BinaryHeap<Reverse<(u64, usize)>> =
+            threads.iter().enumerate().map(|(t, info)| Reverse((info.spawn.map_or(0, |s| s.seq), t))).collect();
+        let mut started = vec![false; threads.len()];
         let mut result = Ok(());
         'segments: while let Some(Reverse((_, t))) = heap.pop() {
+            if !std::mem::replace(&mut started[t], true) {
+                let (rx, handle) = producer(t);
+                inputs[t] = Some((rx, None));
+                producers.push(handle);
+            }
             loop {
-                let (rx, cur) = &mut inputs[t];
+                let Some((rx, cur)) = &mut inputs[t] else { continue 'segments };
                 if cur.is_none() {
                     match rx.recv() {
                         Ok(b) => *cur = Some((b, 0, 0)),
-                        Err(_) => continue 'segments, // this thread is done
+                        Err(_) => {
+                            // This thread is done: its channel goes.
+                            inputs[t] = None;
+                            continue 'segments;
+                        }
                     }
                 }
                 let (batch, ev_at, ref_at) = cur.as_mut().expect("set");
