@@ -121,7 +121,24 @@ struct EdgeInfo {
     src: End,
     dst: End,
     ty: u32,
-    per_thread: Vec<u64>,
+    /// (thread, count) for the threads that took the edge, by thread: an edge costs the
+    /// threads that took it, not every thread of the run.
+    per_thread: Vec<(u32, u64)>,
+}
+
+impl EdgeInfo {
+    /// Adds `n` traversals by thread `t` (threads come in increasing order).
+    fn add(&mut self, t: usize, n: u64) {
+        match self.per_thread.last_mut() {
+            Some((last, c)) if *last as usize == t => *c += n,
+            _ => self.per_thread.push((t as u32, n)),
+        }
+    }
+
+    /// Traversals by all threads.
+    fn count(&self) -> u64 {
+        self.per_thread.iter().map(|&(_, c)| c).sum()
+    }
 }
 
 struct Image {
@@ -215,7 +232,6 @@ impl<'r> Process<'r> {
     pub fn build(rec: &'r Recovery<'r>, ids: &mut Ids, progress: &(dyn Fn(u64) + Sync)) -> Result<Process<'r>, DcfgError> {
         let flows = rec.run_merged(Source::Blocks, |_| NodeFlow::new(&rec.plans), progress)?;
         let plans = &rec.plans;
-        let threads = flows.len();
         let mut nodes: Vec<NodeInfo> = Vec::new();
         let mut index: FxHashMap<Node, u32> = FxHashMap::default();
         let mut add_node = |n: Node, nodes: &mut Vec<NodeInfo>| -> u32 {
@@ -244,30 +260,30 @@ impl<'r> Process<'r> {
                         src: End::Node(ia),
                         dst: End::Node(ib),
                         ty: classify(plans, a, b, how),
-                        per_thread: vec![0; threads],
+                        per_thread: Vec::new(),
                     });
                     edges.len() as u32 - 1
                 });
-                edges[e as usize].per_thread[t] += n;
+                edges[e as usize].add(t, n);
             }
             if let (Some(first), Some(last)) = (f.first, f.last) {
                 let (ia, ib) = (add_node(first, &mut nodes), add_node(last, &mut nodes));
                 let e = *entry_edge.entry(first).or_insert_with(|| {
-                    edges.push(EdgeInfo { src: End::Start, dst: End::Node(ia), ty: const { ty("ENTRY") }, per_thread: vec![0; threads] });
+                    edges.push(EdgeInfo { src: End::Start, dst: End::Node(ia), ty: const { ty("ENTRY") }, per_thread: Vec::new() });
                     edges.len() as u32 - 1
                 });
-                edges[e as usize].per_thread[t] += 1;
+                edges[e as usize].add(t, 1);
                 let e = *exit_edge.entry(last).or_insert_with(|| {
-                    edges.push(EdgeInfo { src: End::Node(ib), dst: End::End, ty: const { ty("EXIT") }, per_thread: vec![0; threads] });
+                    edges.push(EdgeInfo { src: End::Node(ib), dst: End::End, ty: const { ty("EXIT") }, per_thread: Vec::new() });
                     edges.len() as u32 - 1
                 });
-                edges[e as usize].per_thread[t] += 1;
+                edges[e as usize].add(t, 1);
             }
         }
         // Node counts: each execution of a node has exactly one incoming edge.
         for e in &edges {
             if let End::Node(d) = e.dst {
-                nodes[d as usize].count += e.per_thread.iter().sum::<u64>();
+                nodes[d as usize].count += e.count();
             }
         }
         // CALL_BYPASS: caller to the node at its return address, where one ran.
@@ -296,7 +312,7 @@ impl<'r> Process<'r> {
                     src: End::Node(s),
                     dst: End::Node(r),
                     ty: const { ty("CALL_BYPASS") },
-                    per_thread: vec![0; threads],
+                    per_thread: Vec::new(),
                 });
             }
         }
@@ -489,8 +505,8 @@ impl<'r> Process<'r> {
             .collect()
     }
 
-    /// The process's row of the DCFG's PROCESSES table; file names are added to `files`.
-    pub fn dcfg_row(&self, sym: &Symbolizer, files: &mut FileNames) -> Value {
+    /// The process's IMAGES table; file names are added to `files`.
+    fn images_table(&self, sym: &Symbolizer, files: &mut FileNames) -> Value {
         let plans = &self.rec.plans;
         let mut images_table = vec![json!(["IMAGE_ID", "LOAD_ADDR", "SIZE", "IMAGE_DATA"])];
         // Each image's edges (those with an end in it), gathered once for its routines.
@@ -565,16 +581,30 @@ impl<'r> Process<'r> {
             data.insert("ROUTINES".into(), Value::Array(routines));
             images_table.push(json!([k + 1, format!("{:#x}", im.base), im.size, Value::Object(data)]));
         }
-        let mut edges = vec![json!(["EDGE_ID", "SOURCE_NODE_ID", "TARGET_NODE_ID", "EDGE_TYPE_ID", "COUNT_PER_THREAD"])];
+        Value::Array(images_table)
+    }
+
+    /// Writes the process's row of the DCFG's PROCESSES table, `[pid, {EDGES, IMAGES,
+    /// INSTR_COUNT, INSTR_COUNT_PER_THREAD}]` as serde_json writes a map (keys sorted, no
+    /// spaces), with the EDGES table streamed: a count for every thread of every edge is
+    /// the format's, but only the threads that took an edge are held.
+    fn write_dcfg_row(&self, images: &Value, out: &mut dyn Write) -> io::Result<()> {
+        write!(out, "[{},{{\"EDGES\":[[\"EDGE_ID\",\"SOURCE_NODE_ID\",\"TARGET_NODE_ID\",\"EDGE_TYPE_ID\",\"COUNT_PER_THREAD\"]", self.pid)?;
+        let threads = self.instr_per_thread.len();
         for (k, e) in self.edges.iter().enumerate() {
-            edges.push(json!([self.edge_base + k as u32, self.end_id(e.src), self.end_id(e.dst), e.ty, e.per_thread]));
+            write!(out, ",[{},{},{},{},[", self.edge_base + k as u32, self.end_id(e.src), self.end_id(e.dst), e.ty)?;
+            let mut taken = e.per_thread.iter().peekable();
+            for t in 0..threads {
+                let c = taken.next_if(|&&(u, _)| u as usize == t).map_or(0, |&(_, c)| c);
+                write!(out, "{}{c}", if t > 0 { "," } else { "" })?;
+            }
+            out.write_all(b"]]")?;
         }
-        json!([self.pid, {
-            "INSTR_COUNT": self.instr_per_thread.iter().sum::<u64>(),
-            "INSTR_COUNT_PER_THREAD": self.instr_per_thread,
-            "IMAGES": images_table,
-            "EDGES": edges,
-        }])
+        out.write_all(b"],\"IMAGES\":")?;
+        serde_json::to_writer(&mut *out, images)?;
+        write!(out, ",\"INSTR_COUNT\":{},\"INSTR_COUNT_PER_THREAD\":", self.instr_per_thread.iter().sum::<u64>())?;
+        serde_json::to_writer(&mut *out, &self.instr_per_thread)?;
+        out.write_all(b"}]")
     }
 
     /// The trace's edge graph: targets and counts of edges, and each node's out-edges.
@@ -586,7 +616,7 @@ impl<'r> Process<'r> {
         };
         let mut g = EdgeGraph { target: Default::default(), out: Default::default() };
         for (k, e) in self.edges.iter().enumerate() {
-            let count: u64 = e.per_thread.iter().sum();
+            let count = e.count();
             if count == 0 {
                 continue; // fabricated bypasses never appear in the trace
             }
@@ -744,23 +774,25 @@ impl FileNames {
 
 /// Writes the DCFG of `processes`.
 pub fn write_dcfg(out: &mut dyn Write, processes: &[Process], sym: &[Symbolizer]) -> Result<(), DcfgError> {
+    // The images first: FILE_NAMES, which they fill, comes before PROCESSES.
     let mut files = FileNames::default();
-    let mut rows = vec![json!(["PROCESS_ID", "PROCESS_DATA"])];
-    for (p, s) in processes.iter().zip(sym) {
-        rows.push(p.dcfg_row(s, &mut files));
-    }
+    let images: Vec<Value> = processes.iter().zip(sym).map(|(p, s)| p.images_table(s, &mut files)).collect();
     let mut types = vec![json!(["EDGE_TYPE_ID", "EDGE_TYPE"])];
     types.extend(EDGE_TYPES.iter().enumerate().map(|(i, t)| json!([i + 1, t])));
-    let doc = json!({
-        "MAJOR_VERSION": 1,
-        "MINOR_VERSION": 0,
-        "FILE_NAMES": files.table(),
-        "EDGE_TYPES": types,
-        "SPECIAL_NODES": [["NODE_ID", "NODE_NAME"], [START, "START"], [END, "END"]],
-        "PROCESSES": rows,
-    });
-    serde_json::to_writer(&mut *out, &doc).map_err(io::Error::from)?;
-    writeln!(out)?;
+    // The document's keys in the order serde_json writes a map's (sorted), the processes
+    // streamed one by one.
+    out.write_all(b"{\"EDGE_TYPES\":")?;
+    serde_json::to_writer(&mut *out, &types).map_err(io::Error::from)?;
+    out.write_all(b",\"FILE_NAMES\":")?;
+    serde_json::to_writer(&mut *out, &files.table()).map_err(io::Error::from)?;
+    out.write_all(b",\"MAJOR_VERSION\":1,\"MINOR_VERSION\":0,\"PROCESSES\":[[\"PROCESS_ID\",\"PROCESS_DATA\"]")?;
+    for (p, im) in processes.iter().zip(&images) {
+        out.write_all(b",")?;
+        p.write_dcfg_row(im, out)?;
+    }
+    out.write_all(b"],\"SPECIAL_NODES\":")?;
+    serde_json::to_writer(&mut *out, &json!([["NODE_ID", "NODE_NAME"], [START, "START"], [END, "END"]])).map_err(io::Error::from)?;
+    out.write_all(b"}\n")?;
     Ok(())
 }
 

@@ -142,8 +142,25 @@ impl<'p> NodeFlow<'p> {
         node(id, self.plans.flat.blocks[id as usize].insns)
     }
 
+    /// Moves every count into the map and frees the direct-mapped tables: a thread's flow
+    /// once its chunks are merged, so that a run of thousands of threads holds what each
+    /// took, not two 4096-slot tables each (192 KiB).
+    fn compact(&mut self) {
+        for (k, n) in std::mem::take(&mut self.slots).into_iter().filter(|s| s.1 != 0) {
+            *self.spill.entry(k).or_insert(0) += n;
+        }
+        for (k, n) in std::mem::take(&mut self.plain).into_iter().filter(|s| s.1 != 0) {
+            let full = key(self.node_whole((k >> 32) as u32), self.node_whole(k as u32), How::Flow);
+            *self.spill.entry(full).or_insert(0) += n;
+        }
+    }
+
     #[inline]
     fn add(&mut self, k: u128, n: u64) {
+        if self.slots.is_empty() {
+            *self.spill.entry(k).or_insert(0) += n;
+            return;
+        }
         let h = ((k as u64 ^ (k >> 64) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize & (SLOTS - 1);
         let slot = &mut self.slots[h];
         if slot.0 == k && slot.1 != 0 {
@@ -159,6 +176,11 @@ impl<'p> NodeFlow<'p> {
     /// Counts a plain transition between whole blocks (ids).
     #[inline]
     fn add_plain(&mut self, k: u64, n: u64) {
+        if self.plain.is_empty() {
+            let full = key(self.node_whole((k >> 32) as u32), self.node_whole(k as u32), How::Flow);
+            *self.spill.entry(full).or_insert(0) += n;
+            return;
+        }
         let h = (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize & (SLOTS - 1);
         let (old, count) = self.plain[h];
         if old == k && count != 0 {
@@ -222,6 +244,14 @@ impl Sink for NodeFlow<'_> {
 
     fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
         self.how = self.how.after(m);
+        Ok(())
+    }
+
+    fn finish(&mut self) -> SinkResult {
+        // A whole thread's flow is kept until the graph is built; a chunk's is merged away.
+        if self.closed {
+            self.compact();
+        }
         Ok(())
     }
 

@@ -7,44 +7,10 @@ use dep_profile::container::{BlockEntry, ChunkData, Profile, ProfileWriter};
 use dep_profile::simulate::{random_code, random_path, write_profile, Rng};
 use dep_profile::{Machine, Reg, NUM_REGS};
 use dep_recover::{Format, Recovery, Source};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The system allocator, counting the bytes live and their peak.
-struct Peak;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call goes to the system allocator with the caller's layout unchanged; the
-// counters only observe sizes (exercised by every allocation of this test binary).
-unsafe impl GlobalAlloc for Peak {
-    // SAFETY: (contract) GlobalAlloc's, which the caller keeps and the System call below gets.
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        let live = LIVE.fetch_add(l.size(), Ordering::Relaxed) + l.size();
-        PEAK.fetch_max(live, Ordering::Relaxed);
-        // SAFETY: forwarded with the caller's (valid, non-zero-size) layout.
-        unsafe { System.alloc(l) }
-    }
-    // SAFETY: (contract) GlobalAlloc's, passed on unchanged.
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-        // SAFETY: `p` came from `alloc` above with this layout.
-        unsafe { System.dealloc(p, l) }
-    }
-    // SAFETY: (contract) GlobalAlloc's, passed on unchanged.
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        let live = LIVE.fetch_add(new, Ordering::Relaxed) + new;
-        PEAK.fetch_max(live, Ordering::Relaxed);
-        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-        // SAFETY: `p` came from this allocator with layout `l`; `new` is the caller's size.
-        unsafe { System.realloc(p, l, new) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Peak = Peak;
+#[path = "../../tests/common/peak_alloc.rs"]
+mod peak_alloc;
 
 const BLOCK: u64 = 0x40_1000;
 const START: u64 = 0x7f00_0000_0000;
@@ -159,10 +125,9 @@ fn renderings_larger_than_memory_allows_stream_in_order() {
         let rec = Recovery::new(&p, workers);
         assert_eq!(rec.workers(), workers, "one chunk a thread");
         let mut out = Expect { threads, bytes, thread: 0, i: 0, line: Vec::new(), at: 0, written: 0, wrong: None };
-        let base = LIVE.load(Ordering::Relaxed);
-        PEAK.store(base, Ordering::Relaxed);
+        let base = peak_alloc::start();
         rec.run_rendered(Source::Dep, Format::Text, &mut out, &|_| {}).unwrap();
-        let peak = PEAK.load(Ordering::Relaxed) - base;
+        let peak = peak_alloc::peak_since(base);
         assert_eq!(out.wrong, None, "{workers} workers");
         assert!(out.done(), "{workers} workers: output ends early, at byte {}", out.written);
         assert!(out.written > 200 << 20, "{} bytes", out.written);
