@@ -601,7 +601,8 @@ fn races(
 fn dcfg_check(dcfg: &std::path::Path, trace: &std::path::Path, blocks: bool) -> Result<ExitCode> {
     use dep_dcfg_out::dcfg_check::{read_dcfg, read_trace, Report};
     let read = |p: &std::path::Path| -> Result<serde_json::Value> {
-        let f = std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
+        // Only a regular file: a FIFO or a device would hang the check or never end.
+        let (f, _) = dep_dcfg_out::module_file::open_regular(p).with_context(|| format!("cannot read {}", p.display()))?;
         serde_json::from_reader(std::io::BufReader::new(f)).with_context(|| format!("{}: not JSON", p.display()))
     };
     let mut report = Report::default();

@@ -658,3 +658,33 @@ fn sigkill_loses_at_most_the_last_period() {
     assert_eq!(stores, 4096, "stores to the array recovered from the killed program's profile");
     assert_eq!(hash_stdout(&["recover", p, "--format", "text"]), hash_stdout(&["recover", p, "--truth", "--format", "text"]));
 }
+
+/// `dep dcfg --check` reads only regular files: a FIFO (which would wait for a writer) and
+/// a device (which never ends) are refused in one line, without hanging.
+#[test]
+fn dcfg_check_refuses_what_is_not_a_regular_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let trace = dir.path().join("t.json");
+    std::fs::write(&trace, "{}").unwrap();
+    for (a, b, what) in [(fifo.as_path(), trace.as_path(), "a FIFO"), (Path::new("/dev/zero"), trace.as_path(), "a character device")] {
+        let mut child = Command::new(dep()).arg("dcfg").arg("--check").arg(a).arg(b).stderr(Stdio::piped()).spawn().unwrap();
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if started.elapsed() > std::time::Duration::from_secs(60) {
+                child.kill().unwrap();
+                panic!("dep dcfg --check {} {} hangs", a.display(), b.display());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(2), "{err}");
+        assert!(err.lines().count() == 1 && err.contains(what), "{err}");
+    }
+}

@@ -31,6 +31,20 @@ pub enum ModuleFileError {
     OtherBuild { have: String, want: String },
 }
 
+/// Opens `path` for reading if it is a regular file, without waiting on a FIFO or a
+/// device; the file's metadata comes from the open descriptor, so the file checked is the
+/// file read.
+pub fn open_regular(path: impl AsRef<std::path::Path>) -> Result<(std::fs::File, std::fs::Metadata), ModuleFileError> {
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+    let f = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(ModuleFileError::Open)?;
+    let meta = f.metadata().map_err(ModuleFileError::Open)?;
+    let kind = meta.file_type();
+    if !kind.is_file() {
+        return Err(ModuleFileError::NotRegular(kind_name(&kind)));
+    }
+    Ok((f, meta))
+}
+
 /// A module's file, mapped read-only and checked against the recorded build id.
 pub struct ModuleFile {
     map: Mmap,
@@ -45,14 +59,7 @@ impl ModuleFile {
         if path.is_empty() || path.starts_with('[') {
             return Err(ModuleFileError::NoFile);
         }
-        // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
-        let f = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(ModuleFileError::Open)?;
-        // Checked on the open file, not the path, so the file checked is the file mapped.
-        let meta = f.metadata().map_err(ModuleFileError::Open)?;
-        let kind = meta.file_type();
-        if !kind.is_file() {
-            return Err(ModuleFileError::NotRegular(kind_name(&kind)));
-        }
+        let (f, meta) = open_regular(path)?;
         if meta.len() > MAX_MODULE_BYTES {
             return Err(ModuleFileError::TooLarge { size: meta.len(), max: MAX_MODULE_BYTES });
         }
