@@ -144,16 +144,23 @@ pub fn is_dynamic_linker(path: &str) -> bool {
     name.starts_with("ld-linux") || name.starts_with("ld-musl") || name.starts_with("ld64.so") || name == "ld.so"
 }
 
-/// A sink for one thread's recovery that hands [`Ev`]s to `out` in batches.
+/// A sink for one thread's recovery that hands [`Ev`]s to `out` in batches, as they come:
+/// recovery gives the records of a block's instructions where they stand among its
+/// references, so nothing is held but the instruction under way.
 pub struct Feed<'f, F: FnMut(Vec<Ev>) -> SinkResult> {
     facts: &'f Facts,
     out: F,
     batch: Vec<Ev>,
-    /// The block being gathered: its flags, references and the records of its instructions.
+    /// The open block's instruction flags.
     flags: &'f [u8],
-    refs: Vec<MemEvent>,
-    marks: Vec<Marker>,
     open: bool,
+    /// The instruction whose references are coming: its index, and the address of its
+    /// first reference when it is an atomic (whose acquire follows its references and the
+    /// records right after it).
+    cur: Option<(u16, Option<u64>)>,
+    /// Where the block's last record stood ([`Marker::place`]; a call record stands with
+    /// the record before it).
+    last_place: u32,
 }
 
 const BATCH: usize = 4096;
@@ -161,7 +168,7 @@ const BATCH: usize = 4096;
 impl<'f, F: FnMut(Vec<Ev>) -> SinkResult> Feed<'f, F> {
     /// A feed sending batches to `out`.
     pub fn new(facts: &'f Facts, out: F) -> Self {
-        Feed { facts, out, batch: Vec::with_capacity(BATCH), flags: &[], refs: Vec::new(), marks: Vec::new(), open: false }
+        Feed { facts, out, batch: Vec::with_capacity(BATCH), flags: &[], open: false, cur: None, last_place: 0 }
     }
 
     fn push(&mut self, e: Ev) -> SinkResult {
@@ -201,68 +208,19 @@ impl<'f, F: FnMut(Vec<Ev>) -> SinkResult> Feed<'f, F> {
         self.push(Ev::Access { pc: r.pc, addr: r.addr, size: r.size, write: r.access == Access::Write, class })
     }
 
-    /// Sends the gathered block: each instruction's records before its references (or
-    /// after them, for a system call's return and an atomic's second stamp), and an atomic
-    /// instruction's references between its release and its acquire.
+    /// Ends the instruction under way: an atomic's acquire after its references and the
+    /// records right after it.
+    fn end_insn(&mut self) -> SinkResult {
+        if let Some((_, Some(addr))) = self.cur.take() {
+            self.push(Ev::Acquire(addr))?;
+        }
+        Ok(())
+    }
+
+    /// Ends the open block.
     fn close_block(&mut self) -> SinkResult {
-        if !std::mem::take(&mut self.open) {
-            return Ok(());
-        }
-        let refs = std::mem::take(&mut self.refs);
-        let mut marks = std::mem::take(&mut self.marks);
-        // Where each record goes (Marker::place); a call record right after the sync
-        // record it follows; a return, and records at no instruction, at the end.
-        let mut placed: Vec<(u32, Marker)> = Vec::with_capacity(marks.len());
-        let mut last = 0u32;
-        for m in marks.drain(..) {
-            let p = match m {
-                Marker::Call { .. } => last,
-                _ => m.place().unwrap_or(u32::MAX),
-            };
-            last = p;
-            placed.push((p, m));
-        }
-        placed.sort_by_key(|&(p, _)| p);
-        let flags = self.flags;
-        let (mut i, mut j) = (0usize, 0usize);
-        while i < refs.len() {
-            let k = refs[i].insn as u32;
-            while j < placed.len() && placed[j].0 <= 2 * k {
-                if let Some(e) = Self::marker_ev(placed[j].1) {
-                    self.push(e)?;
-                }
-                j += 1;
-            }
-            let end = i + refs[i..].iter().take_while(|r| r.insn as u32 == k).count();
-            let f = flags.get(k as usize).copied().unwrap_or(0);
-            // The runtime's own atomics (its internal locks) order its internals, not the
-            // program: they make no release or acquire.
-            let atomic = f & ATOMIC != 0 && f & (RUNTIME | LINKER) == 0;
-            if atomic {
-                self.push(Ev::Release(refs[i].addr))?;
-            }
-            for r in &refs[i..end] {
-                self.access(r, f)?;
-            }
-            while j < placed.len() && placed[j].0 == 2 * k + 1 {
-                if let Some(e) = Self::marker_ev(placed[j].1) {
-                    self.push(e)?;
-                }
-                j += 1;
-            }
-            if atomic {
-                self.push(Ev::Acquire(refs[i].addr))?;
-            }
-            i = end;
-        }
-        for &(_, m) in &placed[j..] {
-            if let Some(e) = Self::marker_ev(m) {
-                self.push(e)?;
-            }
-        }
-        self.refs = refs;
-        self.marks = marks;
-        self.refs.clear();
+        self.end_insn()?;
+        self.open = false;
         Ok(())
     }
 
@@ -284,25 +242,53 @@ impl<F: FnMut(Vec<Ev>) -> SinkResult> Sink for Feed<'_, F> {
         self.push(Ev::Block { addr: b.addr, call_ret: if b.interrupted { 0 } else { call_ret } })?;
         self.flags = flags;
         self.open = true;
+        self.last_place = 0;
         Ok(())
     }
 
     fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
-        if self.open {
-            self.refs.extend_from_slice(refs);
+        if !self.open {
+            for r in refs {
+                self.access(r, 0)?;
+            }
             return Ok(());
         }
         for r in refs {
-            self.access(r, 0)?;
+            let f = self.flags.get(r.insn as usize).copied().unwrap_or(0);
+            if self.cur.map(|c| c.0) != Some(r.insn) {
+                self.end_insn()?;
+                // The runtime's own atomics (its internal locks) order its internals, not
+                // the program: they make no release or acquire.
+                let atomic = f & ATOMIC != 0 && f & (RUNTIME | LINKER) == 0;
+                if atomic {
+                    self.push(Ev::Release(r.addr))?;
+                }
+                self.cur = Some((r.insn, atomic.then_some(r.addr)));
+            }
+            self.access(r, f)?;
         }
         Ok(())
     }
 
     fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
-        match m {
-            Marker::Sync { insn: Some(_), .. } | Marker::Call { .. } | Marker::Return { .. } if self.open => {
-                self.marks.push(m);
-                Ok(())
+        let place = match m {
+            Marker::Sync { insn: Some(_), .. } => m.place(),
+            Marker::Call { .. } => Some(self.last_place),
+            Marker::Return { .. } => Some(u32::MAX),
+            _ => None,
+        };
+        match place {
+            Some(p) if self.open => {
+                self.last_place = p;
+                // Right after the instruction under way (a system call's return, an
+                // atomic's second stamp): before its acquire; anywhere later: after it.
+                if self.cur.is_some_and(|(k, _)| p != 2 * k as u32 + 1) {
+                    self.end_insn()?;
+                }
+                match Self::marker_ev(m) {
+                    Some(e) => self.push(e),
+                    None => Ok(()),
+                }
             }
             _ => {
                 self.close_block()?;
@@ -312,5 +298,56 @@ impl<F: FnMut(Vec<Ev>) -> SinkResult> Sink for Feed<'_, F> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mem(insn: u16, addr: u64) -> MemEvent {
+        MemEvent { pc: 0x1000 + insn as u64, addr, size: 1, access: Access::Write, conditional: false, insn }
+    }
+
+    /// A block's events go out as they come (a rep string of a million references is never
+    /// held whole), in the order the analysis needs: an atomic's release before its
+    /// references, its acquire after them and after the record right after it.
+    #[test]
+    fn a_block_streams_in_order() {
+        // Block 0: instruction 0 a rep string, 1 an atomic, 2 a plain store.
+        let facts = Facts { blocks: vec![(vec![0, ATOMIC, 0].into_boxed_slice(), 0)] };
+        let mut sent: Vec<Vec<Ev>> = Vec::new();
+        let out = std::cell::Cell::new(0usize);
+        let mut feed = Feed::new(&facts, |b| {
+            out.set(out.get() + b.len());
+            sent.push(b);
+            Ok(())
+        });
+        feed.block(&BlockEvent { thread: 0, addr: 0x1000, version: 0, id: Some(0), plan: None, executed: 3, interrupted: false }).unwrap();
+        let rep: Vec<MemEvent> = (0..4096).map(|i| mem(0, 0x10_0000 + i)).collect();
+        for _ in 0..256 {
+            feed.refs(&rep).unwrap();
+        }
+        // Sent while the block is still open: all but the last batch.
+        let streamed = out.get();
+        feed.marker(0, Marker::Sync { seq: 7, insn: Some(1), after: false }).unwrap();
+        feed.refs(&[mem(1, 0x9000)]).unwrap();
+        feed.marker(0, Marker::Sync { seq: 8, insn: Some(1), after: true }).unwrap();
+        feed.refs(&[mem(2, 0x9100)]).unwrap();
+        feed.finish_feed().unwrap();
+        drop(feed);
+        assert!(streamed + BATCH > 1 << 20, "{streamed} of the block's 2^20 events sent while it was open");
+        let evs: Vec<Ev> = sent.into_iter().flatten().collect();
+        assert_eq!(evs.len(), 1 + (1 << 20) + 6);
+        let tail: Vec<String> = evs[evs.len() - 7..].iter().map(|e| format!("{e:?}")).collect();
+        let want = [
+            "Sync(7)",
+            "Release(36864)",
+            "Access { pc: 4097, addr: 36864, size: 1, write: true, class: Atomic }",
+            "Sync(8)",
+            "Acquire(36864)",
+            "Access { pc: 4098, addr: 37120, size: 1, write: true, class: Plain }",
+        ];
+        assert_eq!(tail[1..], want, "{tail:?}");
     }
 }
