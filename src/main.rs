@@ -100,9 +100,10 @@ enum Cmd {
         output: PathBuf,
         #[arg(long, num_args = 0..=1, default_missing_value = "100000", value_name = "N")]
         history: Option<usize>,
-        /// Megabytes of dependences held in memory before spilling to temporary files.
-        #[arg(long, default_value_t = 1024, value_name = "MB")]
-        spill_mb: usize,
+        /// Megabytes of dependences held in memory before spilling to temporary files (at
+        /// least 1: each spill walks every use port).
+        #[arg(long, default_value_t = 1024, value_name = "MB", value_parser = clap::value_parser!(u64).range(1..=1 << 40))]
+        spill_mb: u64,
         /// Print instances, dependences, spilled runs and peak shadow memory to stderr.
         #[arg(long)]
         summary: bool,
@@ -494,7 +495,7 @@ fn wet(
     profile: &std::path::Path,
     output: &std::path::Path,
     history: Option<usize>,
-    spill_mb: usize,
+    spill_mb: u64,
     summary: bool,
     ports: Option<&std::path::Path>,
 ) -> Result<ExitCode> {
@@ -504,7 +505,7 @@ fn wet(
     let mut ports_out = ports.map(|p| create_output(Some(p))).transpose()?;
     let rec = dep_recover::Recovery::new(&p, 0);
     let syms = dep_dcfg_out::symbols::Symbolizer::new(&p.modules);
-    let opts = wet::Options { history, memory: spill_mb.saturating_mul(1 << 20) };
+    let opts = wet::Options { history, memory: usize::try_from(spill_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX) };
     let start = std::time::Instant::now();
     let s = wet::write(&rec, &syms, &opts, &mut out, ports_out.as_mut().map(|w| w as &mut dyn Write))
         .with_context(|| format!("writing {}", output.display()))?;

@@ -44,10 +44,19 @@ pub struct Store {
     segs: Vec<Seg>,
     /// Records of each segment over all runs.
     totals: Vec<u64>,
-    runs: Vec<File>,
+    /// Spilled runs, oldest first, each with its level: a run of level l+1 is [`FAN_IN`]
+    /// consecutive runs of level l merged.
+    runs: Vec<(File, u32)>,
+    /// Runs spilled in all (before merging).
+    spilled: usize,
     held: usize,
     budget: usize,
 }
+
+/// Runs of one level merged into one when there are this many: the reader keeps a file
+/// and a buffer per run, so their number stays below `FAN_IN` per level (a few levels for
+/// any run), and each record is rewritten once per level.
+const FAN_IN: usize = 32;
 
 #[inline]
 fn put(buf: &mut Vec<u8>, mut v: u64) {
@@ -112,7 +121,7 @@ impl Store {
     pub fn new(n: usize, budget: usize) -> Store {
         let mut segs = Vec::with_capacity(n);
         segs.resize_with(n, Seg::default);
-        Store { segs, totals: vec![0; n], runs: Vec::new(), held: 0, budget }
+        Store { segs, totals: vec![0; n], runs: Vec::new(), spilled: 0, held: 0, budget }
     }
 
     /// In use-port segment `seg`, instance `inst` depends on `dep`.
@@ -183,13 +192,31 @@ impl Store {
         }
         let mut f = w.into_inner().map_err(|e| e.into_error())?;
         io::Seek::rewind(&mut f)?;
-        self.runs.push(f);
+        self.runs.push((f, 0));
+        self.spilled += 1;
         self.held = 0;
+        // The last FAN_IN runs of one level become one of the next (they are consecutive,
+        // so the merged run keeps the records' order).
+        while self.runs.len() >= FAN_IN {
+            let level = self.runs[self.runs.len() - 1].1;
+            let at = self.runs.len() - FAN_IN;
+            if self.runs[at..].iter().any(|r| r.1 != level) {
+                break;
+            }
+            let group: Vec<File> = self.runs.drain(at..).map(|r| r.0).collect();
+            let merged = merge(group)?;
+            self.runs.push((merged, level + 1));
+        }
         Ok(())
     }
 
-    /// Runs spilled so far.
+    /// Runs spilled so far (before merging).
     pub fn runs(&self) -> usize {
+        self.spilled
+    }
+
+    /// Run files held now.
+    pub fn files(&self) -> usize {
         self.runs.len()
     }
 
@@ -200,7 +227,7 @@ impl Store {
 
     /// A reader that yields every segment's records in order, runs first, memory last.
     pub fn into_reader(self) -> Reader {
-        let runs = self.runs.into_iter().map(|f| RunReader { r: BufReader::with_capacity(1 << 20, f), next: None, pos: 0 }).collect();
+        let runs = self.runs.into_iter().map(|(f, _)| RunReader::new(f)).collect();
         Reader { runs, segs: self.segs, buf: Vec::new(), started: false }
     }
 }
@@ -212,7 +239,45 @@ struct RunReader {
     pos: u64,
 }
 
+/// Consecutive runs as one: each segment's parts from every run, in run order, in
+/// increasing segment order (a segment may have several parts, each starting its deltas
+/// afresh).
+fn merge(group: Vec<File>) -> io::Result<File> {
+    let mut runs: Vec<RunReader> = group.into_iter().map(RunReader::new).collect();
+    for r in &mut runs {
+        r.advance()?;
+    }
+    let mut w = BufWriter::with_capacity(1 << 20, tempfile::tempfile()?);
+    let (mut prev, mut head, mut buf) = (0u64, Vec::with_capacity(32), Vec::new());
+    while let Some(k) = runs.iter().filter_map(|r| r.next.map(|n| n.0)).min() {
+        for r in &mut runs {
+            while let Some((rk, count, len)) = r.next {
+                if rk != k {
+                    break;
+                }
+                buf.resize(len, 0);
+                r.r.read_exact(&mut buf)?;
+                head.clear();
+                put(&mut head, k - prev);
+                put(&mut head, count as u64);
+                put(&mut head, len as u64);
+                w.write_all(&head)?;
+                w.write_all(&buf)?;
+                prev = k;
+                r.advance()?;
+            }
+        }
+    }
+    let mut f = w.into_inner().map_err(|e| e.into_error())?;
+    io::Seek::rewind(&mut f)?;
+    Ok(f)
+}
+
 impl RunReader {
+    fn new(f: File) -> RunReader {
+        RunReader { r: BufReader::with_capacity(1 << 20, f), next: None, pos: 0 }
+    }
+
     fn advance(&mut self) -> io::Result<()> {
         self.next = match read_varint(&mut self.r)? {
             None => None,
@@ -331,6 +396,8 @@ mod tests {
                 s.value(4, 199 - inst, inst).unwrap();
             }
             assert_eq!(budget == 0, s.runs() > 100, "budget {budget}: {} runs", s.runs());
+            // Merged as they come: a few levels of fewer than FAN_IN files each.
+            assert!(s.files() < 3 * FAN_IN, "budget {budget}: {} files held for {} runs", s.files(), s.runs());
             let totals: Vec<u64> = (0..3).map(|p| s.total(p)).collect();
             let vseg = 4;
             let mut r = s.into_reader();
@@ -348,5 +415,35 @@ mod tests {
             r.values(vseg, &mut v).unwrap();
             assert_eq!(v, (0..200).map(|i| (i, 199 - i)).collect::<Vec<_>>());
         }
+    }
+
+    /// Thousands of runs (a spill per record) merge level by level: the files held stay a
+    /// few per level, and every record still reads back in order.
+    #[test]
+    fn many_runs_merge_in_levels() {
+        let mut s = Store::new(3, 0);
+        let n = 5000u64;
+        for inst in 0..n {
+            s.dep(0, inst, pack(7, inst * 3)).unwrap();
+            if inst % 2 == 0 {
+                s.dep(1, inst, pack(9, inst)).unwrap();
+            }
+            s.value(2, n - 1 - inst, inst).unwrap();
+        }
+        assert!(s.runs() > 2 * (FAN_IN * FAN_IN) && s.files() < 3 * FAN_IN, "{} runs, {} files", s.runs(), s.files());
+        let mut r = s.into_reader();
+        for (seg, step, id, mul) in [(0u32, 1u64, 7u32, 3u64), (1, 2, 9, 1)] {
+            let mut got = vec![];
+            r.deps(seg, &mut |d| {
+                got.push(d);
+                Ok(())
+            })
+            .unwrap();
+            let want: Vec<DepRecord> = (0..n).step_by(step as usize).map(|i| DepRecord { inst: i, dep_id: id, dep_inst: i * mul }).collect();
+            assert!(got == want, "segment {seg}: {} records read, {} written", got.len(), want.len());
+        }
+        let mut v = vec![];
+        r.values(2, &mut v).unwrap();
+        assert_eq!(v, (0..n).map(|i| (i, n - 1 - i)).collect::<Vec<_>>());
     }
 }
