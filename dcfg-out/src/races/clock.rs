@@ -12,19 +12,34 @@ impl Clock {
         Clock(Vec::new())
     }
 
+    /// Zero but for thread `t`'s component, `v` (for tests).
+    #[cfg(test)]
+    pub(crate) fn with(t: usize, v: u32) -> Clock {
+        let mut c = vec![0; t + 1];
+        c[t] = v;
+        Clock(c)
+    }
+
     /// Thread `t`'s component.
     #[inline]
     pub fn get(&self, t: usize) -> u32 {
         self.0.get(t).copied().unwrap_or(0)
     }
 
-    /// Advances thread `t`'s component.
+    /// Advances thread `t`'s component; false (and the component kept at its largest) when
+    /// it cannot advance: a thread past 2^32 - 1 epochs, which the analysis cannot order.
     #[inline]
-    pub fn tick(&mut self, t: usize) {
+    pub fn tick(&mut self, t: usize) -> bool {
         if t >= self.0.len() {
             self.0.resize(t + 1, 0);
         }
-        self.0[t] += 1;
+        match self.0[t].checked_add(1) {
+            Some(v) => {
+                self.0[t] = v;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Takes the later of each component of `self` and `other`.
@@ -70,11 +85,10 @@ impl Clocks {
         self.full.get(t)
     }
 
-    /// Advances thread `t`'s component.
+    /// Advances thread `t`'s component; false when it cannot ([`Clock::tick`]).
     #[inline]
-    pub fn tick(&mut self, t: usize) {
-        self.full.tick(t);
-        self.weak.tick(t);
+    pub fn tick(&mut self, t: usize) -> bool {
+        self.full.tick(t) & self.weak.tick(t)
     }
 
     /// Takes what `other` knows: all of it, or (`lock`, a lock hand-off) only into `full`.
@@ -89,6 +103,14 @@ impl Clocks {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_component_at_its_largest_does_not_wrap() {
+        let mut c = Clock(vec![0, u32::MAX - 1]);
+        assert!(c.tick(1) && c.get(1) == u32::MAX);
+        assert!(!c.tick(1), "past 2^32 - 1");
+        assert_eq!(c.get(1), u32::MAX, "kept, not wrapped to 0 (which means 'never')");
+    }
 
     #[test]
     fn join_and_order() {

@@ -147,6 +147,9 @@ pub struct Engine<'a> {
     runtime: Vec<(u64, u64)>,
     pub region: Option<Region>,
     pub stats: Stats,
+    /// The first thread whose epochs ran out (2^32 - 1 of them): what follows in it
+    /// cannot be ordered, so the analysis has no result.
+    pub exhausted: Option<u32>,
 }
 
 impl<'a> Engine<'a> {
@@ -210,6 +213,7 @@ impl<'a> Engine<'a> {
             runtime,
             region: None,
             stats: Stats::default(),
+            exhausted: None,
         }
     }
 
@@ -256,9 +260,16 @@ impl<'a> Engine<'a> {
     /// later; 0 means "never" in the shadow memory).
     #[inline]
     fn own(&mut self, t: usize) {
-        let c = &mut self.threads[t].clock;
-        if c.get(t) == 0 {
-            c.tick(t);
+        if self.threads[t].clock.get(t) == 0 {
+            self.tick(t);
+        }
+    }
+
+    /// Advances thread `t`'s epoch, noting a thread that has run out of them.
+    #[inline]
+    fn tick(&mut self, t: usize) {
+        if !self.threads[t].clock.tick(t) {
+            self.exhausted.get_or_insert(t as u32);
         }
     }
 
@@ -274,15 +285,15 @@ impl<'a> Engine<'a> {
         }
         if let Some(&child) = self.spawned_at.get(&seq) {
             self.spawn_clock[child as usize] = Some(self.threads[t].clock.clone());
-            self.threads[t].clock.tick(t);
+            self.tick(t);
         }
     }
 
     /// Thread `t` releases sync object `obj`; `lock`: a lock hand-off.
     fn release_as(&mut self, t: usize, obj: u64, lock: bool) {
-        let c = &mut self.threads[t].clock;
+        let c = &self.threads[t].clock;
         self.objects.entry(obj & !7).or_default().join(c, lock);
-        c.tick(t);
+        self.tick(t);
     }
 
     /// Thread `t` acquires sync object `obj`; `lock`: a lock hand-off.
@@ -848,5 +859,22 @@ mod tests {
         // sync object, each at most n + 1 long.
         let bound = 2 * (2 * alive + 4) * (n + 1);
         assert!(peak <= bound, "{peak} clock components held at the peak, over {bound}");
+    }
+
+    /// A thread whose epochs run out (2^32 - 1 releases) is noted, so that the analysis
+    /// reports no result rather than one from wrapped clocks.
+    #[test]
+    fn exhausted_epochs_are_noted() {
+        let none = FxHashMap::default();
+        let mut e = two(&none);
+        e.event(1, Ev::Release(0x5000));
+        assert_eq!(e.exhausted, None);
+        let last = crate::races::clock::Clock::with(1, u32::MAX);
+        e.threads[1].clock = Clocks { full: last.clone(), weak: last };
+        e.event(2, Ev::Release(0x5000));
+        assert_eq!(e.exhausted, None, "another thread's epochs are its own");
+        e.event(1, Ev::Release(0x5000));
+        assert_eq!(e.exhausted, Some(1));
+        assert_eq!(e.threads[1].clock.get(1), u32::MAX, "not wrapped to 0");
     }
 }

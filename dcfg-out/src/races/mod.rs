@@ -36,6 +36,8 @@ pub enum RacesError {
     Spawn(std::io::Error),
     #[error("the profile has {0} threads; the analysis tells at most 65536 apart")]
     TooManyThreads(usize),
+    #[error("thread {0} passed 2^32 - 1 synchronisation operations; the analysis numbers them in 32 bits")]
+    EpochsExhausted(u32),
     #[error("no variable named {0:?} in the program's modules (a sized data symbol is needed; give ADDR:LEN instead)")]
     NoSuchVariable(String),
 }
@@ -113,6 +115,9 @@ pub fn analyse(rec: &Recovery, symbols: &crate::symbols::Symbolizer, region: Opt
         engine.region = Some(Region { start: *start, end: *end, seen: FxHashMap::default() });
     }
     interleave(rec, &facts, syncs, &mut engine)?;
+    if let Some(thread) = engine.exhausted {
+        return Err(RacesError::EpochsExhausted(thread));
+    }
     let shadow_bytes = engine.shadow_bytes();
     let mut races: Vec<engine::Race> = engine.races.into_values().collect();
     races.sort_by_key(|r| std::cmp::Reverse(r.count));
