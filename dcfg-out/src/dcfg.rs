@@ -256,12 +256,7 @@ impl<'r> Process<'r> {
             for ((a, b, how), n) in tr {
                 let (ia, ib) = (add_node(a, &mut nodes), add_node(b, &mut nodes));
                 let e = *by_transition.entry((a, b, how)).or_insert_with(|| {
-                    edges.push(EdgeInfo {
-                        src: End::Node(ia),
-                        dst: End::Node(ib),
-                        ty: classify(plans, a, b, how),
-                        per_thread: Vec::new(),
-                    });
+                    edges.push(EdgeInfo { src: End::Node(ia), dst: End::Node(ib), ty: classify(plans, a, b, how), per_thread: Vec::new() });
                     edges.len() as u32 - 1
                 });
                 edges[e as usize].add(t, n);
@@ -308,12 +303,7 @@ impl<'r> Process<'r> {
             let (id, _) = parts(nodes[s as usize].key);
             let Some(last) = plans.plan(id).insns.last() else { continue };
             if let Some(&r) = at_addr.get(&(last.pc + last.len as u64)) {
-                edges.push(EdgeInfo {
-                    src: End::Node(s),
-                    dst: End::Node(r),
-                    ty: const { ty("CALL_BYPASS") },
-                    per_thread: Vec::new(),
-                });
+                edges.push(EdgeInfo { src: End::Node(s), dst: End::Node(r), ty: const { ty("CALL_BYPASS") }, per_thread: Vec::new() });
             }
         }
         // Images: the recorded modules; code outside them in one image of its own.
@@ -589,7 +579,11 @@ impl<'r> Process<'r> {
     /// spaces), with the EDGES table streamed: a count for every thread of every edge is
     /// the format's, but only the threads that took an edge are held.
     fn write_dcfg_row(&self, images: &Value, out: &mut dyn Write) -> io::Result<()> {
-        write!(out, "[{},{{\"EDGES\":[[\"EDGE_ID\",\"SOURCE_NODE_ID\",\"TARGET_NODE_ID\",\"EDGE_TYPE_ID\",\"COUNT_PER_THREAD\"]", self.pid)?;
+        write!(
+            out,
+            "[{},{{\"EDGES\":[[\"EDGE_ID\",\"SOURCE_NODE_ID\",\"TARGET_NODE_ID\",\"EDGE_TYPE_ID\",\"COUNT_PER_THREAD\"]",
+            self.pid
+        )?;
         let threads = self.instr_per_thread.len();
         for (k, e) in self.edges.iter().enumerate() {
             write!(out, ",[{},{},{},{},[", self.edge_base + k as u32, self.end_id(e.src), self.end_id(e.dst), e.ty)?;

@@ -54,4 +54,3 @@ fn edges_by_threads_are_not_held() {
     eprintln!("{} bytes written, {} KiB allocated at the peak", out.bytes, peak >> 10);
     assert!(peak < out.bytes, "{} KiB allocated at the peak, for {} KiB written", peak >> 10, out.bytes >> 10);
 }
-

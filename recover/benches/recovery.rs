@@ -94,9 +94,7 @@ fn parallel(c: &mut Criterion) {
             b.iter(|| rec.run_chunks(Source::Dep, |_| Counts::default(), Ok, |_| 0, |_, _| Ok(())).unwrap())
         });
         g.bench_with_input(BenchmarkId::new("text", workers), &rec, |b, rec| {
-            b.iter(|| {
-                rec.run_rendered(Source::Dep, Format::Text, &mut std::io::sink(), &|_| {}).unwrap()
-            })
+            b.iter(|| rec.run_rendered(Source::Dep, Format::Text, &mut std::io::sink(), &|_| {}).unwrap())
         });
     }
     g.finish();

@@ -10,8 +10,8 @@
 
 use crate::events::{Begin, Merge, Part, Sink, SinkError};
 use crate::ordered::{ChunkWriter, Gate};
-use crate::render::{Format, Renderer};
 use crate::plans::{Engine, Plans};
+use crate::render::{Format, Renderer};
 use crate::traverse::{recover_chunk, walk_blocks, ChunkFault, Scratch};
 use crate::truth::replay_chunk;
 use dep_profile::container::{ChunkRef, Profile, ProfileError};

@@ -98,12 +98,8 @@ impl Write for Expect {
                 break;
             }
             if self.line[self.at] != b {
-                self.wrong = Some(format!(
-                    "byte {}: {:?} where the line is {:?}",
-                    self.written,
-                    b as char,
-                    String::from_utf8_lossy(&self.line)
-                ));
+                self.wrong =
+                    Some(format!("byte {}: {:?} where the line is {:?}", self.written, b as char, String::from_utf8_lossy(&self.line)));
             }
             self.at += 1;
             self.written += 1;

@@ -109,7 +109,9 @@ pub enum EngineError {
     #[error("instruction at {pc:#x} ran more than {max} times, more than a WET instance number holds here")]
     TooManyInstances { pc: u64, max: u64 },
     /// A reference handed over with a block whose instruction it does not name.
-    #[error("thread {thread}: a reference of the instruction at {pc:#x} given with block {block:#x}, whose instruction {insn} is at {at:#x}")]
+    #[error(
+        "thread {thread}: a reference of the instruction at {pc:#x} given with block {block:#x}, whose instruction {insn} is at {at:#x}"
+    )]
     Misplaced { thread: u32, pc: u64, block: u64, insn: u16, at: u64 },
 }
 

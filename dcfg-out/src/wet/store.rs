@@ -439,7 +439,8 @@ mod tests {
                 Ok(())
             })
             .unwrap();
-            let want: Vec<DepRecord> = (0..n).step_by(step as usize).map(|i| DepRecord { inst: i, dep_id: id, dep_inst: i * mul }).collect();
+            let want: Vec<DepRecord> =
+                (0..n).step_by(step as usize).map(|i| DepRecord { inst: i, dep_id: id, dep_inst: i * mul }).collect();
             assert!(got == want, "segment {seg}: {} records read, {} written", got.len(), want.len());
         }
         let mut v = vec![];
