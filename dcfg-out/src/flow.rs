@@ -142,6 +142,11 @@ impl<'p> NodeFlow<'p> {
         node(id, self.plans.flat.blocks[id as usize].insns)
     }
 
+    /// The full key of a plain transition (two whole blocks' ids, `from << 32 | to`).
+    fn plain_key(&self, k: u64) -> u128 {
+        key(self.node_whole((k >> 32) as u32), self.node_whole(k as u32), How::Flow)
+    }
+
     /// Moves every count into the map and frees the direct-mapped tables: a thread's flow
     /// once its chunks are merged, so that a run of thousands of threads holds what each
     /// took, not two 4096-slot tables each (192 KiB).
@@ -150,8 +155,7 @@ impl<'p> NodeFlow<'p> {
             *self.spill.entry(k).or_insert(0) += n;
         }
         for (k, n) in std::mem::take(&mut self.plain).into_iter().filter(|s| s.1 != 0) {
-            let full = key(self.node_whole((k >> 32) as u32), self.node_whole(k as u32), How::Flow);
-            *self.spill.entry(full).or_insert(0) += n;
+            *self.spill.entry(self.plain_key(k)).or_insert(0) += n;
         }
     }
 
@@ -177,8 +181,7 @@ impl<'p> NodeFlow<'p> {
     #[inline]
     fn add_plain(&mut self, k: u64, n: u64) {
         if self.plain.is_empty() {
-            let full = key(self.node_whole((k >> 32) as u32), self.node_whole(k as u32), How::Flow);
-            *self.spill.entry(full).or_insert(0) += n;
+            *self.spill.entry(self.plain_key(k)).or_insert(0) += n;
             return;
         }
         let h = (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize & (SLOTS - 1);
@@ -187,8 +190,7 @@ impl<'p> NodeFlow<'p> {
             self.plain[h].1 += n;
         } else {
             if count != 0 {
-                let full = key(self.node_whole((old >> 32) as u32), self.node_whole(old as u32), How::Flow);
-                *self.spill.entry(full).or_insert(0) += count;
+                *self.spill.entry(self.plain_key(old)).or_insert(0) += count;
             }
             self.plain[h] = (k, n);
         }

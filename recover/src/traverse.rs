@@ -76,7 +76,7 @@ pub fn recover_chunk<S: Sink>(
     let mut version = 0u32;
     let mut pending: Option<TagItem> = None;
     let mut cache = PlanCache::new();
-    let mut syncs = Vec::new();
+    let mut records = Vec::new();
     let fast = width == Width::W64;
     w.batch.reserve(plans.flat.max_refs as usize);
     #[cfg(target_arch = "x86_64")]
@@ -102,8 +102,8 @@ pub fn recover_chunk<S: Sink>(
         };
         match item {
             TagItem::Block(addr) => {
-                let (id, stop) = block_at(plans, &mut cache, &mut tags, addr, version, word, &mut pending, &mut syncs)?;
-                w.block(plans, id, version, stop, &syncs, sink).map_err(|f| match f {
+                let (id, stop) = block_at(plans, &mut cache, &mut tags, addr, version, word, &mut pending, &mut records)?;
+                w.block(plans, id, version, stop, &records, sink).map_err(|f| match f {
                     StepFault::Exhausted(offset) => ChunkFault::ValuesExhausted { word, offset, addr },
                     StepFault::Sink(e) => ChunkFault::Sink(e),
                     StepFault::Implausible(what) => ChunkFault::Malformed { word, what },
@@ -320,7 +320,7 @@ pub fn walk_blocks<S: Sink>(width: Width, plans: &Plans, chunk: &ChunkView, scra
     let mut tags = TagDecoder::new(width, &scratch.tags, chunk.hi()).map_err(|e| ChunkFault::Stream(e.to_string()))?;
     let thread = chunk.thread();
     let (mut version, mut pending, mut cache) = (0u32, None, PlanCache::new());
-    let mut syncs = Vec::new();
+    let mut records = Vec::new();
     let fast = width == Width::W64;
     let mut run = Vec::with_capacity(RUN_BLOCKS);
     loop {
@@ -338,11 +338,11 @@ pub fn walk_blocks<S: Sink>(width: Width, plans: &Plans, chunk: &ChunkView, scra
         };
         match item {
             TagItem::Block(addr) => {
-                let (id, stop) = block_at(plans, &mut cache, &mut tags, addr, version, word, &mut pending, &mut syncs)?;
+                let (id, stop) = block_at(plans, &mut cache, &mut tags, addr, version, word, &mut pending, &mut records)?;
                 let executed = stop.map_or(plans.flat.blocks[id as usize].insns, |s| s as u32 + 1);
                 let plan = plans.get_plan(id);
                 sink.block(&BlockEvent { thread, addr, version, id: Some(id), plan, executed, interrupted: stop.is_some() })?;
-                for &(_, m) in &syncs {
+                for &(_, m) in &records {
                     sink.marker(thread, m)?;
                 }
                 version = 0;
@@ -631,7 +631,7 @@ impl Walker<'_> {
         self.batch.reserve(fb.refs as usize);
         let mask = self.mask;
         let mut status = self.status;
-        // The block's records (placed by `place_records`) not yet given.
+        // The block's records (placed by `block_at`) not yet given.
         let mut records = records;
         for step in steps {
             if let Some(&(p, _)) = records.first() {

@@ -285,18 +285,12 @@ impl<F: FnMut(Vec<Ev>) -> SinkResult> Sink for Feed<'_, F> {
                 if self.cur.is_some_and(|(k, _)| p != 2 * k as u32 + 1) {
                     self.end_insn()?;
                 }
-                match Self::marker_ev(m) {
-                    Some(e) => self.push(e),
-                    None => Ok(()),
-                }
             }
-            _ => {
-                self.close_block()?;
-                match Self::marker_ev(m) {
-                    Some(e) => self.push(e),
-                    None => Ok(()),
-                }
-            }
+            _ => self.close_block()?,
+        }
+        match Self::marker_ev(m) {
+            Some(e) => self.push(e),
+            None => Ok(()),
         }
     }
 }
