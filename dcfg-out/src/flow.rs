@@ -147,9 +147,9 @@ impl<'p> NodeFlow<'p> {
         key(self.node_whole((k >> 32) as u32), self.node_whole(k as u32), How::Flow)
     }
 
-    /// Moves every count into the map and frees the direct-mapped tables: a thread's flow
-    /// once its chunks are merged, so that a run of thousands of threads holds what each
-    /// took, not two 4096-slot tables each (192 KiB).
+    /// Moves every count into the map and frees the direct-mapped tables, at `finish`: a
+    /// run of thousands of threads, or of chunks held for their turn to merge, then holds
+    /// what each took, not two 4096-slot tables each (192 KiB).
     fn compact(&mut self) {
         for (k, n) in std::mem::take(&mut self.slots).into_iter().filter(|s| s.1 != 0) {
             *self.spill.entry(k).or_insert(0) += n;
@@ -250,10 +250,9 @@ impl Sink for NodeFlow<'_> {
     }
 
     fn finish(&mut self) -> SinkResult {
-        // A whole thread's flow is kept until the graph is built; a chunk's is merged away.
-        if self.closed {
-            self.compact();
-        }
+        // A whole thread's flow is kept until the graph is built, a chunk's until its thread
+        // merges it, perhaps behind hundreds of others: both hold what they counted only.
+        self.compact();
         Ok(())
     }
 

@@ -103,6 +103,10 @@ impl Pairs {
     #[inline]
     fn add(&mut self, from: u32, to: u32) {
         let key = (from as u64) << 32 | to as u64;
+        if self.slots.is_empty() {
+            *self.spill.entry(key).or_insert(0) += 1;
+            return;
+        }
         let h = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - PAIR_SLOTS.trailing_zeros())) as usize;
         let slot = &mut self.slots[h & (PAIR_SLOTS - 1)];
         if slot.0 == key && slot.1 != 0 {
@@ -115,14 +119,20 @@ impl Pairs {
         }
     }
 
-    /// Every pair with its count.
-    fn drain(&mut self) -> impl Iterator<Item = (u64, u64)> + '_ {
+    /// Moves the table's counts into the map and frees the table (64 KiB), at `finish`:
+    /// thousands of threads' summaries, or chunks' held for their turn to merge, are then
+    /// as large as what each took. Counting goes on in the map.
+    fn compact(&mut self) {
         for (k, n) in std::mem::take(&mut self.slots) {
             if n != 0 {
                 *self.spill.entry(k).or_insert(0) += n;
             }
         }
-        self.slots = vec![(0, 0); PAIR_SLOTS];
+    }
+
+    /// Every pair with its count; the table is gone after.
+    fn drain(&mut self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.compact();
         self.spill.drain()
     }
 }
@@ -318,6 +328,13 @@ impl Sink for EdgeCounts<'_> {
             self.instructions += b.executed as u64;
             self.enter(b.id, b.addr);
         }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> SinkResult {
+        // A thread's summary is kept until every thread is done, a chunk's until its thread
+        // merges it, perhaps behind hundreds of others: both hold what they counted only.
+        self.pairs.compact();
         Ok(())
     }
 }
