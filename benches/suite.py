@@ -2,7 +2,7 @@
 """Benchmark suite for `dep`: the paper's section 7 (Tables 1 and 2) on this machine.
 
     python3 benches/suite.py [--quick] [--out DIR] [--repeat N] [--programs a,b]
-                             [--lackey-small] [--no-lackey]
+                             [--lackey-small] [--no-lackey] [--no-peer] [--raw2trace-main]
 
 For each program (six C programs from benches/programs at their default size, `gzip -c` on a
 generated ~40 MB text, and the real python3 interpreter on a small compute script) it times,
@@ -10,10 +10,15 @@ wall clock: at that main size native, `dep record --discard`, `dep record -o P`,
 `dep recover P --format null`, `dep record --truth --discard` and `valgrind --tool=none`; at a
 small size (~0.1 s natively) `dep record -o P` with `dep stats P --json` (Table 2),
 `dep recover P --format binary -o FILE` and `dep record --truth -o P2`; at a tiny size
-`valgrind --tool=lackey --trace-mem=yes`. It prints the slowdown and size tables with the
-paper's figures beside them and writes results.json, slowdowns.svg, sizes.svg and table.txt
-into the output directory (default target/bench-results). benches/README.md explains why
-the expensive measurements run at reduced sizes.
+`valgrind --tool=lackey --trace-mem=yes`. Beside dep it measures the peer, DynamoRIO's
+drmemtrace (issue 24; built once from /work/shared/peers into ~/.cache/dep-bench, skipped
+with --no-peer): at the main size `drrun -- prog` (no client) and `drrun -t drmemtrace
+-offline`, at the small size drmemtrace again, `drraw2trace` and drcachesim basic_counts
+(drraw2trace at the main size only with --raw2trace-main: ~20 minutes per 20 MiB of gzip
+input), and bytes on disk per memory reference of both. It prints the slowdown and size
+tables with the paper's figures beside them and writes results.json, slowdowns.svg,
+sizes.svg and table.txt into the output directory (default target/bench-results).
+benches/README.md explains why the expensive measurements run at reduced sizes.
 
 Python 3.11 standard library only. See benches/README.md for the details and the schema.
 """
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import glob
+import hashlib
 import json
 import math
 import os
@@ -42,6 +48,8 @@ REPO = os.path.dirname(BENCH_DIR)
 DEP = os.path.join(REPO, "target", "release", "dep")
 PROGRAMS_SRC = os.path.join(BENCH_DIR, "programs")
 PROGRAMS_BIN = os.path.join(REPO, "target", "bench-programs")
+# DynamoRIO's source tarball and build script for the drmemtrace peer (issue 24).
+PEER_SRC = os.environ.get("DEP_BENCH_PEERS", "/work/shared/peers")
 
 C_PROGRAMS = ["compress", "sort", "pointer_chase", "interp", "matrix", "strings"]
 # Three sizes per program. MAIN: the C programs' default size (no argument, ~1.5-2 s
@@ -63,6 +71,7 @@ QUICK_MAIN_SIZE = {"compress": 1024, "sort": 400000, "pointer_chase": 60000,
 QUICK_TINY_SIZE = {"compress": 32, "sort": 12500, "pointer_chase": 2000,
                    "interp": 6000, "matrix": 64, "strings": 32}
 
+DR_RAW_BYTES_PER_REF = 5   # room kept for drmemtrace's raw files (it writes up to ~4.1)
 ADDR_BYTES = 8   # one x86-64 address: a BB_pc or Mem_addr record as `dep stats` counts it
 GZIP_BYTES = {"main": 40 << 20, "small": 2 << 20, "tiny": 128 << 10}
 GZIP_BYTES_QUICK = {"main": 3 << 20, "small": 32 << 10, "tiny": 32 << 10}
@@ -87,7 +96,14 @@ COLUMNS = [
     ("truth_small", "truth/s", "truth_small_s", "native_small_s"),
     ("recover_binary_small", "recbin/s", "recover_binary_small_s", "native_small_s"),
     ("lackey", "lackey/t", "lackey_s", "native_tiny_s"),
+    # The peer, DynamoRIO's drmemtrace (issue 24): printed in their own table beside dep's.
+    ("dr_null", "dr null", "dr_null_s", "native_s"),
+    ("drmemtrace", "drmemtr", "drmemtrace_s", "native_s"),
+    ("raw2trace", "raw2tr", "raw2trace_s", "native_s"),
+    ("drmemtrace_small", "drmemt/s", "drmemtrace_small_s", "native_small_s"),
+    ("raw2trace_small", "raw2tr/s", "raw2trace_small_s", "native_small_s"),
 ]
+PEER_COLUMNS = ("dr_null", "drmemtrace", "raw2trace", "drmemtrace_small", "raw2trace_small")
 LEGEND = {
     "discard": "dep record --discard",
     "record": "dep record -o P",
@@ -103,6 +119,11 @@ LEGEND = {
     "truth_small": "dep record --truth -o P2 (small size)",
     "recover_binary_small": "dep recover --format binary -o F (small size)",
     "lackey": "valgrind lackey --trace-mem=yes (tiny size)",
+    "dr_null": "drrun -- prog (DynamoRIO, no client)",
+    "drmemtrace": "drrun -t drmemtrace -offline -outdir D -- prog (raw, lz4)",
+    "raw2trace": "drraw2trace -indir D (main size, --raw2trace-main only)",
+    "drmemtrace_small": "drrun -t drmemtrace -offline (small size)",
+    "raw2trace_small": "drraw2trace -indir D (small size)",
 }
 # Table 2 ratios: key, header, numerator, denominator (stream names of `dep stats --json`).
 T2 = [
@@ -227,6 +248,18 @@ def free_bytes(path):
     return shutil.disk_usage(path).free
 
 
+def tree_bytes(path):
+    """Bytes of the files under a directory (0 if it does not exist)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(root, f))
+            except OSError:
+                pass
+    return total
+
+
 # ---------------------------------------------------------------------------------------
 # Inputs
 
@@ -245,6 +278,118 @@ def ensure_dep():
     proc = subprocess.run(["cargo", "build", "--release", "--workspace"], cwd=REPO)
     if proc.returncode != 0 or not os.access(DEP, os.X_OK):
         sys.exit("suite.py: cannot build dep")
+
+
+# ---------------------------------------------------------------------------------------
+# The peer: DynamoRIO's drmemtrace (issue 24), built once from the shared source tarball
+
+def peer_cache_root():
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "dep-bench")
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _failure_line(text):
+    """The one line that says why build-drmemtrace.sh failed: its last step ("[build-
+    drmemtrace Ns] step") and the first line after it naming an error (the first compiler
+    or cmake error in the log tail it prints), else the last line."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    step, start = None, 0
+    for i, ln in enumerate(lines):
+        m = re.match(r"\[build-drmemtrace \d+s\] (.*)", ln)
+        if m:
+            step, start = m[1], i + 1
+    tail = lines[start:] or lines[-1:]
+    pat = r"\berror\b|\bfatal\b|not found|no such file|denied|unsupported|cannot|failed"
+    why = next((ln for ln in tail if re.search(pat, ln, re.I)), tail[-1] if tail else "no output")
+    return (f"{step}: {why}" if step else why)[:300]
+
+
+def peer_from_prefix(prefix):
+    """The drrun and drraw2trace of a build-drmemtrace.sh install, or CommandFailed."""
+    drrun = os.path.join(prefix, "bin64", "drrun")
+    raw2trace = os.path.join(prefix, "clients", "bin64", "drraw2trace")
+    for exe in (drrun, raw2trace):
+        if not os.access(exe, os.X_OK):
+            raise CommandFailed(f"{exe} missing")
+    version = None
+    try:
+        with open(os.path.join(prefix, "SOURCE-REVISIONS.txt")) as f:
+            version = f.readline().strip() or None
+    except OSError:
+        pass
+    return {"prefix": prefix, "drrun": drrun, "raw2trace": raw2trace, "version": version}
+
+
+def ensure_peer(args):
+    """(peer, None) with the drmemtrace install to measure, or (None, reason) to skip the
+    peer columns. Builds PEER_SRC/dynamorio-src.tar.zst with PEER_SRC/build-drmemtrace.sh
+    into ~/.cache/dep-bench/drmemtrace-<sha256 of the tarball>/ the first time (5-11
+    minutes on 2 cores) and reuses that install afterwards; --peer-prefix names an
+    install to use instead."""
+    if args.no_peer:
+        return None, "--no-peer"
+    if args.peer_prefix:
+        try:
+            return peer_from_prefix(os.path.abspath(args.peer_prefix)), None
+        except CommandFailed as e:
+            return None, f"--peer-prefix {args.peer_prefix}: {e}"
+    tarball = os.path.join(args.peer_src, "dynamorio-src.tar.zst")
+    script = os.path.join(args.peer_src, "build-drmemtrace.sh")
+    for f in (tarball, script):
+        if not os.path.isfile(f):
+            return None, f"{f} not found (--peer-src DIR names the directory holding it)"
+    digest = sha256_file(tarball)[:16]
+    prefix = os.path.join(peer_cache_root(), f"drmemtrace-{digest}")
+    stamp = os.path.join(prefix, ".dep-bench-complete")
+    if os.path.exists(stamp):
+        try:
+            peer = peer_from_prefix(prefix)
+            log(f"drmemtrace: reusing {prefix}")
+            return peer, None
+        except CommandFailed:
+            pass                                  # damaged: build it again
+    build = prefix + ".build"
+    build_log = prefix + ".build.log"
+    os.makedirs(peer_cache_root(), exist_ok=True)
+    log(f"drmemtrace: building {os.path.basename(tarball)} into {prefix} (once; 5-11 minutes "
+        f"on 2 cores; log {build_log})")
+    t0 = time.perf_counter()
+    try:
+        with open(build_log, "wb") as lf:
+            proc = subprocess.run(["bash", script, tarball, prefix, build], stdout=lf,
+                                  stderr=subprocess.STDOUT, timeout=3 * 3600)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        rc = "timeout after 3 hours"
+    except OSError as e:
+        return None, f"cannot run {script}: {e}"
+    if rc != 0:
+        try:
+            with open(build_log, "rb") as lf:
+                why = _failure_line(lf.read().decode("utf-8", "replace"))
+        except OSError:
+            why = "no log"
+        return None, f"build failed (exit {rc}): {why} [log {build_log}]"
+    try:
+        peer = peer_from_prefix(prefix)
+    except CommandFailed as e:
+        return None, f"build finished without its outputs: {e} [log {build_log}]"
+    with open(stamp, "w") as f:
+        f.write(f"sha256 {sha256_file(tarball)} of {tarball}\n"
+                f"built {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} "
+                f"in {time.perf_counter() - t0:.0f} s\n")
+    os.replace(build_log, os.path.join(prefix, "build.log"))
+    shutil.rmtree(build, ignore_errors=True)      # the build tree is not needed to run
+    log(f"drmemtrace: built in {(time.perf_counter() - t0) / 60:.1f} min")
+    return peer, None
 
 
 def make_text(path, nbytes, seed=20240601):
@@ -580,6 +725,86 @@ def measure(name, spec, args, workdir, result, save):
         timed("lackey", ["valgrind", "--tool=lackey", "--trace-mem=yes",
                          "--log-file=/dev/null"] + targv, reps=1)
 
+    # -- the peer: DynamoRIO with no client and drmemtrace (issue 24) -------------------
+    peer = args.peer
+    dr_out = os.path.join(workdir, f"{name}.drmemtrace")
+    dr_small_out = os.path.join(workdir, f"{name}.small.drmemtrace")
+    dr_dirs = {}
+
+    def drmemtrace(key, outdir, run_argv, dep_refs):
+        """drrun -t drmemtrace -offline into a fresh outdir (best of --repeat); the raw
+        files' bytes on disk. os.sync() (untimed) before each run, so the write-back of
+        an earlier trace does not land in this measurement."""
+        disk_check(f"drmemtrace ({key})")
+        # Its raw files took 0.2-4.1 bytes per reference in /work/shared/peers/results
+        # (14 GB for matrix at the main size): want 5 per reference dep counted, and the rest.
+        need = DR_RAW_BYTES_PER_REF * dep_refs + args.min_free if dep_refs else 0
+        if free_bytes(workdir) < need:
+            raise CommandFailed(f"skipped {key}: ~{human_bytes(need - args.min_free)} of raw "
+                                f"files expected, only {human_bytes(free_bytes(workdir))} free")
+
+        def fresh():
+            shutil.rmtree(outdir, ignore_errors=True)
+            os.sync()
+            os.makedirs(outdir)
+        timed(key, [peer["drrun"], "-t", "drmemtrace", "-offline", "-outdir", outdir, "--"]
+              + run_argv, before=fresh)
+        dirs = sorted(glob.glob(os.path.join(outdir, "drmemtrace.*.dir")))
+        if not dirs:
+            raise CommandFailed(f"no drmemtrace.*.dir written in {outdir}")
+        sizes[key + "_raw_bytes"] = sum(tree_bytes(os.path.join(d, "raw")) for d in dirs)
+        sizes[key + "_dirs"] = len(dirs)     # one per process
+        dr_dirs[key] = dirs
+
+    def raw2trace(key, dirs):
+        """drraw2trace on each process's directory, once (it is slow); times summed."""
+        wall = cpu_s = 0.0
+        for d in dirs:
+            shutil.rmtree(os.path.join(d, "trace"), ignore_errors=True)
+            os.sync()
+            w, c, _, _ = run_timed([peer["raw2trace"], "-indir", d], timeout=6 * 3600)
+            wall, cpu_s = wall + w, cpu_s + c
+        result[key + "_s"], cpu[key] = wall, cpu_s
+        sizes[key + "_trace_bytes"] = sum(tree_bytes(os.path.join(d, "trace")) for d in dirs)
+
+    def basic_counts(key, dirs):
+        """drcachesim's basic_counts over the converted traces: drmemtrace's own counts."""
+        tot, wall = {}, 0.0
+        names_ = {"(fetched) instructions": "instructions", "non-fetched instructions":
+                  "non_fetched", "data loads": "loads", "data stores": "stores",
+                  "prefetches": "prefetches", "threads": "threads"}
+        for d in dirs:
+            w, _, err, out = run_timed([peer["drrun"], "-t", "drcachesim", "-indir", d,
+                                        "-simulator_type", "basic_counts"],
+                                       stdout=subprocess.PIPE, timeout=6 * 3600)
+            wall += w
+            text = err + "\n" + out.decode("utf-8", "replace")
+            for m in re.finditer(r"^\s*(\d+) total (.+?)\s*$", text, re.M):
+                if m[2] in names_:
+                    k = names_[m[2]]
+                    tot[k] = tot.get(k, 0) + int(m[1])
+        if "loads" not in tot or "stores" not in tot:
+            raise CommandFailed("basic_counts printed no 'total data loads/stores' lines")
+        tot["refs"] = tot["loads"] + tot["stores"]
+        result[key] = tot
+        result[key + "_wall_s"] = wall
+        log(f"    {tot['refs']} loads+stores, {tot.get('instructions')} instructions")
+
+    def peer_main():
+        step("dr_null", "drrun -- prog (DynamoRIO, no client)",
+             lambda: timed("dr_null", [peer["drrun"], "--"] + argv))
+        step("drmemtrace", "drrun -t drmemtrace -offline -outdir D",
+             lambda: drmemtrace("drmemtrace", dr_out, argv,
+                                (result.get("recovered") or {}).get("reads", 0)
+                                + (result.get("recovered") or {}).get("writes", 0)))
+        if args.raw2trace_main and dr_dirs.get("drmemtrace"):
+            step("raw2trace", "drraw2trace -indir D (--raw2trace-main)",
+                 lambda: raw2trace("raw2trace", dr_dirs["drmemtrace"]))
+            if "raw2trace_s" in result:
+                step("basic_counts", "drcachesim basic_counts",
+                     lambda: basic_counts("basic_counts", dr_dirs["drmemtrace"]))
+        shutil.rmtree(dr_out, ignore_errors=True)
+
     have_vg = shutil.which("valgrind") is not None
     step("native", "native", native)
     step("discard", "dep record --discard", discard)
@@ -621,6 +846,8 @@ def measure(name, spec, args, workdir, result, save):
         step("valgrind_none", "valgrind --tool=none", valgrind_none)
     else:
         skipped["valgrind_none"] = "valgrind not installed"
+    if peer:
+        peer_main()
 
     if sargv:
         log(f"  -- small size: {' '.join(sargv)}")
@@ -635,6 +862,22 @@ def measure(name, spec, args, workdir, result, save):
         remove_profile(small_profile)
         step("truth_small", "dep record --truth -o P2 (small)", truth_small,
              base="native_small_s")
+        if peer:
+            step("drmemtrace_small", "drrun -t drmemtrace -offline -outdir D (small)",
+                 lambda: drmemtrace("drmemtrace_small", dr_small_out, sargv,
+                                    (result.get("stats") or {}).get("refs", 0)),
+                 base="native_small_s")
+            if dr_dirs.get("drmemtrace_small"):
+                step("raw2trace_small", "drraw2trace -indir D (small)",
+                     lambda: raw2trace("raw2trace_small", dr_dirs["drmemtrace_small"]),
+                     base="native_small_s")
+                if "raw2trace_small_s" in result:
+                    step("basic_counts_small", "drcachesim basic_counts (small)",
+                         lambda: basic_counts("basic_counts_small",
+                                              dr_dirs["drmemtrace_small"]))
+            else:
+                skipped["raw2trace_small"] = "no drmemtrace output (drmemtrace failed)"
+            shutil.rmtree(dr_small_out, ignore_errors=True)
 
     if args.no_lackey:
         skipped["lackey"] = "--no-lackey"
@@ -654,6 +897,38 @@ def finish_ratios(result):
         t, b = result.get(tkey), result.get(base)
         ratios[key] = t / b if (t and b) else None
     result["ratios"] = ratios
+    result["bytes_per_ref"] = bytes_per_ref(result)
+
+
+def bytes_per_ref(result):
+    """Bytes on disk per memory reference, dep's profiles beside drmemtrace's files.
+
+    dep: its profile over its recovered references (recover null at the main size, dep
+    stats at the small size). drmemtrace: its raw (-offline) and converted (drraw2trace)
+    files over its own loads + stores (drcachesim basic_counts), or over dep's count of
+    the same run where basic_counts did not run (no drraw2trace at that size); `*_den`
+    says which."""
+    sz = result.get("sizes", {})
+    rec = result.get("recovered") or {}
+    dep_main = rec["reads"] + rec["writes"] if rec else None
+    dep_small = (result.get("stats") or {}).get("refs")
+    out = {"dep_refs": dep_main, "dep_refs_small": dep_small,
+           "dr_refs": (result.get("basic_counts") or {}).get("refs"),
+           "dr_refs_small": (result.get("basic_counts_small") or {}).get("refs")}
+
+    def per(n, d):
+        return n / d if n and d else None
+    out["dep"] = per(sz.get("profile_bytes"), dep_main)
+    out["dep_small"] = per(sz.get("small_profile_bytes"), dep_small)
+    for suffix, dep_refs in (("", dep_main), ("_small", dep_small)):
+        dr = out["dr_refs" + suffix]
+        den, src = (dr, "basic_counts") if dr else (dep_refs, "dep")
+        raw = sz.get(f"drmemtrace{suffix}_raw_bytes")
+        trace = sz.get(f"raw2trace{suffix}_trace_bytes")
+        out["drmemtrace_raw" + suffix] = per(raw, den)
+        out["drmemtrace_trace" + suffix] = per(trace, den)
+        out["dr_den" + suffix] = src if (raw or trace) and den else None
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -712,32 +987,179 @@ def fmt_pct(x, width=8):
     return ("-" if x is None else f"{100 * x:.2f}%").rjust(width)
 
 
-def tables(results, names, paper, quick):
+# What each tool records, printed under the drmemtrace tables (and in benches/README.md):
+# checked against DynamoRIO 05e3165's clients/drcachesim/tracer (tracer.cpp, instru_offline.cpp,
+# raw2trace.cpp) and its drcachesim documentation.
+PEER_NOTE = [
+    "  What the two record, so that like is compared with like:",
+    "  - drmemtrace -offline writes one raw file per thread (lz4): an 8-byte entry per executed "
+    "block (module offset and",
+    "    instruction count) and per memory address, except addresses drraw2trace can recompute "
+    "(a base register unchanged",
+    "    since an earlier address in the block, rip-relative and absolute operands), plus "
+    "timestamp+cpu markers at each",
+    "    buffer flush (the only order between threads) and syscall/signal markers. drraw2trace "
+    "then decodes the original",
+    "    binaries into the final trace (zip): one record per instruction fetch (PC) and per load "
+    "or store. A rep string is",
+    "    expanded (drutil) into a loop, one load/store per iteration: one fetch for the first "
+    "iteration, 'non-fetched'",
+    "    instruction records for the others; gathers and scatters are expanded (drx) into one "
+    "reference per element;",
+    "    prefetches are counted apart from loads (not in its B/ref).",
+    "  - dep writes per thread (zstd chunks) a 2-byte block tag per executed block (DEP_c) and "
+    "the register values that",
+    "    form addresses when they changed (DEP_m; a rep string: its pointer after it; a gather: "
+    "its index vector and mask),",
+    "    with the executed code and the order between threads' synchronizing events, and "
+    "recovers every reference offline",
+    "    (rec null, recbin/s) without the binaries. It too counts each rep-string iteration and "
+    "each active gather element",
+    "    as a reference; prefetch, lea and nop are not references.",
+]
+
+
+def peer_tables(results, names, peer, w0):
+    """dep's --discard, record, recovery and bytes per reference beside drmemtrace's."""
+    title = "dep beside DynamoRIO drmemtrace (issue 24)"
+    if not peer.get("measured"):
+        return [f"{title}: skipped ({peer.get('skipped')})"]
+    lines = []
+    gm = results["__geomean__"]
+    have_main_r2t = any((results[n].get("ratios") or {}).get("raw2trace") for n in names)
+    main = [("discard", "dep disc"), ("dr_null", "dr null"), ("record", "dep rec"),
+            ("drmemtrace", "drmemtr"), ("recover_null", "rec null")]
+    if have_main_r2t:
+        main.append(("raw2trace", "raw2tr"))
+    small = [("record_small", "dep rec/s"), ("drmemtrace_small", "drmemt/s"),
+             ("recover_binary_small", "recbin/s"), ("raw2trace_small", "raw2tr/s")]
+    version = " ".join((peer.get("version") or "").split()[:2])[:22]   # DynamoRIO <commit>
+    lines.append(f"{title}: slowdown, wall-clock time / native time at the same size "
+                 f"({version or peer.get('prefix')})")
+    hdr = ("program".ljust(w0) + "native s".rjust(9) + "".join(h.rjust(10) for _, h in main)
+           + " |" + "native/s".rjust(9) + "".join(h.rjust(10) for _, h in small))
+    lines.append(hdr)
+    lines.append("-" * len(hdr))
+
+    def row(label, nat, nat_s, ratios):
+        return (label.ljust(w0) + (f"{nat:.3f}" if nat else "").rjust(9)
+                + "".join(fmt_ratio(ratios.get(k), 10) for k, _ in main) + " |"
+                + (f"{nat_s:.3f}" if nat_s else "").rjust(9)
+                + "".join(fmt_ratio(ratios.get(k), 10) for k, _ in small))
+    for n in names:
+        r = results[n]
+        lines.append(row(n, r.get("native_s") or None, r.get("native_small_s") or None,
+                         r.get("ratios") or {}))
+    lines.append("-" * len(hdr))
+    lines.append(row("geomean", None, None, gm))
+    lines.append("  dep disc = dep record --discard; dr null = drrun -- prog (DynamoRIO, no "
+                 "client); dep rec = dep record -o P;")
+    lines.append("  drmemtr = drrun -t drmemtrace -offline -outdir D -- prog; rec null = dep "
+                 "recover P --format null"
+                 + ("; raw2tr = drraw2trace -indir D" if have_main_r2t else "") + ";")
+    lines.append("  /s: at the small size: dep rec/s, drmemt/s; recbin/s = dep recover --format "
+                 "binary -o F; raw2tr/s = drraw2trace -indir D")
+    lines.append("  (its own time over the program's native time, as for dep's recovery; run "
+                 "once, not best of N).")
+    if not have_main_r2t:
+        lines.append("  drraw2trace runs at the small size only: it takes 100-1000x native (~20 "
+                     "min for gzip -c of 20 MiB); --raw2trace-main")
+        lines.append("  adds it and basic_counts at the main size.")
+    lines.append("")
+
+    # Bytes on disk per memory reference.
+    b = {n: results[n].get("bytes_per_ref") or {} for n in names}
+    sz = {n: results[n].get("sizes") or {} for n in names}
+    gb = results.get("__geomean_bytes_per_ref__") or {}
+    starred = []
+
+    def bpr(x, den=None):
+        if x is None:
+            return "-"
+        if den == "dep":
+            starred.append(1)
+            return f"{x:.3f}*"
+        return f"{x:.3f}"
+
+    def cnt(x):
+        return "-" if not x else f"{x / 1e6:.3f}M"
+    cols = [("program", w0), ("refs", 11), ("dep", 10), ("B/ref", 7), ("dr raw", 10),
+            ("B/ref", 8)]
+    if have_main_r2t:
+        cols += [("dr refs", 11), ("dr trace", 10), ("B/ref", 8)]
+    cols += [(" |", 2), ("refs/s", 11), ("dr refs/s", 11), ("dep/s", 10), ("B/ref", 7),
+             ("dr raw/s", 10), ("B/ref", 8), ("trace/s", 10), ("B/ref", 8)]
+    hdr = "".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(cols))
+    lines.append("Bytes on disk per memory reference: dep's zstd profile over its recovered "
+                 "references; drmemtrace's raw files")
+    lines.append("(dr raw) and drraw2trace's trace (trace) over its loads+stores from "
+                 "drcachesim basic_counts (dr refs)")
+    lines.append(hdr)
+    lines.append("-" * len(hdr))
+    for n in names:
+        x, s = b[n], sz[n]
+        cells = [n, cnt(x.get("dep_refs")), human_bytes(s.get("profile_bytes")),
+                 bpr(x.get("dep")), human_bytes(s.get("drmemtrace_raw_bytes")),
+                 bpr(x.get("drmemtrace_raw"), x.get("dr_den"))]
+        if have_main_r2t:
+            cells += [cnt(x.get("dr_refs")), human_bytes(s.get("raw2trace_trace_bytes")),
+                      bpr(x.get("drmemtrace_trace"), x.get("dr_den"))]
+        cells += [" |", cnt(x.get("dep_refs_small")), cnt(x.get("dr_refs_small")),
+                  human_bytes(s.get("small_profile_bytes")), bpr(x.get("dep_small")),
+                  human_bytes(s.get("drmemtrace_small_raw_bytes")),
+                  bpr(x.get("drmemtrace_raw_small"), x.get("dr_den_small")),
+                  human_bytes(s.get("raw2trace_small_trace_bytes")),
+                  bpr(x.get("drmemtrace_trace_small"), x.get("dr_den_small"))]
+        lines.append("".join(c.ljust(w) if i == 0 else c.rjust(w)
+                             for i, (c, (_, w)) in enumerate(zip(cells, cols))))
+    lines.append("-" * len(hdr))
+    def gden(suffix):    # starred when any program's figure is
+        return "dep" if any(b[n].get("dr_den" + suffix) == "dep" for n in names) else None
+    g = ["geomean", "", "", bpr(gb.get("dep")), "", bpr(gb.get("drmemtrace_raw"), gden(""))]
+    if have_main_r2t:
+        g += ["", "", bpr(gb.get("drmemtrace_trace"), gden(""))]
+    g += [" |", "", "", "", bpr(gb.get("dep_small")), "",
+          bpr(gb.get("drmemtrace_raw_small"), gden("_small")), "",
+          bpr(gb.get("drmemtrace_trace_small"), gden("_small"))]
+    lines.append("".join(c.ljust(w) if i == 0 else c.rjust(w)
+                         for i, (c, (_, w)) in enumerate(zip(g, cols))))
+    lines.append("  refs: dep's references (main size: recover null; /s: dep stats of the small "
+                 "profile); dr refs: basic_counts' loads+stores.")
+    if starred:
+        lines.append("  *: drmemtrace's bytes over dep's reference count of the same program and "
+                     "size (basic_counts needs drraw2trace's trace,")
+        lines.append("     which runs at the small size only unless --raw2trace-main).")
+    lines.extend(PEER_NOTE)
+    return lines
+
+
+def tables(results, names, paper, quick, peer=None):
     lines = []
     w0 = max(14, max(len(n) for n in names) + 1)
+    dep_cols = [c for c in COLUMNS if c[0] not in PEER_COLUMNS]   # the peer's: peer_tables
     lines.append("Slowdown: wall-clock time / native time at the same size (main size; "
                  "/s: small size; /t: tiny size)")
     hdr = ("program".ljust(w0) + "native s".rjust(9)
-           + "".join(h.rjust(9) for _, h, _, _ in COLUMNS))
+           + "".join(h.rjust(9) for _, h, _, _ in dep_cols))
     lines.append(hdr)
     lines.append("-" * len(hdr))
     for n in names:
         r = results[n]
         nat = r.get("native_s")
         row = n.ljust(w0) + (f"{nat:.3f}" if nat else "-").rjust(9)
-        row += "".join(fmt_ratio(r.get("ratios", {}).get(k), 9) for k, _, _, _ in COLUMNS)
+        row += "".join(fmt_ratio(r.get("ratios", {}).get(k), 9) for k, _, _, _ in dep_cols)
         lines.append(row)
     lines.append("-" * len(hdr))
     gm = results["__geomean__"]
     lines.append("geomean".ljust(w0) + "".rjust(9)
-                 + "".join(fmt_ratio(gm.get(k), 9) for k, _, _, _ in COLUMNS))
+                 + "".join(fmt_ratio(gm.get(k), 9) for k, _, _, _ in dep_cols))
     pap = {"discard": paper["table1_dep_slowdown_mean"],
            "record": paper["collection_slowdown"],
            "truth": paper["table1_bbpc_memaddr_slowdown_mean"],
            "recover_null": paper["recovery_slowdown"], "recover_null_1": paper["recovery_slowdown"]}
     lines.append("paper".ljust(w0) + "".rjust(9)
                  + "".join((fmt_ratio(pap[k], 9) if k in pap else "".rjust(9))
-                           for k, _, _, _ in COLUMNS))
+                           for k, _, _, _ in dep_cols))
     lines.append("  columns: discard = dep record --discard; record = dep record -o P (zstd, on "
                  "disk); truth = dep record --truth --discard;")
     lines.append("  vg none = valgrind --tool=none; rec null = dep recover P --format null (all "
@@ -751,6 +1173,8 @@ def tables(results, names, paper, quick):
                  f"{paper['table1_bbpc_memaddr_slowdown_mean']:.2f}x;")
     lines.append("  rec null <- section 7.3 recovery 21x (scanning a full trace 7.5x); "
                  "eWPP 23x")
+    lines.append("")
+    lines.extend(peer_tables(results, names, peer or {}, w0))
     lines.append("")
     t2m = results["__table2_mean__"]
     t2mm = results["__table2_main_mean__"]
@@ -848,7 +1272,8 @@ def tables(results, names, paper, quick):
 # SVG charts (hand-made)
 
 PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
-           "#ff9da7", "#9c755f"]
+           "#ff9da7", "#9c755f", "#bab0ac", "#1f3f6e", "#8c564b", "#17becf", "#bcbd22",
+           "#7f7f7f", "#2ca02c", "#9467bd", "#d62728", "#000000"]
 
 
 def _x(s):
@@ -997,9 +1422,11 @@ def svg_grouped_bars(path, title, groups, series, values, *, log_scale, y_label,
 
 def write_svgs(outdir, results, names, paper, quick):
     groups = names + ["geomean"]
-    series = [(k, LEGEND[k]) for k, _, _, _ in COLUMNS]
-    col = {k: PALETTE[i % len(PALETTE)] for i, (k, _, _, _) in enumerate(COLUMNS)}
     values = {n: results[n].get("ratios", {}) for n in names}
+    # every dep column; the peer's only when measured (skipped, they would be all n/a)
+    series = [(k, LEGEND[k]) for k, _, _, _ in COLUMNS
+              if k not in PEER_COLUMNS or any(values[n].get(k) for n in names)]
+    col = {k: PALETTE[i % len(PALETTE)] for i, (k, _) in enumerate(series)}
     values["geomean"] = results["__geomean__"]
     sub = ("wall-clock time / native time at the same input size" +
            ("; --quick (reduced sizes, startup-dominated)" if quick else ""))
@@ -1071,6 +1498,17 @@ def main():
     ap.add_argument("--no-lackey", action="store_true", help="skip valgrind lackey")
     ap.add_argument("--min-free-gb", type=float, default=None,
                     help="skip recording when less than this is free (default 10, quick 1)")
+    ap.add_argument("--no-peer", action="store_true",
+                    help="skip DynamoRIO's drmemtrace (the peer columns)")
+    ap.add_argument("--peer-src", default=PEER_SRC,
+                    help="directory holding dynamorio-src.tar.zst and build-drmemtrace.sh "
+                         f"(default {PEER_SRC})")
+    ap.add_argument("--peer-prefix", default=None,
+                    help="use this build-drmemtrace.sh install instead of building one into "
+                         "~/.cache/dep-bench/drmemtrace-<sha256 of the tarball>")
+    ap.add_argument("--raw2trace-main", action="store_true",
+                    help="also run drraw2trace and basic_counts at the main size (~40 "
+                         "minutes for gzip alone; by default they run at the small size)")
     args = ap.parse_args()
     args.min_free = int((args.min_free_gb if args.min_free_gb is not None
                          else (1 if args.quick else 10)) * 1e9)
@@ -1084,9 +1522,14 @@ def main():
     for stale in glob.glob(os.path.join(workdir, "*")):   # profiles of an interrupted run
         if os.path.isfile(stale):
             os.remove(stale)
+        elif stale.endswith(".drmemtrace"):               # and its drmemtrace output
+            shutil.rmtree(stale, ignore_errors=True)
 
     ensure_dep()
     build_programs()
+    args.peer, peer_skip = ensure_peer(args)
+    if peer_skip:
+        log(f"drmemtrace: skipped, {peer_skip}; the peer columns stay empty")
     pyexe = real_python()
     log(f"python interpreter: {pyexe}")
 
@@ -1149,6 +1592,10 @@ def main():
         "columns": {k: {"header": h, "time": t, "native": b, "command": LEGEND[k]}
                     for k, h, t, b in COLUMNS},
         "paper": paper,
+        "peer": ({"tool": "DynamoRIO drmemtrace", "measured": True,
+                  "raw2trace_main": args.raw2trace_main, **args.peer} if args.peer
+                 else {"tool": "DynamoRIO drmemtrace", "measured": False,
+                       "skipped": peer_skip}),
     }
     json_path = os.path.join(outdir, "results.json")
 
@@ -1171,6 +1618,8 @@ def main():
         finally:
             for suffix in (".dep", ".small.dep", ".truth.dep"):
                 remove_profile(os.path.join(workdir, n + suffix))
+            for suffix in (".drmemtrace", ".small.drmemtrace"):
+                shutil.rmtree(os.path.join(workdir, n + suffix), ignore_errors=True)
         finish_ratios(res)
         for k in ("errors", "skipped"):
             if not res.get(k):
@@ -1179,6 +1628,10 @@ def main():
 
     doc["geomean"] = {k: geomean([doc["programs"][n]["ratios"].get(k) for n in names])
                       for k, _, _, _ in COLUMNS}
+    doc["geomean_bytes_per_ref"] = {
+        k: geomean([doc["programs"][n]["bytes_per_ref"].get(k) for n in names])
+        for k in ("dep", "drmemtrace_raw", "drmemtrace_trace", "dep_small",
+                  "drmemtrace_raw_small", "drmemtrace_trace_small")}
     t2mean = {}
     for k, _, _, _ in T2:
         t2mean[k] = {kind: mean([((doc["programs"][n].get("table2") or {}).get(k) or {}).get(kind)
@@ -1197,7 +1650,8 @@ def main():
     view["__geomean__"] = doc["geomean"]
     view["__table2_mean__"] = t2mean
     view["__table2_main_mean__"] = doc["table2_main_mean"]
-    text = tables(view, names, paper, args.quick)
+    view["__geomean_bytes_per_ref__"] = doc["geomean_bytes_per_ref"]
+    text = tables(view, names, paper, args.quick, doc["peer"])
     try:
         write_svgs(outdir, view, names, paper, args.quick)
     except Exception as e:
