@@ -126,9 +126,40 @@ impl ChunkData<'_> {
     /// [`PACKED_VALUES_LEVEL`], the other sections with zstd at `level`; a section longer
     /// than readers take ([`Section::max_raw_len`]) is an error.
     pub fn encode(&self, width: Width, level: i32) -> std::io::Result<Vec<u8>> {
-        let sections = [self.tags, self.values, self.truth];
+        Encoder::new(level)?.encode(self, width)
+    }
+}
+
+/// What encoding chunks needs, kept from chunk to chunk: the zstd contexts and the packing
+/// buffer (made anew for each chunk of megabytes, they cost page faults and zeroing).
+pub struct Encoder {
+    level: i32,
+    zstd: zstd::bulk::Compressor<'static>,
+    packed_zstd: zstd::bulk::Compressor<'static>,
+    packed: Vec<u8>,
+}
+
+impl Encoder {
+    /// An encoder compressing DEP_c and the truth stream at zstd `level`.
+    pub fn new(level: i32) -> std::io::Result<Encoder> {
+        Ok(Encoder {
+            level,
+            zstd: zstd::bulk::Compressor::new(level)?,
+            packed_zstd: zstd::bulk::Compressor::new(PACKED_VALUES_LEVEL)?,
+            packed: Vec::new(),
+        })
+    }
+
+    /// The zstd level of DEP_c and the truth stream.
+    pub fn level(&self) -> i32 {
+        self.level
+    }
+
+    /// The record payload of `c`, as [`ChunkData::encode`] gives it.
+    pub fn encode(&mut self, c: &ChunkData, width: Width) -> std::io::Result<Vec<u8>> {
+        let sections = [c.tags, c.values, c.truth];
         let mut frames = Vec::with_capacity(3);
-        let mut flags = if self.last { FLAG_LAST } else { 0 };
+        let mut flags = if c.last { FLAG_LAST } else { 0 };
         for (s, bytes) in Section::ALL.into_iter().zip(sections) {
             if bytes.len() as u64 > s.max_raw_len() {
                 let e = ChunkError::TooLarge { section: s, raw: bytes.len() as u64, max: s.max_raw_len() };
@@ -138,21 +169,21 @@ impl ChunkData<'_> {
                 frames.push(Vec::new());
             } else if s == Section::Values && bytes.len().is_multiple_of(width.bytes()) {
                 // (A stream of partial words, which no collector writes, is stored plain.)
-                let mut packed = Vec::new();
-                packing::pack(bytes, width.bytes(), &mut packed).map_err(std::io::Error::other)?;
-                frames.push(zstd::bulk::compress(&packed, PACKED_VALUES_LEVEL)?);
+                self.packed.clear();
+                packing::pack(bytes, width.bytes(), &mut self.packed).map_err(std::io::Error::other)?;
+                frames.push(self.packed_zstd.compress(&self.packed)?);
                 flags |= (Codec::PackedZstd as u32) << flag_shift(s);
             } else {
-                frames.push(zstd::bulk::compress(bytes, level)?);
+                frames.push(self.zstd.compress(bytes)?);
             }
         }
         let mut b = Vec::with_capacity(CHUNK_HEADER_LEN + frames.iter().map(Vec::len).sum::<usize>());
-        b.extend_from_slice(&self.thread.to_le_bytes());
-        b.extend_from_slice(&self.seq.to_le_bytes());
-        b.extend_from_slice(&self.hi.to_le_bytes());
-        b.extend_from_slice(&self.status.to_le_bytes());
+        b.extend_from_slice(&c.thread.to_le_bytes());
+        b.extend_from_slice(&c.seq.to_le_bytes());
+        b.extend_from_slice(&c.hi.to_le_bytes());
+        b.extend_from_slice(&c.status.to_le_bytes());
         b.extend_from_slice(&flags.to_le_bytes());
-        for r in self.regs {
+        for r in c.regs {
             b.extend_from_slice(&r.to_le_bytes());
         }
         for (s, f) in sections.iter().zip(&frames) {
