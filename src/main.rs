@@ -13,6 +13,14 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// `dep record --compression`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum CompressionArg {
+    Auto,
+    Small,
+    Fast,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Run PROGRAM under DynamoRIO and record its DEP profile; exits with the program's status.
@@ -30,6 +38,11 @@ enum Cmd {
         /// costs; race analysis and cross-thread dependences need it.
         #[arg(long)]
         no_sync: bool,
+        /// How DEP_m is compressed: auto (zstd while compression keeps up with the program,
+        /// packed only for chunks that arrive while it is behind), small (always zstd: the
+        /// smallest profile), fast (never zstd: the least work, about twice the bytes).
+        #[arg(long, value_enum, default_value = "auto")]
+        compression: CompressionArg,
         /// The program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         program: Vec<String>,
@@ -240,7 +253,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             check_truncated(&p)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Record { output, truth, discard, no_sync, program } => record(output, truth, discard, no_sync, program),
+        Cmd::Record { output, truth, discard, no_sync, compression, program } => {
+            record(output, truth, discard, no_sync, compression, program)
+        }
         Cmd::Recover { profile, truth, format, output, jobs } => recover(&profile, truth, &format, output.as_deref(), jobs),
         Cmd::Stats { profile, json, no_compress } => stats(&profile, json, !no_compress),
         Cmd::Edges { profile, json, truth, output, jobs } => edges(&profile, json, truth, output.as_deref(), jobs),
@@ -382,9 +397,21 @@ fn recover(profile: &std::path::Path, truth: bool, format: &str, output: Option<
     Ok(ExitCode::SUCCESS)
 }
 
-fn record(output: PathBuf, truth: bool, discard: bool, no_sync: bool, program: Vec<String>) -> Result<ExitCode> {
+fn record(
+    output: PathBuf,
+    truth: bool,
+    discard: bool,
+    no_sync: bool,
+    compression: CompressionArg,
+    program: Vec<String>,
+) -> Result<ExitCode> {
     let level = std::env::var("DEP_ZSTD_LEVEL").ok().and_then(|l| l.parse().ok()).unwrap_or(1);
-    let opts = dep_collector::RecordOptions { output, truth, discard, sync: !no_sync, level, program };
+    let compression = match compression {
+        CompressionArg::Auto => dep_collector::Compression::Auto,
+        CompressionArg::Small => dep_collector::Compression::Small,
+        CompressionArg::Fast => dep_collector::Compression::Fast,
+    };
+    let opts = dep_collector::RecordOptions { output, truth, discard, sync: !no_sync, level, compression, program };
     let out = dep_collector::record(&opts)?;
     for w in &out.warnings {
         eprintln!("dep: warning: {w}");

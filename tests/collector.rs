@@ -688,3 +688,43 @@ fn dcfg_check_refuses_what_is_not_a_regular_file() {
         assert!(err.lines().count() == 1 && err.contains(what), "{err}");
     }
 }
+
+/// `dep record --compression fast` stores DEP_m packed without zstd (codec 2) and `small`
+/// always compresses it; both profiles recover exactly their truth, and a 256 KiB gzip run
+/// makes enough chunks that each mode's codec shows in every chunk.
+#[test]
+fn compression_modes_recover_exactly() {
+    use dep_profile::container::{Codec, Profile, Section};
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let text: Vec<u8> = (0..256 << 10)
+        .map(|_| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            b"abcdefgh ij\n"[(rng % 12) as usize]
+        })
+        .collect();
+    std::fs::write(&input, text).unwrap();
+    for (mode, want) in [("fast", Codec::Packed), ("small", Codec::PackedZstd)] {
+        let p = dir.path().join(format!("{mode}.dep"));
+        let o = run(Command::new(dep())
+            .args(["record", "--truth", "--compression", mode, "-o"])
+            .arg(&p)
+            .args(["--", "gzip", "-c"])
+            .arg(&input));
+        assert!(o.status.success(), "{mode}: {}", String::from_utf8_lossy(&o.stderr));
+        check_profile(&p);
+        let profile = Profile::open(&p).unwrap();
+        let mut chunks = 0;
+        for c in profile.threads.iter().flat_map(|t| &t.chunks) {
+            let v = profile.chunk(c).unwrap();
+            if v.lens(Section::Values).0 > 0 {
+                assert_eq!(v.codec(Section::Values), Ok(want), "{mode}");
+                chunks += 1;
+            }
+        }
+        assert!(chunks > 1, "{mode}: {chunks} chunks with DEP_m");
+    }
+}

@@ -34,7 +34,23 @@ pub struct RecordOptions {
     pub sync: bool,
     /// zstd level for chunks.
     pub level: i32,
+    /// How DEP_m is compressed.
+    pub compression: Compression,
     pub program: Vec<String>,
+}
+
+/// How the launcher stores DEP_m.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Compression {
+    /// Packed and zstd-compressed while the compression pool keeps up with the program;
+    /// packed only (a fifth of the work, about twice the bytes) for chunks that arrive
+    /// while it is behind, so that compressing does not slow the program down further.
+    #[default]
+    Auto,
+    /// Always packed and zstd-compressed: the smallest profile.
+    Small,
+    /// Always packed only: the least work.
+    Fast,
 }
 
 /// What a recording produced.
@@ -190,7 +206,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
     let listener =
         std::os::unix::net::UnixListener::bind(&sock).map_err(|e| RecordError::Io(format!("cannot listen on {}: {e}", sock.display())))?;
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let receiver = Receiver::new(&opts.output, opts.discard, opts.level, workers);
+    let receiver = Receiver::new(&opts.output, opts.discard, opts.level, opts.compression, workers);
     let stop = Arc::new(AtomicBool::new(false));
     let server = receiver.serve(listener, stop.clone());
 

@@ -6,4 +6,4 @@ pub mod receive;
 pub mod sink;
 pub mod wire;
 
-pub use launch::{record, Install, RecordOptions, RecordOutcome};
+pub use launch::{record, Compression, Install, RecordOptions, RecordOutcome};

@@ -4,11 +4,11 @@
 //! reader goes on, and a bounded queue makes a client wait (rather than lose data) when
 //! compression falls behind.
 
+use crate::launch::Compression;
 use crate::sink::ProfileSink;
 use crate::wire::{self, ChunkHeader};
 use dep_profile::container::{ChunkData, ChunkEncoder, Metadata, RecordKind};
 use dep_profile::Width;
-use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -35,6 +35,8 @@ pub struct ConnResult {
 struct Job {
     thread: u32,
     width: Width,
+    /// DEP_m packed only.
+    fast: bool,
     payload: Vec<u8>,
     done: crossbeam::channel::Sender<std::io::Result<Vec<u8>>>,
 }
@@ -48,6 +50,9 @@ pub struct Receiver {
     discard: bool,
     level: i32,
     next_index: Mutex<u32>,
+    compression: Compression,
+    /// Compression threads.
+    workers: usize,
     jobs: crossbeam::channel::Sender<Job>,
     /// Frame buffers the compression pool is done with.
     spare: crossbeam::channel::Receiver<Vec<u8>>,
@@ -71,7 +76,7 @@ fn build_id(path: &str) -> Option<String> {
 
 impl Receiver {
     /// Starts the compression pool.
-    pub fn new(base: &Path, discard: bool, level: i32, workers: usize) -> Arc<Receiver> {
+    pub fn new(base: &Path, discard: bool, level: i32, compression: Compression, workers: usize) -> Arc<Receiver> {
         let (tx, rx) = crossbeam::channel::bounded::<Job>(workers * 2);
         // Frame buffers go back to the readers once their chunk is encoded: a chunk is
         // megabytes, and a new buffer each time costs its zeroing and page faults (on
@@ -83,7 +88,7 @@ impl Receiver {
                 let mut enc = ChunkEncoder::new(level);
                 for job in rx {
                     let r = match &mut enc {
-                        Ok(enc) => encode_chunk(enc, job.thread, job.width, &job.payload),
+                        Ok(enc) => encode_chunk(enc, job.thread, job.width, job.fast, &job.payload),
                         Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
                     };
                     let _ = job.done.send(r);
@@ -96,6 +101,8 @@ impl Receiver {
             discard,
             level,
             next_index: Mutex::new(0),
+            compression,
+            workers,
             jobs: tx,
             spare: spare_rx,
             results: Mutex::new(Vec::new()),
@@ -151,9 +158,8 @@ impl Receiver {
 
     fn handle(&self, mut s: UnixStream) {
         let mut res = ConnResult::default();
-        let mut sink = None;
-        let mut pending = VecDeque::new();
-        let r = self.read_conn(&mut s, &mut res, &mut sink, &mut pending);
+        let mut writer = None;
+        let r = self.read_conn(&mut s, &mut res, &mut writer);
         if let Err(e) = r {
             res.errors.push(e);
             // The program goes on sending: reading on keeps its writes from failing.
@@ -161,11 +167,14 @@ impl Receiver {
         } else {
             res.complete = true;
         }
-        // Chunks compressed already belong in the profile, whatever stopped the stream.
-        for done in pending {
-            let Ok(r) = done.recv() else { break };
-            write_chunk(&mut sink, r, &mut res);
-        }
+        // Chunks compressed already belong in the profile, whatever stopped the stream: the
+        // writer takes everything sent to it before it ends.
+        let sink = writer.map(|w: Writer| {
+            drop(w.items);
+            let (sink, errors) = w.thread.join().expect("profile writer panicked");
+            res.errors.extend(errors);
+            sink
+        });
         let mut results = self.results.lock().unwrap();
         if let Some(sink) = sink {
             self.writers.lock().unwrap().push((results.len(), sink));
@@ -173,13 +182,7 @@ impl Receiver {
         results.push(res);
     }
 
-    fn read_conn(
-        &self,
-        s: &mut UnixStream,
-        res: &mut ConnResult,
-        sink: &mut Option<ProfileSink>,
-        pending: &mut VecDeque<Done>,
-    ) -> Result<(), String> {
+    fn read_conn(&self, s: &mut UnixStream, res: &mut ConnResult, writer: &mut Option<Writer>) -> Result<(), String> {
         let mut hdr = [0u8; wire::FRAME_HEADER];
         // Truth sent ahead of its chunk, per thread.
         let mut truth_ahead: std::collections::HashMap<u32, Vec<u8>> = std::collections::HashMap::new();
@@ -200,9 +203,9 @@ impl Receiver {
             if !read_full(s, &mut payload)? && len > 0 {
                 return Err("the client's stream ends inside a frame".into());
             }
-            let w = |sink: &mut Option<ProfileSink>, kind: RecordKind, p: &[u8]| {
-                if let Some(sink) = sink.as_mut() {
-                    sink.record(kind, p);
+            let w = |writer: &Option<Writer>, kind: RecordKind, p: &[u8]| {
+                if let Some(w) = writer {
+                    let _ = w.items.send(Item::Record(kind, p.to_vec()));
                 }
             };
             match kind {
@@ -227,7 +230,7 @@ impl Receiver {
                         };
                         let path = self.profile_path(index);
                         let width = Width::from_bits(meta.width).ok_or("bad width in hello")?;
-                        *sink = Some(ProfileSink::create(&path, width, self.level, &meta)?);
+                        *writer = Some(Writer::start(ProfileSink::create(&path, width, self.level, &meta)?));
                         res.path = Some(path);
                     }
                 }
@@ -237,27 +240,29 @@ impl Receiver {
                     if m.build_id.is_none() && m.event == "load" && m.path.starts_with('/') {
                         m.build_id = build_id(&m.path);
                     }
-                    w(sink, RecordKind::Module, &serde_json::to_vec(&m).unwrap_or(payload))
+                    w(writer, RecordKind::Module, &serde_json::to_vec(&m).unwrap_or(payload))
                 }
-                wire::THREAD => w(sink, RecordKind::Thread, &payload),
-                wire::BLOCK => w(sink, RecordKind::Block, &payload),
+                wire::THREAD => w(writer, RecordKind::Thread, &payload),
+                wire::BLOCK => w(writer, RecordKind::Block, &payload),
                 wire::TRUTH_PART => truth_ahead.entry(thread).or_default().extend_from_slice(&payload),
                 wire::CHUNK => {
                     let payload = match truth_ahead.remove(&thread) {
                         Some(ahead) => prepend_truth(&payload, &ahead).ok_or("malformed chunk frame from the client")?,
                         None => payload,
                     };
-                    if let Some(width) = sink.as_ref().map(|w| w.width()) {
+                    if let Some(w) = writer {
                         let (done, r) = crossbeam::channel::bounded(1);
-                        self.jobs.send(Job { thread, width, payload, done }).map_err(|_| "compression pool stopped")?;
-                        pending.push_back(r);
+                        // Behind: as many chunks wait as there are threads to compress them.
+                        let fast = match self.compression {
+                            Compression::Small => false,
+                            Compression::Fast => true,
+                            Compression::Auto => self.jobs.len() >= self.workers,
+                        };
+                        self.jobs.send(Job { thread, width: w.width, fast, payload, done }).map_err(|_| "compression pool stopped")?;
                         // Chunks are written in the order they came, so that a thread's
                         // chunks in any prefix of the file are consecutive (a full disk
                         // cuts the file anywhere).
-                        while let Some(Ok(r)) = pending.front().map(|d| d.try_recv()) {
-                            pending.pop_front();
-                            write_chunk(sink, r, res);
-                        }
+                        let _ = w.items.send(Item::Chunk(r));
                     }
                 }
                 wire::COUNTS if payload.len() == 32 => {
@@ -289,12 +294,42 @@ impl Receiver {
     }
 }
 
-/// Writes a compressed chunk's record, or notes why it could not be made.
-fn write_chunk(sink: &mut Option<ProfileSink>, r: std::io::Result<Vec<u8>>, res: &mut ConnResult) {
-    match (sink.as_mut(), r) {
-        (Some(sink), Ok(rec)) => sink.record(RecordKind::Chunk, &rec),
-        (_, Err(e)) => res.errors.push(format!("compressing a chunk: {e}")),
-        (None, _) => {}
+/// What a connection's reader hands its profile's writer, in arrival order.
+enum Item {
+    Record(RecordKind, Vec<u8>),
+    /// A chunk, once the compression pool has encoded it.
+    Chunk(Done),
+}
+
+/// The thread writing one profile: the connection's reader goes on reading while records
+/// are written (writing a record into the page cache costs as much as reading it did).
+struct Writer {
+    width: Width,
+    items: crossbeam::channel::Sender<Item>,
+    /// Returns the profile for its end record, and the errors met.
+    thread: std::thread::JoinHandle<(ProfileSink, Vec<String>)>,
+}
+
+impl Writer {
+    fn start(mut sink: ProfileSink) -> Writer {
+        // A few chunks' records: the reader waits beyond that, and so the client.
+        let (items, rx) = crossbeam::channel::bounded::<Item>(16);
+        let width = sink.width();
+        let thread = std::thread::spawn(move || {
+            let mut errors = Vec::new();
+            for item in rx {
+                match item {
+                    Item::Record(kind, payload) => sink.record(kind, &payload),
+                    Item::Chunk(done) => match done.recv() {
+                        Ok(Ok(rec)) => sink.record(RecordKind::Chunk, &rec),
+                        Ok(Err(e)) => errors.push(format!("compressing a chunk: {e}")),
+                        Err(_) => errors.push("compressing a chunk: the compression pool stopped".into()),
+                    },
+                }
+            }
+            (sink, errors)
+        });
+        Writer { width, items, thread }
     }
 }
 
@@ -322,12 +357,12 @@ fn prepend_truth(payload: &[u8], ahead: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-fn encode_chunk(enc: &mut ChunkEncoder, thread: u32, width: Width, payload: &[u8]) -> std::io::Result<Vec<u8>> {
+fn encode_chunk(enc: &mut ChunkEncoder, thread: u32, width: Width, fast: bool, payload: &[u8]) -> std::io::Result<Vec<u8>> {
     let h = ChunkHeader::decode(payload).ok_or_else(|| std::io::Error::other("malformed chunk frame"))?;
     let body = &payload[wire::CHUNK_HEADER..];
     let (tags, rest) = body.split_at(h.tags_len as usize);
     let (values, truth) = rest.split_at(h.values_len as usize);
-    enc.encode(&ChunkData { thread, seq: h.seq, hi: h.hi, status: h.status, last: h.last, regs: h.regs, tags, values, truth }, width)
+    enc.encode(&ChunkData { thread, seq: h.seq, hi: h.hi, status: h.status, last: h.last, regs: h.regs, tags, values, truth }, width, fast)
 }
 
 /// Reads exactly `buf.len()` bytes; `false` at a clean end of stream before the first byte.

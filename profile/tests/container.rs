@@ -117,7 +117,7 @@ fn exact_header_bytes() {
     let mut out = Vec::new();
     let mut w = ProfileWriter::new(&mut out, Width::W64, 1).unwrap();
     w.record(RecordKind::End, b"{}").unwrap();
-    assert_eq!(&out[..16], b"DEPPROF\0\x04\x00\x40\x00\x00\x00\x00\x00");
+    assert_eq!(&out[..16], b"DEPPROF\0\x05\x00\x40\x00\x00\x00\x00\x00");
     assert_eq!(&out[16..20], &[0x9f, 0xde, 6, 0]);
     assert_eq!(&out[20..24], &crc32fast::hash(b"{}").to_le_bytes());
     assert_eq!(&out[24..32], &2u64.to_le_bytes());
@@ -146,7 +146,7 @@ fn bad_inputs_are_named() {
     assert_eq!(open_err(b"#!/bin/sh\necho hello world\n"), "P: not a DEP profile (bad magic)");
     let mut v = good.clone();
     v[8] = 9;
-    assert_eq!(open_err(&v), "P: unknown format version 9 (this dep reads versions 1 to 4)");
+    assert_eq!(open_err(&v), "P: unknown format version 9 (this dep reads versions 1 to 5)");
     // the metadata record's payload flipped: its checksum catches it
     let mut v = good.clone();
     v[40] ^= 0x20;
@@ -304,4 +304,46 @@ fn damaged_packed_values_are_named() {
         let e = v.decompress(Section::Values).unwrap_err();
         assert!(e.starts_with("DEP_m section: packed DEP_m"), "{e}");
     }
+}
+
+/// Format 5: DEP_m stored packed without zstd (codec 2), as the launcher writes chunks that
+/// arrive while compression is behind, reads as the zstd-compressed form does; its bytes are
+/// those that the compressed form's frame holds; a length it cannot hold or a cut stream is
+/// refused, naming the section.
+#[test]
+fn values_packed_without_zstd_read_alike() {
+    use dep_profile::container::{ChunkData, ChunkEncoder, ChunkError, ChunkView, Codec, CHUNK_HEADER_LEN};
+    let values: Vec<u8> = [7u64, 0x7ffc_0000_1000, 0x7ffc_0000_1010, 65535, 1 << 40, 3].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let data = ChunkData { thread: 1, seq: 0, hi: 0x40, status: 0, last: false, regs: [0; 18], tags: &[1, 0], values: &values, truth: &[] };
+    let mut enc = ChunkEncoder::new(1).unwrap();
+    let small = enc.encode(&data, Width::W64, false).unwrap();
+    let fast = enc.encode(&data, Width::W64, true).unwrap();
+    assert_eq!(small, data.encode(Width::W64, 1).unwrap(), "a kept encoder writes what a new one does");
+    let (s, f) = (ChunkView::parse(&small, Width::W64).unwrap(), ChunkView::parse(&fast, Width::W64).unwrap());
+    assert_eq!(f.codec(Section::Values), Ok(Codec::Packed));
+    assert_eq!(f.codec(Section::Tags), Ok(Codec::Zstd));
+    let packed = zstd::bulk::decompress(s.compressed(Section::Values), 1 << 20).unwrap();
+    assert_eq!(f.compressed(Section::Values), &packed[..]);
+    assert_eq!(f.decompress(Section::Values).unwrap(), values);
+    assert_eq!(f.decompress(Section::Tags).unwrap(), [1, 0]);
+
+    // Packed words take at least a byte each: more raw bytes than 8 per stored byte is no
+    // genuine section, refused before anything is reserved.
+    let mut long = fast.clone();
+    let comp = packed.len() as u64;
+    long[184..192].copy_from_slice(&(comp * 8 + 8).to_le_bytes());
+    assert_eq!(
+        ChunkView::parse(&long, Width::W64).unwrap_err(),
+        ChunkError::TooLarge { section: Section::Values, raw: comp * 8 + 8, max: comp * 8 }
+    );
+
+    // One byte cut from the stored words.
+    let tags = f.compressed(Section::Tags).to_vec();
+    let mut cut = fast[..CHUNK_HEADER_LEN].to_vec();
+    cut[192..200].copy_from_slice(&(comp - 1).to_le_bytes());
+    cut.extend_from_slice(&tags);
+    cut.extend_from_slice(&packed[..packed.len() - 1]);
+    let v = ChunkView::parse(&cut, Width::W64).unwrap();
+    let e = v.decompress(Section::Values).unwrap_err();
+    assert!(e.starts_with("DEP_m section:"), "{e}");
 }
