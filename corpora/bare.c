@@ -88,9 +88,13 @@ static void stack_and_atomics(void)
 static u8 xarea[8192] __attribute__((aligned(64)));
 
 /* XSAVE reads only XSTATE_BV (offset 512) of the area it writes; XSAVEC writes it all;
- * XRSTOR reads it (profile/FORMAT.md). Every state component the OS enabled (XCR0). */
+ * XRSTOR reads it (profile/FORMAT.md). Every state component the OS enabled (XCR0).
+ * XSAVEC leaves a component's region alone while the CPU tracks it as in its initial
+ * state (XINUSE), which DynamoRIO's own use of x87 changes: fld1/fstp put x87 in use
+ * first, so that the FCW byte mixed in below is written in every run. */
 static void xstate(void)
 {
+    __asm__ volatile("fld1\n\tfstp %%st(0)" ::: "st");
     __asm__ volatile("xsave (%0)\n\t"
                      "xsaveopt (%0)\n\t"
                      "xrstor (%0)\n\t"
