@@ -94,28 +94,7 @@ fn pack_words<const W: usize>(raw: &[u8], out: &mut Vec<u8>) {
     // by the round-trip property tests below, with both word sizes and every class.
     unsafe {
         let dst = out.as_mut_ptr().add(start);
-        let mut groups = raw.chunks_exact(4 * W);
-        for group in &mut groups {
-            // A whole group: four words, unrolled.
-            let mut ctl = 0u8;
-            let ctl_at = p;
-            p += 1;
-            for i in 0..4 {
-                let mut b = [0u8; 8];
-                b[..W].copy_from_slice(&group[i * W..i * W + W]);
-                let v = u64::from_le_bytes(b);
-                let c = class_of(v, last);
-                ctl |= (c as u8) << (2 * i);
-                let x = if c == 2 { v ^ last } else { v };
-                dst.add(p).cast::<[u8; 8]>().write_unaligned(x.to_le_bytes());
-                p += c + 1 + (c == 3) as usize * (W - 4);
-                // Classes 2 and 3 are the words of 2^16 and over: which is known without
-                // the class, so `last` does not wait on it.
-                last = if v >= 1 << 16 { v } else { last };
-            }
-            *dst.add(ctl_at) = ctl;
-        }
-        for group in raw.chunks(4 * W).skip(raw.len() / (4 * W)) {
+        for group in raw.chunks(4 * W) {
             let ctl_at = p;
             p += 1;
             let mut ctl = 0u8;
@@ -128,6 +107,8 @@ fn pack_words<const W: usize>(raw: &[u8], out: &mut Vec<u8>) {
                 let x = if c == 2 { v ^ last } else { v };
                 dst.add(p).cast::<[u8; 8]>().write_unaligned(x.to_le_bytes());
                 p += lens[c];
+                // Classes 2 and 3 are the words of 2^16 and over: which is known without
+                // the class, so `last` does not wait on it.
                 last = if v >= 1 << 16 { v } else { last };
             }
             *dst.add(ctl_at) = ctl;
