@@ -137,7 +137,6 @@ impl ChunkData<'_> {
 /// What encoding chunks needs, kept from chunk to chunk: the zstd contexts and the packing
 /// buffer (made anew for each chunk of megabytes, they cost page faults and zeroing).
 pub struct Encoder {
-    level: i32,
     zstd: zstd::bulk::Compressor<'static>,
     packed_zstd: zstd::bulk::Compressor<'static>,
     packed: Vec<u8>,
@@ -147,16 +146,10 @@ impl Encoder {
     /// An encoder compressing DEP_c and the truth stream at zstd `level`.
     pub fn new(level: i32) -> std::io::Result<Encoder> {
         Ok(Encoder {
-            level,
             zstd: zstd::bulk::Compressor::new(level)?,
             packed_zstd: zstd::bulk::Compressor::new(PACKED_VALUES_LEVEL)?,
             packed: Vec::new(),
         })
-    }
-
-    /// The zstd level of DEP_c and the truth stream.
-    pub fn level(&self) -> i32 {
-        self.level
     }
 
     /// The record payload of `c`, as [`ChunkData::encode`] gives it; with `fast`, DEP_m
@@ -333,22 +326,22 @@ impl<'a> ChunkView<'a> {
         if raw == 0 {
             return Ok(());
         }
-        let codec = self.codec(s).map_err(|e| e.to_string())?;
-        if codec == Codec::Packed {
-            // Unpacked straight from the map.
-            return packing::unpack(self.compressed(s), width.bytes(), raw as usize, out).map_err(|e| format!("{} section: {e}", s.name()));
-        }
-        let d = match &mut dec.zstd {
-            Some(d) => d,
-            none => none.insert(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?),
+        let Decompression { zstd, packed: mid } = dec;
+        // A zstd context is made once, when a compressed section first needs one.
+        let zstd = || -> Result<&mut zstd::bulk::Decompressor<'static>, String> {
+            match zstd {
+                Some(d) => Ok(d),
+                none => Ok(none.insert(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?)),
+            }
         };
-        let mid = &mut dec.packed;
         let undo = |e: std::io::Error| format!("{} section does not decompress: {e}", s.name());
-        match codec {
-            Codec::Packed => unreachable!("returned above"),
+        let unpack = |packed: &[u8], out: &mut Vec<u8>| {
+            packing::unpack(packed, width.bytes(), raw as usize, out).map_err(|e| format!("{} section: {e}", s.name()))
+        };
+        match self.codec(s).map_err(|e| e.to_string())? {
             Codec::Zstd => {
                 out.reserve(raw as usize);
-                let n = d.decompress_to_buffer(self.compressed(s), out).map_err(undo)?;
+                let n = zstd()?.decompress_to_buffer(self.compressed(s), out).map_err(undo)?;
                 if n as u64 != raw {
                     return Err(format!("{} section decompresses to {n} bytes, header says {raw}", s.name()));
                 }
@@ -358,9 +351,11 @@ impl<'a> ChunkView<'a> {
                 let bound = raw as usize + (raw as usize).div_ceil(4 * width.bytes()) + 8;
                 mid.clear();
                 mid.reserve(bound);
-                d.decompress_to_buffer(self.compressed(s), mid).map_err(undo)?;
-                packing::unpack(mid, width.bytes(), raw as usize, out).map_err(|e| format!("{} section: {e}", s.name()))?;
+                zstd()?.decompress_to_buffer(self.compressed(s), mid).map_err(undo)?;
+                unpack(mid, out)?;
             }
+            // Unpacked straight from the map.
+            Codec::Packed => unpack(self.compressed(s), out)?,
         }
         Ok(())
     }
