@@ -728,3 +728,26 @@ fn compression_modes_recover_exactly() {
         assert!(chunks > 1, "{mode}: {chunks} chunks with DEP_m");
     }
 }
+
+/// The trace optimizer (collector/client/src/traces.rs) deletes the buffer and H-tag checks
+/// of a trace's later blocks; `DEP_NO_TRACE_OPT` keeps them. Both ways the profile recovers
+/// exactly its truth, on a hot loop that DynamoRIO turns into traces and that a 1 ms timer's
+/// signals interrupt at arbitrary points (DynamoRIO rebuilds the optimized trace to
+/// translate each).
+#[test]
+fn trace_optimizer_on_and_off_recover_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = corpus().join("signal_loop");
+    for off in [false, true] {
+        let p = dir.path().join(format!("{off}.dep"));
+        let mut cmd = Command::new(dep());
+        cmd.args(["record", "--truth", "-o"]).arg(&p).args(["--"]).arg(&prog).arg("300");
+        if off {
+            cmd.env("DEP_NO_TRACE_OPT", "1");
+        }
+        let o = run(&mut cmd);
+        assert!(o.status.success(), "off={off}: {}", String::from_utf8_lossy(&o.stderr));
+        let (refs, blocks) = check_profile(&p);
+        assert!(blocks > 100_000 && refs > 100_000, "off={off}: {blocks} blocks, {refs} references");
+    }
+}

@@ -5,6 +5,7 @@
 use crate::codegen::*;
 use crate::state::*;
 use crate::table;
+use crate::traces::{self, Mark};
 use core::ffi::c_void;
 use core::sync::atomic::AtomicBool;
 use dep_profile::blocks::{Decisions, StepDecision};
@@ -23,6 +24,10 @@ pub struct BlockInfo {
     /// Whether the pre-instruction code of each instruction was emitted.
     done: Vec<bool>,
     need_v: usize,
+    /// Truth bytes the block may write (records, escapes aside).
+    need_t: usize,
+    /// Tag bytes the block may write: entry, sync and call records, and a signal's escapes.
+    need_tag: usize,
     /// A rep string's pointer register to store after it, at the next app instruction.
     pending_post: Option<Reg>,
     /// An atomic instruction's index, whose sync record after it goes at the next app
@@ -307,6 +312,14 @@ pub unsafe extern "C" fn analysis(
             Special::None => need_t += 24 * (insn.refs.len() + 2),
         }
     }
+    // The slack's share of a block (state.rs TAG_SLACK): 128 bytes of entry code and
+    // signal escapes, two sync records per instruction that has them, one call record.
+    let syncs = if opts().no_sync {
+        0
+    } else {
+        plan.insns.iter().take(MAX_SYNC_INSNS).filter(|i| i.atomic || i.flow == dep_profile::semantics::Flow::Syscall).count()
+    };
+    let need_tag = 128 + 2 * 14 * syncs + CALL_SLACK;
     if need_v > VAL_SLACK || need_t > TRU_SLACK {
         say(&format!("internal error: block at {start:#x} needs {need_v} value bytes and {need_t} truth bytes"));
         dr_abort();
@@ -320,6 +333,8 @@ pub unsafe extern "C" fn analysis(
         step_of,
         done: vec![false; n],
         need_v,
+        need_t,
+        need_tag,
         pending_post: None,
         pending_sync_after: None,
         pending_rep_end: false,
@@ -449,7 +464,8 @@ unsafe fn block_entry(e: &Emit, info: &BlockInfo) {
     let r2 = if big || opts().truth { reserve(dc, e.bb, e.at) } else { 0 };
 
     let lflush = e.label();
-    let lok = e.label();
+    let lok = traces::mark(dc, Mark::CheckEnd, [0; 4]);
+    e.ins(traces::mark(dc, Mark::CheckStart, [info.need_tag, info.need_v, if opts().truth { info.need_t } else { 0 }, r as usize]));
     if info.need_v > 0 {
         e.mov_ld(r, tls(S_VALPTR, 0, OPSZ_8));
         e.cmp(reg(r), tls(S_VALLIM, 0, OPSZ_8));
@@ -469,11 +485,12 @@ unsafe fn block_entry(e: &Emit, info: &BlockInfo) {
     e.ins(lok);
 
     // H-tag: unchanged in most blocks.
-    let lsame = e.label();
+    let lsame = traces::mark(dc, Mark::HtagEnd, [0; 4]);
     let hi_op = || if big { reg(r2) } else { imm32(hi as u32) };
     if big {
         e.mov_imm64(r2, hi);
     }
+    e.ins(traces::mark(dc, Mark::HtagStart, [hi as usize, 0, 0, 0]));
     e.cmp(tls(S_PREVHI, 0, OPSZ_8), hi_op());
     e.jcc(OP_jz, lsame);
     let h16 = hi as u16;

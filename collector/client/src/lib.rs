@@ -13,6 +13,7 @@ mod observe;
 mod standalone;
 mod state;
 mod table;
+mod traces;
 mod watch;
 
 use core::ffi::{c_char, c_int, c_void};
@@ -705,6 +706,7 @@ pub unsafe extern "C" fn dr_client_main(id: client_id_t, _argc: c_int, _argv: *c
     drmgr_register_restore_state_ex_event(Some(restore_event));
     drmgr_register_bb_app2app_event(Some(instrument::app2app), core::ptr::null_mut());
     drmgr_register_bb_instrumentation_event(Some(instrument::analysis), Some(instrument::insertion), core::ptr::null_mut());
+    traces::init();
     handoff::start();
     // Debugging aid: DEP_DISASM=ADDR prints the instrumented code of blocks whose start
     // has the same low 12 bits as ADDR.
