@@ -25,13 +25,15 @@ impl Emit {
         Emit { dc, bb, at, _made_by_new: () }
     }
 
-    /// Inserts before `at`, or appends when `at` is null (building a list outside a block).
+    /// Inserts before `at`, or appends when `at` is null (building a list outside a block),
+    /// with its machine code attached where that does not depend on its place.
     ///
     /// # Safety
     /// `self` was made in a basic-block event (or standalone list) for its own `dc`, `bb` and `at`,
     /// and operands name valid registers; exercised by tests/collector.rs hello,
     /// eight_threads_with_mutexes and standalone::avx512_forms_encode.
     pub unsafe fn ins(&self, i: *mut instr_t) {
+        crate::encodings::attach(self.dc, i);
         if self.at.is_null() {
             instrlist_meta_append(self.bb, i);
         } else {

@@ -6,6 +6,7 @@
 #![allow(clippy::missing_safety_doc, static_mut_refs)]
 
 mod codegen;
+mod encodings;
 mod handoff;
 mod instrument;
 mod observe;

@@ -342,3 +342,69 @@ fn register_sets_agree_with_dynamorio() {
     let decided: Vec<(String, String)> = DECIDED_REGISTERS.iter().map(|&(n, d)| (n.to_string(), d.to_string())).collect();
     assert_eq!(found, decided, "register sets disagree with DynamoRIO's, against the documented decisions");
 }
+
+/// The encoding cache (encodings.rs) attaches to each instruction the bytes of its own
+/// shape: built twice, the second time from the cache, every instruction decodes (by
+/// iced-x86, which shares nothing with DynamoRIO's encoder) to what the builder was asked
+/// for, and shapes that differ only in a register, a displacement, a size or an immediate
+/// get bytes of their own; a branch keeps no cached bytes.
+#[test]
+fn cached_encodings_are_each_shapes_own() {
+    use crate::codegen::{imm, mem, reg};
+    let (rax, rcx, rdx) = (DR_REG_RAX as reg_id_t, DR_REG_RCX as reg_id_t, DR_REG_RDX as reg_id_t);
+    // SAFETY: standalone mode gives a drcontext for building and encoding instructions; the
+    // lists are destroyed, and the buffer (32 bytes) is larger than any x86 instruction.
+    with_dynamorio(|dc| unsafe {
+        let build = |bb: *mut instrlist_t| {
+            let e = Emit::new(dc, bb, core::ptr::null_mut());
+            e.mov_ld(rcx, mem(rax, 8, OPSZ_8));
+            e.mov_ld(rdx, mem(rax, 8, OPSZ_8));
+            e.mov_ld(rcx, mem(rax, 16, OPSZ_8));
+            e.mov_st(mem(rcx, 0, OPSZ_2), imm(0x1234, OPSZ_2));
+            e.mov_st(mem(rcx, 0, OPSZ_4), imm(0x1234, OPSZ_4));
+            e.mov_st(mem(rcx, 0, OPSZ_4), imm(0x4321, OPSZ_4));
+            e.add_lea(rcx, 2);
+            e.add_lea(rcx, 10);
+            e.cmp(reg(rcx), mem(rdx, 0, OPSZ_8));
+            e.mov_imm64(rdx, 0x7f00_1234_5678);
+            let l = e.label();
+            e.jcc(OP_jb, l);
+            e.ins(l);
+        };
+        let want = [
+            "mov rcx,[rax+8]",
+            "mov rdx,[rax+8]",
+            "mov rcx,[rax+10h]",
+            "mov word ptr [rcx],1234h",
+            "mov dword ptr [rcx],1234h",
+            "mov dword ptr [rcx],4321h",
+            "lea rcx,[rcx+2]",
+            "lea rcx,[rcx+0Ah]",
+            "cmp rcx,[rdx]",
+            "mov rdx,7F0012345678h",
+        ];
+        let mut buf = [0u8; 32];
+        for round in 0..2 {
+            let bb = instrlist_create(dc);
+            build(bb);
+            let mut k = instrlist_first(bb);
+            let mut got = Vec::new();
+            while !k.is_null() {
+                if instr_is_cti(k) != 0 {
+                    assert_eq!(instr_raw_bits_valid(k), 0, "round {round}: a branch has cached bytes");
+                } else if instr_is_label(k) == 0 {
+                    assert_ne!(instr_raw_bits_valid(k), 0, "round {round}: instruction {} has no cached bytes", got.len());
+                    let end = instr_encode(dc, k, buf.as_mut_ptr());
+                    assert!(!end.is_null());
+                    let n = end.offset_from(buf.as_ptr()) as usize;
+                    let i = Decoder::with_ip(64, &buf[..n], 0, DecoderOptions::NONE).decode();
+                    assert_eq!(i.len(), n);
+                    got.push(format!("{i}"));
+                }
+                k = instr_get_next(k);
+            }
+            instrlist_clear_and_destroy(dc, bb);
+            assert_eq!(got, want, "round {round}");
+        }
+    });
+}

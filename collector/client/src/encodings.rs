@@ -1,0 +1,113 @@
+//! Machine code of the client's own instructions, each shape encoded once per process.
+//!
+//! DynamoRIO keeps the encoding of application instructions but encodes inserted ones
+//! afresh each time it lays out a block (for its length, then into the cache), searching its
+//! templates each time; with about fifty inserted instructions a block, that search was a
+//! third of python3's start-up under `dep record`. Nearly every instruction dep inserts has
+//! one of a few hundred shapes (a TLS load, a buffer store at an offset), so its bytes are
+//! looked up by shape and attached as the instruction's raw bits, which DynamoRIO copies.
+//! Only instructions whose bytes do not depend on where they land are cached: no branches,
+//! no labels, no operand that names another instruction or a pc.
+
+use crate::state::Spin;
+use core::ffi::c_void;
+use dynamorio_sys::*;
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+
+/// Longest x86 instruction.
+const MAX_LEN: usize = 15;
+
+static LOCK: AtomicBool = AtomicBool::new(false);
+/// Shapes to their bytes. The bytes are never freed: instructions point at them.
+static mut CACHE: Option<HashMap<Vec<u64>, &'static [u8]>> = None;
+
+/// A key describing an operand exactly, or None for operands whose encoding may depend on
+/// the instruction's address (pc, instruction or rip-relative operands).
+///
+/// # Safety
+/// `o` is a valid operand; exercised by tests/collector.rs hello and standalone::avx512_forms_encode.
+unsafe fn operand_key(o: opnd_t, key: &mut Vec<u64>) -> Option<()> {
+    if opnd_is_reg(o) != 0 {
+        key.extend([1, opnd_get_reg(o) as u64]);
+    } else if opnd_is_immed_int(o) != 0 {
+        key.extend([2, opnd_get_immed_int(o) as u64, opnd_get_size(o) as u64]);
+    } else if opnd_is_base_disp(o) != 0 {
+        // Far (segment) operands are base-disp operands too; the segment is in the key.
+        let seg = if opnd_is_far_base_disp(o) != 0 { opnd_get_segment(o) as u64 } else { 0 };
+        key.extend([
+            3,
+            seg,
+            opnd_get_base(o) as u64,
+            opnd_get_index(o) as u64,
+            opnd_get_scale(o) as u64,
+            opnd_get_disp(o) as i64 as u64,
+            opnd_get_size(o) as u64,
+        ]);
+    } else {
+        return None;
+    }
+    Some(())
+}
+
+/// The shape of `i`: opcode and every operand, or None if it must not be cached. Explicit
+/// prefixes are not in it (libdynamorio does not export instr_get_prefixes): the builders
+/// of codegen.rs, the only callers, set none.
+///
+/// # Safety
+/// `i` is a valid, fully built instruction; exercised by tests/collector.rs hello.
+unsafe fn shape(i: *mut instr_t) -> Option<Vec<u64>> {
+    if instr_is_label(i) != 0 || instr_is_cti(i) != 0 {
+        return None;
+    }
+    let (ns, nd) = (instr_num_srcs(i), instr_num_dsts(i));
+    let mut key = vec![instr_get_opcode(i) as u64, ns as u64, nd as u64];
+    for k in 0..ns {
+        operand_key(instr_get_src(i, k as _), &mut key)?;
+    }
+    for k in 0..nd {
+        operand_key(instr_get_dst(i, k as _), &mut key)?;
+    }
+    Some(key)
+}
+
+/// Attaches `i`'s machine code as its raw bits, encoding it only the first time its shape
+/// is seen; leaves `i` alone if its shape may not be cached or it does not encode (then
+/// DynamoRIO reports the failure where it would have).
+///
+/// # Safety
+/// `dc` is a live drcontext and `i` a valid instruction built with it, not yet encoded;
+/// exercised by tests/collector.rs hello, eight_threads_with_mutexes and
+/// standalone::avx512_forms_encode.
+pub unsafe fn attach(dc: *mut c_void, i: *mut instr_t) {
+    let Some(key) = shape(i) else { return };
+    let found = {
+        let _g = Spin::lock(&LOCK);
+        // SAFETY: CACHE is only touched under LOCK.
+        let cache = unsafe { (*core::ptr::addr_of_mut!(CACHE)).get_or_insert_with(HashMap::new) };
+        cache.get(&key).copied()
+    };
+    let bytes = match found {
+        Some(b) => b,
+        None => {
+            let mut buf = [0u8; MAX_LEN];
+            let end = instr_encode(dc, i, buf.as_mut_ptr());
+            if end.is_null() {
+                return;
+            }
+            let len = end.offset_from(buf.as_ptr()) as usize;
+            if len == 0 || len > MAX_LEN {
+                return;
+            }
+            let _g = Spin::lock(&LOCK);
+            // SAFETY: CACHE is only touched under LOCK.
+            let cache = unsafe { (*core::ptr::addr_of_mut!(CACHE)).get_or_insert_with(HashMap::new) };
+            *cache.entry(key).or_insert_with(|| Box::leak(buf[..len].to_vec().into_boxed_slice()))
+        }
+    };
+    // Raw bits make DynamoRIO copy the bytes, which live as long as the process (not
+    // allocated to the instruction, so never freed with it, and no heap lock taken); the
+    // operands stay valid for whoever reads them.
+    instr_set_raw_bits(i, bytes.as_ptr() as *mut byte, bytes.len() as uint);
+    instr_set_operands_valid(i, 1);
+}
