@@ -18,7 +18,7 @@ impl Emit {
     ///
     /// # Safety
     /// `dc`, `bb` and `at` are the live drcontext, instruction list and one of its instructions
-    /// (or null) of the basic-block event being handled (or of a standalone list built with `dc`),
+    /// (or null) of the basic-block or trace event being handled (or of a standalone list built with `dc`),
     /// and the `Emit` is dropped before that event returns; exercised by tests/collector.rs hello,
     /// eight_threads_with_mutexes and standalone::avx512_forms_encode.
     pub unsafe fn new(dc: *mut c_void, bb: *mut instrlist_t, at: *mut instr_t) -> Emit {

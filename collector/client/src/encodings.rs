@@ -22,6 +22,14 @@ static LOCK: AtomicBool = AtomicBool::new(false);
 /// Shapes to their bytes. The bytes are never freed: instructions point at them.
 static mut CACHE: Option<HashMap<Vec<u64>, &'static [u8]>> = None;
 
+/// Runs `f` on the cache, under its lock.
+fn with_cache<R>(f: impl FnOnce(&mut HashMap<Vec<u64>, &'static [u8]>) -> R) -> R {
+    let _g = Spin::lock(&LOCK);
+    // SAFETY: CACHE is only touched here, under LOCK; exercised by
+    // standalone::cached_encodings_are_each_shapes_own.
+    f(unsafe { (*core::ptr::addr_of_mut!(CACHE)).get_or_insert_with(HashMap::new) })
+}
+
 /// A key describing an operand exactly, or None for operands whose encoding may depend on
 /// the instruction's address (pc, instruction or rip-relative operands).
 ///
@@ -81,12 +89,7 @@ unsafe fn shape(i: *mut instr_t) -> Option<Vec<u64>> {
 /// standalone::avx512_forms_encode.
 pub unsafe fn attach(dc: *mut c_void, i: *mut instr_t) {
     let Some(key) = shape(i) else { return };
-    let found = {
-        let _g = Spin::lock(&LOCK);
-        // SAFETY: CACHE is only touched under LOCK.
-        let cache = unsafe { (*core::ptr::addr_of_mut!(CACHE)).get_or_insert_with(HashMap::new) };
-        cache.get(&key).copied()
-    };
+    let found = with_cache(|c| c.get(&key).copied());
     let bytes = match found {
         Some(b) => b,
         None => {
@@ -99,10 +102,7 @@ pub unsafe fn attach(dc: *mut c_void, i: *mut instr_t) {
             if len == 0 || len > MAX_LEN {
                 return;
             }
-            let _g = Spin::lock(&LOCK);
-            // SAFETY: CACHE is only touched under LOCK.
-            let cache = unsafe { (*core::ptr::addr_of_mut!(CACHE)).get_or_insert_with(HashMap::new) };
-            *cache.entry(key).or_insert_with(|| Box::leak(buf[..len].to_vec().into_boxed_slice()))
+            with_cache(|c| *c.entry(key).or_insert_with(|| Box::leak(buf[..len].to_vec().into_boxed_slice())))
         }
     };
     // Raw bits make DynamoRIO copy the bytes, which live as long as the process (not

@@ -312,14 +312,13 @@ pub unsafe extern "C" fn analysis(
             Special::None => need_t += 24 * (insn.refs.len() + 2),
         }
     }
-    // The slack's share of a block (state.rs TAG_SLACK): 128 bytes of entry code and
-    // signal escapes, two sync records per instruction that has them, one call record.
+    // Instructions with sync records, as insertion() stamps them.
     let syncs = if opts().no_sync {
         0
     } else {
         plan.insns.iter().take(MAX_SYNC_INSNS).filter(|i| i.atomic || i.flow == dep_profile::semantics::Flow::Syscall).count()
     };
-    let need_tag = 128 + 2 * 14 * syncs + CALL_SLACK;
+    let need_tag = tag_room(syncs);
     if need_v > VAL_SLACK || need_t > TRU_SLACK {
         say(&format!("internal error: block at {start:#x} needs {need_v} value bytes and {need_t} truth bytes"));
         dr_abort();

@@ -25,10 +25,16 @@ pub const UPDATED: u8 = 8;
 pub const NUM_SLOTS: u32 = 11;
 
 pub const TAG_BUF: usize = 2 << 20;
-/// Room a block's entry code, the sync records of its instructions (two per instruction
-/// at most, 14 bytes each, in blocks of at most `MAX_SYNC_INSNS` instructions that have
-/// them) and the escapes a signal adds may use past the limit.
-pub const TAG_SLACK: usize = 128 + 2 * 14 * MAX_SYNC_INSNS + CALL_SLACK;
+/// Room a block's entry code, the sync records of its instructions (in blocks of at most
+/// `MAX_SYNC_INSNS` instructions that have them) and the escapes a signal adds may use past
+/// the limit.
+pub const TAG_SLACK: usize = tag_room(MAX_SYNC_INSNS);
+
+/// Tag bytes one block may write: 128 of entry code and a signal's escapes, two sync
+/// records (14 bytes each) per instruction with `syncs` of them, and one call record.
+pub const fn tag_room(syncs: usize) -> usize {
+    128 + 2 * 14 * syncs + CALL_SLACK
+}
 /// A watched function's call record with its sync record (44 bytes) and a return record
 /// (14 bytes): a block holds at most one entry and one `ret`.
 pub const CALL_SLACK: usize = 64;

@@ -13,6 +13,7 @@
 //! it rebuilds a trace to translate a fault; the deletions are a function of the list alone,
 //! so the rebuilt trace is the same code.
 
+use crate::codegen::Emit;
 use crate::state::*;
 use core::ffi::c_void;
 use dynamorio_sys::*;
@@ -32,7 +33,8 @@ pub enum Mark {
     HtagEnd = 3,
 }
 
-const MARKS: usize = 4;
+/// Every mark, in note order.
+const MARKS: [Mark; 4] = [Mark::CheckStart, Mark::CheckEnd, Mark::HtagStart, Mark::HtagEnd];
 /// The first of this client's label notes (drmgr_reserve_note_range), 0 until reserved.
 static mut NOTE_BASE: usize = 0;
 
@@ -41,7 +43,7 @@ static mut NOTE_BASE: usize = 0;
 /// # Safety
 /// Called from dr_client_main before any block is built; exercised by tests/collector.rs hello.
 pub unsafe fn init() {
-    NOTE_BASE = drmgr_reserve_note_range(MARKS) as usize;
+    NOTE_BASE = drmgr_reserve_note_range(MARKS.len()) as usize;
     if NOTE_BASE == 0 {
         say("internal error: no label notes left");
         dr_abort();
@@ -71,13 +73,7 @@ unsafe fn mark_of(i: *mut instr_t) -> Option<Mark> {
     if instr_is_label(i) == 0 {
         return None;
     }
-    match (instr_get_note(i) as usize).wrapping_sub(NOTE_BASE) {
-        0 => Some(Mark::CheckStart),
-        1 => Some(Mark::CheckEnd),
-        2 => Some(Mark::HtagStart),
-        3 => Some(Mark::HtagEnd),
-        _ => None,
-    }
+    MARKS.get((instr_get_note(i) as usize).wrapping_sub(NOTE_BASE)).copied()
 }
 
 /// The label's data.
@@ -133,9 +129,8 @@ unsafe extern "C" fn trace_event(dc: *mut c_void, _tag: *mut c_void, trace: *mut
                 let need = [d[0], d[1], d[2]];
                 match group {
                     Some(sum) if fits(sum, need) && delete_to(dc, trace, i, Mark::CheckEnd) => {
-                        let r = d[3] as reg_id_t;
-                        let ld = instr_create_1dst_1src(dc, OP_mov_ld as core::ffi::c_int, opnd_create_reg(r), tls(S_TAGPTR, 0, OPSZ_8));
-                        instrlist_meta_postinsert(trace, i, ld);
+                        // What the deleted checks left in the register: the tag pointer.
+                        Emit::new(dc, trace, instr_get_next(i)).mov_ld(d[3] as reg_id_t, tls(S_TAGPTR, 0, OPSZ_8));
                         group = Some([sum[0] + need[0], sum[1] + need[1], sum[2] + need[2]]);
                     }
                     _ => group = Some(need),
