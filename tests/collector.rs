@@ -155,7 +155,10 @@ fn check_register_semantics(p: &Path) {
                 }
             }
             for e in &insn.effects {
-                let (RegEffect::Expire(r) | RegEffect::Add(r, _)) = *e;
+                let r = match *e {
+                    RegEffect::Expire(r) | RegEffect::Add(r, _) => r,
+                    RegEffect::Derive(d) => d.dst,
+                };
                 if let Some(r) = gpr(r).filter(|r| !our_writes.contains(r)) {
                     bad.push(format!("{:#x} {i}: {r} changes but is not written", i.ip()));
                 }

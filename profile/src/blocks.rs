@@ -2,14 +2,17 @@
 //! (paper section 6.2), shared by the collector and the recoverer.
 //!
 //! A block is traversed as a list of *steps*, one per instruction with memory references.
-//! Before step k the registers in `expired` (written since the previous step) lose their
-//! values and the `adjust` constants are added to the others; then every register in
-//! `used` that is not current is read from DEP_m in ascending register order and becomes
-//! current. A gather's index vector and mask follow those values; a rep string's pointer
-//! register is read once more after them (its value after the instruction). After the last
-//! step, `tail_expired`/`tail_adjust` bring the state to the block's end.
+//! Before step k the
+//! registers in `expired` (written since the previous step) lose their status, those in
+//! `derived` (computed from current registers) gain it, and the `adjust` constants, or the
+//! ordered `ops`, change the values; then every register in `used` that is not current is
+//! read from DEP_m in ascending register order and becomes current. A gather's index vector
+//! and mask follow those values; a rep string's pointer register is read once more after
+//! them (its value after the instruction). After the last step, the `tail_` fields bring
+//! the state to the block's end. FORMAT.md states the rules.
 
-use crate::regs::{Reg, RegSet};
+use crate::derive::Derive;
+use crate::regs::{Reg, RegSet, NUM_REGS};
 use crate::semantics::{Insn, RegEffect, Semantics, Special};
 use iced_x86::{Decoder, DecoderOptions};
 use thiserror::Error;
@@ -32,17 +35,44 @@ pub enum BlockError {
     TooLong { addr: u64, max: usize },
 }
 
-/// One instruction with memory references, and the register work before it.
+/// One instruction with memory references, and the register work before it. Its `used`
+/// may also hold a later derivation's source, so that the derivation's result is current.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Step {
     /// Index of the instruction within the block.
     pub insn: u16,
-    /// Registers written since the previous step (the paper's `expired` bits).
+    /// Registers written since the previous step that are not current after it (the paper's
+    /// `expired` bits).
     pub expired: RegSet,
-    /// Constant changes since the previous step to registers not in `expired`.
+    /// Constant changes since the previous step to registers not in `expired`, when no
+    /// derivation happened since (otherwise empty: `ops` has them in order).
     pub adjust: Vec<(Reg, i64)>,
-    /// Registers the instruction's addresses need (the paper's `used` bits).
+    /// Registers derived since the previous step from current ones: current after it.
+    pub derived: RegSet,
+    /// Where a derivation happened since the previous step: every value change since, in
+    /// program order (constant additions and derivations).
+    pub ops: Vec<RegOp>,
+    /// Registers the instruction's addresses need (the paper's `used` bits), or a
+    /// derivation's sources.
     pub used: RegSet,
+}
+
+/// A change to a register's value that the recoverer repeats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegOp {
+    Add(Reg, i64),
+    Derive(Derive),
+}
+
+impl RegOp {
+    /// Applies the change to register values indexed by [`Reg::index`].
+    #[inline]
+    pub fn apply(&self, vals: &mut [u64]) {
+        match *self {
+            RegOp::Add(r, d) => vals[r.index()] = vals[r.index()].wrapping_add(d as u64),
+            RegOp::Derive(d) => vals[d.dst.index()] = d.eval(vals),
+        }
+    }
 }
 
 /// A decoded block and its steps.
@@ -51,10 +81,25 @@ pub struct BlockPlan {
     pub addr: u64,
     pub insns: Vec<Insn>,
     pub steps: Vec<Step>,
-    /// Registers written after the last step.
+    /// Registers written after the last step that are not current at the end.
     pub tail_expired: RegSet,
-    /// Constant changes after the last step.
+    /// Constant changes after the last step (as [`Step::adjust`]).
     pub tail_adjust: Vec<(Reg, i64)>,
+    /// Registers derived after the last step from current ones.
+    pub tail_derived: RegSet,
+    /// Value changes after the last step in order, where a derivation is among them.
+    pub tail_ops: Vec<RegOp>,
+}
+
+/// What the plan knows statically of a register's status at a point of the block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Known {
+    /// Current: recorded or derived in the block so far.
+    Current,
+    /// Not current: written in the block so far.
+    Stale,
+    /// As on entry to the block (its shadow).
+    Entry,
 }
 
 /// Accumulates register effects between two steps.
@@ -62,33 +107,100 @@ pub struct BlockPlan {
 struct Segment {
     expired: RegSet,
     adjust: Vec<(Reg, i64)>,
+    derived: RegSet,
+    ops: Vec<RegOp>,
+    derives: bool,
+}
+
+/// Register work between two steps, as a step holds it.
+struct Work {
+    expired: RegSet,
+    adjust: Vec<(Reg, i64)>,
+    derived: RegSet,
+    ops: Vec<RegOp>,
 }
 
 impl Segment {
-    fn apply(&mut self, e: &RegEffect) {
+    fn expire(&mut self, r: Reg, known: &mut [Known; NUM_REGS]) {
+        self.expired.insert(r);
+        self.derived.remove(r);
+        self.adjust.retain(|(a, _)| *a != r);
+        known[r.index()] = Known::Stale;
+    }
+
+    fn apply(&mut self, e: &RegEffect, known: &mut [Known; NUM_REGS]) {
         match *e {
-            RegEffect::Expire(r) => {
-                self.expired.insert(r);
-                self.adjust.retain(|(a, _)| *a != r);
-            }
+            RegEffect::Expire(r) => self.expire(r, known),
             RegEffect::Add(r, d) => {
-                if self.expired.contains(r) {
+                if known[r.index()] == Known::Stale {
                     return;
                 }
                 match self.adjust.iter_mut().find(|(a, _)| *a == r) {
                     Some((_, acc)) => *acc = acc.wrapping_add(d),
                     None => self.adjust.push((r, d)),
                 }
+                self.ops.push(RegOp::Add(r, d));
+            }
+            RegEffect::Derive(d) => {
+                let r = d.dst;
+                let waiting = not_current(&d, known);
+                if waiting.is_empty() {
+                    // From current registers: current.
+                    known[r.index()] = Known::Current;
+                    self.derived.insert(r);
+                    self.expired.remove(r);
+                } else if waiting.iter().eq([r]) && known[r.index()] == Known::Entry {
+                    // From itself and current registers: current exactly when it was.
+                    self.derived.remove(r);
+                } else {
+                    return self.expire(r, known);
+                }
+                self.adjust.retain(|(a, _)| *a != r);
+                self.ops.push(RegOp::Derive(d));
+                self.derives = true;
             }
         }
     }
 
-    fn take(&mut self) -> (RegSet, Vec<(Reg, i64)>) {
-        let mut adjust = std::mem::take(&mut self.adjust);
+    fn take(&mut self) -> Work {
+        let seg = std::mem::take(self);
+        if seg.derives {
+            return Work { expired: seg.expired, adjust: Vec::new(), derived: seg.derived, ops: seg.ops };
+        }
+        let mut adjust = seg.adjust;
         adjust.retain(|(_, d)| *d != 0);
         adjust.sort_by_key(|(r, _)| *r);
-        (std::mem::take(&mut self.expired), adjust)
+        Work { expired: seg.expired, adjust, derived: seg.derived, ops: Vec::new() }
     }
+}
+
+/// A derivation's sources that are not known to be current.
+fn not_current(d: &Derive, known: &[Known; NUM_REGS]) -> RegSet {
+    d.sources().iter().filter(|s| known[s.index()] != Known::Current).collect()
+}
+
+/// For each instruction, the registers whose values an address later in the block needs
+/// (directly, or through derivations) as they are after the instruction.
+fn wanted_after(insns: &[Insn]) -> Vec<RegSet> {
+    let mut out = vec![RegSet::EMPTY; insns.len()];
+    let mut want = RegSet::EMPTY;
+    for (k, insn) in insns.iter().enumerate().rev() {
+        out[k] = want;
+        for e in insn.effects.iter().rev() {
+            match *e {
+                RegEffect::Expire(r) => want.remove(r),
+                RegEffect::Add(..) => {}
+                RegEffect::Derive(d) => {
+                    if want.contains(d.dst) {
+                        want.remove(d.dst);
+                        want = want.union(d.sources());
+                    }
+                }
+            }
+        }
+        want = want.union(insn.used);
+    }
+    out
 }
 
 impl BlockPlan {
@@ -130,19 +242,64 @@ impl BlockPlan {
     /// Builds the steps of already-analysed instructions, at most [`MAX_BLOCK_INSNS`] of them
     /// (`build` makes sure), so that every index fits a step's 16 bits.
     fn from_insns(addr: u64, insns: Vec<Insn>) -> BlockPlan {
-        let mut steps = Vec::new();
+        let mut steps: Vec<Step> = Vec::new();
         let mut seg = Segment::default();
+        let mut known = [Known::Entry; NUM_REGS];
+        let wanted = wanted_after(&insns);
+        let step = |k: usize, used: RegSet, seg: &mut Segment| {
+            let w = seg.take();
+            Step { insn: k as u16, expired: w.expired, adjust: w.adjust, derived: w.derived, ops: w.ops, used }
+        };
         for (k, insn) in insns.iter().enumerate() {
+            // A derivation whose result an address needs later, from registers whose status
+            // only the shadows know: those are made current first (recorded if they are not).
+            let derive = insn.effects.iter().find_map(|e| match e {
+                RegEffect::Derive(d) => Some(*d),
+                _ => None,
+            });
+            let ensure = derive.filter(|_| insn.refs.is_empty()).map_or(RegSet::EMPTY, |d| {
+                let waiting = not_current(&d, &known);
+                // One source at most: recording two to spare one value would not pay.
+                let one = waiting.len() == 1 && known[waiting.iter().next().unwrap().index()] == Known::Entry;
+                if one && !waiting.contains(d.dst) && wanted[k].contains(d.dst) {
+                    waiting
+                } else {
+                    RegSet::EMPTY
+                }
+            });
+            // The source, as on entry since, is recorded at the block's previous step (its
+            // value then, which the segment's ops bring to this point): a step of its own
+            // would cost the collector more than the value it spares. Without a previous
+            // step the result is not current.
+            if let Some(prev) = steps.last_mut().filter(|_| !ensure.is_empty()) {
+                prev.used = prev.used.union(ensure);
+                for r in ensure.iter() {
+                    known[r.index()] = Known::Current;
+                }
+            }
             if !insn.refs.is_empty() {
-                let (expired, adjust) = seg.take();
-                steps.push(Step { insn: k as u16, expired, adjust, used: insn.used });
+                steps.push(step(k, insn.used, &mut seg));
+                for r in insn.used.iter() {
+                    known[r.index()] = Known::Current;
+                }
+            }
+            if let Special::Rep(r) = insn.special {
+                known[r.post.index()] = Known::Current;
             }
             for e in &insn.effects {
-                seg.apply(e);
+                seg.apply(e, &mut known);
             }
         }
-        let (tail_expired, tail_adjust) = seg.take();
-        BlockPlan { addr, insns, steps, tail_expired, tail_adjust }
+        let tail = seg.take();
+        BlockPlan {
+            addr,
+            insns,
+            steps,
+            tail_expired: tail.expired,
+            tail_adjust: tail.adjust,
+            tail_derived: tail.derived,
+            tail_ops: tail.ops,
+        }
     }
 
     /// Byte length of the block's code.
@@ -160,8 +317,8 @@ impl BlockPlan {
         let mut recorded = RegSet::EMPTY; // statically known RECORDED
         let mut steps = Vec::with_capacity(self.steps.len());
         for s in &self.steps {
-            updated = updated.union(s.expired);
-            recorded = recorded.minus(s.expired);
+            updated = updated.union(s.expired).minus(s.derived);
+            recorded = recorded.minus(s.expired).union(s.derived);
             let always = s.used.intersect(updated);
             let check = s.used.minus(updated).minus(recorded);
             updated = updated.minus(s.used);
@@ -172,8 +329,8 @@ impl BlockPlan {
             }
             steps.push(StepDecision { always, check });
         }
-        updated = updated.union(self.tail_expired);
-        recorded = recorded.minus(self.tail_expired);
+        updated = updated.union(self.tail_expired).minus(self.tail_derived);
+        recorded = recorded.minus(self.tail_expired).union(self.tail_derived);
         Decisions { steps, exit_updated: updated, exit_recorded: recorded }
     }
 }
@@ -231,16 +388,90 @@ mod tests {
             plan(&[0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x10, 0xc7, 0x44, 0x24, 0x04, 0, 0, 0, 0, 0xc7, 0x44, 0x24, 0x08, 0, 0, 0, 0]);
         assert_eq!(p.steps.iter().map(|s| s.insn).collect::<Vec<_>>(), vec![0, 3, 4]);
         assert_eq!(p.steps[0].used, set(&[Reg::RSP]));
-        assert_eq!(p.steps[1].expired, set(&[Reg::RBP]));
-        assert_eq!(p.steps[1].adjust, vec![(Reg::RSP, -24)]);
+        // mov rbp, rsp derives rbp from the current rsp: current, as the push left rsp.
+        assert_eq!(p.steps[1].expired, RegSet::EMPTY);
+        assert_eq!(p.steps[1].derived, set(&[Reg::RBP]));
+        assert_eq!(p.steps[1].adjust, vec![]);
+        let mut v = [0u64; NUM_REGS];
+        v[Reg::RSP.index()] = 0x7ff0_0000;
+        p.steps[1].ops.iter().for_each(|o| o.apply(&mut v));
+        assert_eq!((v[Reg::RSP.index()], v[Reg::RBP.index()]), (0x7ff0_0000 - 24, 0x7ff0_0000 - 8));
         assert_eq!(p.steps[2].adjust, vec![]);
         // rsp is recorded at most once: at the push, if its shadow says UPDATED.
         let d = p.decisions();
         assert_eq!(d.steps[0], StepDecision { always: RegSet::EMPTY, check: set(&[Reg::RSP]) });
         assert_eq!(d.steps[1], StepDecision { always: RegSet::EMPTY, check: RegSet::EMPTY });
         assert_eq!(d.steps[2], StepDecision { always: RegSet::EMPTY, check: RegSet::EMPTY });
-        assert_eq!(d.exit_updated, set(&[Reg::RBP]));
-        assert_eq!(d.exit_recorded, set(&[Reg::RSP]));
+        assert_eq!(d.exit_updated, RegSet::EMPTY);
+        assert_eq!(d.exit_recorded, set(&[Reg::RSP, Reg::RBP]));
+    }
+
+    /// An interpreter's ADD handler (bench/interp): lea edx,[rax-1] ; sub eax,2 ; add ecx,1 ;
+    /// cdqe ; movsxd r11,edx ; mov r11,[rsp+r11*8] ; add [rsp+rax*8],r11 ; mov eax,edx
+    const ADD_HANDLER: [u8; 24] = [
+        0x8d, 0x50, 0xff, 0x83, 0xe8, 0x02, 0x83, 0xc1, 0x01, 0x48, 0x98, 0x4c, 0x63, 0xda, 0x4e, 0x8b, 0x1c, 0xdc, 0x4c, 0x01, 0x1c,
+        0xc4, 0x89, 0xd0,
+    ];
+
+    #[test]
+    fn derived_registers_stay_current() {
+        // mov r8,[rsp] first, then the handler.
+        let mut code = vec![0x4c, 0x8b, 0x04, 0x24];
+        code.extend_from_slice(&ADD_HANDLER);
+        let p = plan(&code);
+        // rdx, which the address at instruction 6 needs through r11, is derived from rax: rax
+        // is recorded at the step before (instruction 0), so rdx, rax and r11 are current.
+        assert_eq!(p.steps.iter().map(|s| (s.insn, s.used)).collect::<Vec<_>>(), vec![
+            (0, set(&[Reg::RSP, Reg::RAX])),
+            (6, set(&[Reg::RSP, Reg::R11])),
+            (7, set(&[Reg::RSP, Reg::RAX]))
+        ]);
+        assert_eq!(p.steps[1].derived, set(&[Reg::RAX, Reg::RDX, Reg::R11]));
+        assert_eq!(p.steps[1].expired, set(&[Reg(8)]));
+        let d = p.decisions();
+        assert_eq!(d.steps[0], StepDecision { always: RegSet::EMPTY, check: set(&[Reg::RSP, Reg::RAX]) });
+        // Nothing is looked at again, nothing recorded unconditionally.
+        assert_eq!(d.steps[1], StepDecision { always: RegSet::EMPTY, check: RegSet::EMPTY });
+        assert_eq!(d.steps[2], StepDecision { always: RegSet::EMPTY, check: RegSet::EMPTY });
+        assert_eq!(d.exit_updated, set(&[Reg(8), Reg::R11]));
+        assert_eq!(d.exit_recorded, set(&[Reg::RAX, Reg::RDX, Reg::RSP]));
+        // ecx, derived from itself alone, is current exactly when it was: no shadow changes.
+        assert!(!d.exit_updated.union(d.exit_recorded).contains(Reg::RCX));
+        // The values, as the hardware computes them (SDM: 32-bit results zero-extend, cdqe
+        // and movsxd sign-extend).
+        let mut v = [0u64; NUM_REGS];
+        v[Reg::RAX.index()] = 0x1_0000_0001; // eax = 1: eax-2 wraps to 0xffffffff
+        v[Reg::RCX.index()] = 0xffff_ffff;
+        p.steps[1].ops.iter().for_each(|o| o.apply(&mut v));
+        assert_eq!(v[Reg::RDX.index()], 0);
+        assert_eq!(v[Reg::RAX.index()], u64::MAX);
+        assert_eq!(v[Reg::RCX.index()], 0);
+        assert_eq!(v[11], 0);
+        p.tail_ops.iter().for_each(|o| o.apply(&mut v));
+        assert_eq!(v[Reg::RAX.index()], 0);
+        assert_eq!(p.tail_derived, set(&[Reg::RAX]));
+    }
+
+    #[test]
+    fn without_an_earlier_step_a_derivation_from_an_entry_register_is_recorded() {
+        let p = plan(&ADD_HANDLER);
+        assert_eq!(p.steps.iter().map(|s| (s.insn, s.used)).collect::<Vec<_>>(), vec![
+            (5, set(&[Reg::RSP, Reg::R11])),
+            (6, set(&[Reg::RSP, Reg::RAX]))
+        ]);
+        let d = p.decisions();
+        assert_eq!(d.steps[0], StepDecision { always: set(&[Reg::R11]), check: set(&[Reg::RSP]) });
+        // rax, derived from itself alone, is checked against its shadow.
+        assert_eq!(d.steps[1], StepDecision { always: RegSet::EMPTY, check: set(&[Reg::RAX]) });
+    }
+
+    #[test]
+    fn a_derivation_from_a_loaded_register_is_not_current() {
+        // mov eax,[rbx] ; lea rdx,[rax+8] ; mov rcx,[rdx]: rdx comes from a loaded value
+        let p = plan(&[0x8b, 0x03, 0x48, 0x8d, 0x50, 0x08, 0x48, 0x8b, 0x0a]);
+        assert_eq!(p.steps.iter().map(|s| s.insn).collect::<Vec<_>>(), vec![0, 2]);
+        assert_eq!(p.steps[1].expired, set(&[Reg::RAX, Reg::RDX]));
+        assert_eq!(p.decisions().steps[1], StepDecision { always: set(&[Reg::RDX]), check: RegSet::EMPTY });
     }
 
     #[test]

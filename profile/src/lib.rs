@@ -7,6 +7,7 @@ pub mod archregs;
 pub mod blocks;
 pub mod calls;
 pub mod container;
+pub mod derive;
 pub mod dump;
 pub mod packing;
 pub mod regs;

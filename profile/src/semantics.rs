@@ -15,7 +15,9 @@
 //! - `xsave`/`xrstor` family accesses have the size of the machine's XSAVE area;
 //! - a write to any part of a register (al, ax, eax) expires the whole register; adding a
 //!   constant to a full-width register (push, pop, call, ret, `add rsp, 8`, `inc`, `lea
-//!   r, [r+d]`) keeps it current, the recoverer applies the same constant;
+//!   r, [r+d]`) keeps it current, the recoverer applies the same constant; in 64-bit code
+//!   from format 6, a whole 32- or 64-bit register computed from registers and constants
+//!   (`mov`, `movsxd`, `add eax, 1`, `lea`, ...) is a derivation (`derive.rs`);
 //! - `syscall` (and `int 0x80`) expires rax, rcx, r11 and both segment bases.
 
 use crate::archregs::{ArchReg, ArchSet};
@@ -30,12 +32,15 @@ pub struct Machine {
     pub width: Width,
     /// Bytes of the XSAVE area for the enabled state components (CPUID 0xD.0 EBX).
     pub xsave_size: u32,
+    /// Registers computed from current ones stay current ([`crate::derive`]; format 6 on,
+    /// 64-bit code only). Older profiles were recorded without.
+    pub derive: bool,
 }
 
 impl Machine {
     /// A 64-bit machine with the given XSAVE area size.
     pub fn x86_64(xsave_size: u32) -> Self {
-        Machine { width: Width::W64, xsave_size }
+        Machine { width: Width::W64, xsave_size, derive: true }
     }
 }
 
@@ -127,6 +132,8 @@ pub enum RegEffect {
     Expire(Reg),
     /// The value changes by a constant (wrapping).
     Add(Reg, i64),
+    /// The value is computed from registers and constants.
+    Derive(crate::derive::Derive),
 }
 
 /// A rep-prefixed string instruction.
@@ -503,7 +510,8 @@ impl Semantics {
                 effects.push(RegEffect::Expire(Reg::RAX));
             }
         } else {
-            register_effects(i, &info, width, &mut effects);
+            let derive = self.machine.derive && width == Width::W64;
+            register_effects(i, &info, width, derive, &mut effects);
         }
         let atomic = !refs.is_empty() && (i.has_lock_prefix() || mnemonic == Mnemonic::Xchg);
         Insn { pc: i.ip(), len: i.len() as u8, refs, used, effects, special, flow: flow(i), mnemonic, atomic, regs, bytes }
@@ -618,7 +626,7 @@ fn gather(i: &Instruction, index: Register, index_elem: u8, elem: u32) -> Gather
 }
 
 /// Registers written by a non-string instruction, as Expire or Add effects.
-fn register_effects(i: &Instruction, info: &iced_x86::InstructionInfo, width: Width, out: &mut Vec<RegEffect>) {
+fn register_effects(i: &Instruction, info: &iced_x86::InstructionInfo, width: Width, derive: bool, out: &mut Vec<RegEffect>) {
     let mut written = RegSet::EMPTY;
     let mut pure_write = RegSet::EMPTY;
     for u in info.used_registers() {
@@ -659,6 +667,9 @@ fn register_effects(i: &Instruction, info: &iced_x86::InstructionInfo, width: Wi
     if let Some((r, d)) = constant_add(i, width) {
         adds.push((r, d));
     }
+    // A derivation writes its destination alone (flags aside).
+    let derived = if derive && adds.is_empty() { crate::derive::derive_of(i) } else { None };
+    let derived = derived.filter(|d| written.iter().eq([d.dst]));
     for r in written.iter() {
         match adds.iter().find(|(a, _)| *a == r) {
             Some(&(_, d)) => {
@@ -666,7 +677,10 @@ fn register_effects(i: &Instruction, info: &iced_x86::InstructionInfo, width: Wi
                     out.push(RegEffect::Add(r, d))
                 }
             }
-            None => out.push(RegEffect::Expire(r)),
+            None => match derived {
+                Some(d) => out.push(RegEffect::Derive(d)),
+                None => out.push(RegEffect::Expire(r)),
+            },
         }
     }
 }
@@ -802,6 +816,7 @@ impl Insn {
             parts.push(match *e {
                 RegEffect::Expire(r) => format!("expire {}", r.name(width)),
                 RegEffect::Add(r, d) => format!("add {} {d}", r.name(width)),
+                RegEffect::Derive(d) => format!("derive {}", d.describe()),
             });
         }
         match self.special {
@@ -838,7 +853,7 @@ mod tests {
     const XSAVE: u32 = 2696;
 
     fn sem(width: Width, bytes: &[u8]) -> String {
-        let mut s = Semantics::new(Machine { width, xsave_size: XSAVE });
+        let mut s = Semantics::new(Machine { width, xsave_size: XSAVE, derive: true });
         let mut d = Decoder::with_ip(width.bits() as u32, bytes, 0x1000, DecoderOptions::NONE);
         let i = d.decode();
         assert_eq!(i.len(), bytes.len(), "{bytes:02x?} must be exactly one instruction");
@@ -847,7 +862,7 @@ mod tests {
 
     /// `reads -> writes | flags read / written` of one instruction, registers sorted.
     fn regs(bytes: &[u8]) -> String {
-        let mut s = Semantics::new(Machine { width: Width::W64, xsave_size: XSAVE });
+        let mut s = Semantics::new(Machine { width: Width::W64, xsave_size: XSAVE, derive: true });
         let i = Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE).decode();
         assert_eq!(i.len(), bytes.len(), "{bytes:02x?} must be exactly one instruction");
         let r = s.insn(&i).regs;
@@ -899,7 +914,7 @@ mod tests {
     #[test]
     fn register_bytes_reads_and_definitions() {
         let bytes = |code: &[u8]| {
-            let mut s = Semantics::new(Machine { width: Width::W64, xsave_size: XSAVE });
+            let mut s = Semantics::new(Machine { width: Width::W64, xsave_size: XSAVE, derive: true });
             let i = Decoder::with_ip(64, code, 0x1000, DecoderOptions::NONE).decode();
             assert_eq!(i.len(), code.len(), "{code:02x?} must be exactly one instruction");
             let b = s.insn(&i).bytes;
@@ -953,12 +968,13 @@ mod tests {
             ("sub rsp, 0x88", &[0x48, 0x81, 0xec, 0x88, 0, 0, 0], "add rsp -136"),
             ("inc rdi", &[0x48, 0xff, 0xc7], "add rdi 1"),
             ("lea rax, [rax+0x20]", &[0x48, 0x8d, 0x40, 0x20], "add rax 32"),
-            ("lea rax, [rbx+8] is no reference", &[0x48, 0x8d, 0x43, 0x08], "expire rax"),
-            ("add eax, 1 (32-bit: wraps, so expires)", &[0x83, 0xc0, 0x01], "expire rax"),
+            ("lea rax, [rbx+8] is no reference, and derives rax", &[0x48, 0x8d, 0x43, 0x08], "derive rax:64 = (rbx:64 + 0x8):64"),
+            ("add eax, 1 (32-bit: wraps, a derivation)", &[0x83, 0xc0, 0x01], "derive rax:32 = rax:32 + 0x1"),
             // partial writes expire the whole register
             ("mov al, 1", &[0xb0, 0x01], "expire rax"),
             ("mov ax, 1", &[0x66, 0xb8, 0x01, 0x00], "expire rax"),
-            ("mov eax, 1", &[0xb8, 1, 0, 0, 0], "expire rax"),
+            ("mov eax, 1", &[0xb8, 1, 0, 0, 0], "derive rax:32 = 0x1"),
+            ("adc eax, 1 reads the carry", &[0x83, 0xd0, 0x01], "expire rax"),
             ("mov ah, [rbx]", &[0x8a, 0x23], "R [rbx]:1 | used rbx | expire rax"),
             // RIP-relative and absolute operands need no register
             ("mov rax, [rip+0x10]", &[0x48, 0x8b, 0x05, 0x10, 0, 0, 0], "R [0x1017]:8 | expire rax"),

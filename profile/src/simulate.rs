@@ -142,7 +142,7 @@ impl SimThread<'_> {
                 // The collector's inline code: unconditional records, then shadow checks,
                 // together in ascending register order.
                 let record: RegSet = d.always.union(RegSet::from_bits(d.check.bits() & !self.recorded));
-                for r in insn.used.iter() {
+                for r in plan.steps[step_i].used.iter() {
                     if record.contains(r) {
                         self.values.push(self.vals[r.index()]);
                     }
@@ -216,6 +216,7 @@ impl SimThread<'_> {
                 match *e {
                     RegEffect::Expire(r) => self.vals[r.index()] = self.random_value(),
                     RegEffect::Add(r, d) => self.vals[r.index()] = self.vals[r.index()].wrapping_add(d as u64) & mask,
+                    RegEffect::Derive(d) => self.vals[d.dst.index()] = d.eval(&self.vals),
                 }
             }
         }
@@ -379,6 +380,17 @@ pub const INSN_POOL: &[&[u8]] = &[
     &[0x48, 0x93],                                  // xchg rax, rbx
     &[0x0f, 0x18, 0x08],                            // prefetcht0 [rax]
     &[0x67, 0x8b, 0x03],                            // mov eax, [ebx]
+    &[0x48, 0x89, 0xc2],                            // mov rdx, rax
+    &[0x48, 0x63, 0xd1],                            // movsxd rdx, ecx
+    &[0x83, 0xc1, 0x01],                            // add ecx, 1
+    &[0x48, 0x8d, 0x14, 0xc9],                      // lea rdx, [rcx+rcx*8]
+    &[0x8d, 0x50, 0xff],                            // lea edx, [rax-1]
+    &[0x31, 0xc0],                                  // xor eax, eax
+    &[0xbe, 0x40, 0, 0, 0],                         // mov esi, 0x40
+    &[0x48, 0xc1, 0xe2, 0x03],                      // shl rdx, 3
+    &[0x48, 0x98],                                  // cdqe
+    &[0x48, 0x6b, 0xca, 0x03],                      // imul rcx, rdx, 3
+    &[0x48, 0x8b, 0x04, 0xca],                      // mov rax, [rdx+rcx*8]
 ];
 
 /// Generates `n` random blocks at addresses spread over H-tag boundaries, ending in `ret`.

@@ -6,6 +6,7 @@
 //! register widths and address sizes become masks.
 
 use crate::records::MemEvent;
+use dep_profile::blocks::RegOp;
 use dep_profile::semantics::{Address, Special};
 use dep_profile::{BlockPlan, NUM_REGS};
 
@@ -20,6 +21,8 @@ pub struct FlatBlock {
     pub steps: (u32, u32),
     pub tail_adjust: (u32, u32),
     pub tail_expired: u32,
+    pub tail_derived: u32,
+    pub tail_ops: (u32, u32),
     pub insns: u32,
     /// References of a run through the whole block (for a rep string, one iteration's).
     pub refs: u32,
@@ -31,8 +34,11 @@ pub struct FlatBlock {
 #[derive(Clone, Copy, Debug)]
 pub struct FlatStep {
     pub expired: u32,
+    pub derived: u32,
     pub used: u32,
     pub adjust: (u32, u32),
+    /// Ordered value changes, where the step has derivations ([`dep_profile::blocks::Step::ops`]).
+    pub ops: (u32, u32),
     pub refs: (u32, u32),
     pub insn: u16,
     /// The instruction is a rep string or a gather: handled from the [`BlockPlan`].
@@ -108,6 +114,7 @@ pub struct FlatPlans {
     pub blocks: Vec<FlatBlock>,
     pub steps: Vec<FlatStep>,
     pub adjust: Vec<(u8, u64)>,
+    pub ops: Vec<RegOp>,
     pub refs: Vec<FlatRef>,
     /// The most references of any block without special steps.
     pub max_refs: u32,
@@ -132,6 +139,9 @@ impl FlatPlans {
             let a0 = self.adjust.len();
             self.adjust.extend(st.adjust.iter().map(|&(r, d)| (r.index() as u8, d as u64)));
             let adjust = range(&self.adjust, a0);
+            let o0 = self.ops.len();
+            self.ops.extend_from_slice(&st.ops);
+            let ops = range(&self.ops, o0);
             let r0 = self.refs.len();
             self.refs.extend(insn.refs.iter().map(|r| FlatRef::new(insn.pc, st.insn, &r.addr, r.size, r.access, r.conditional)));
             let simple = self.refs[r0..].iter().all(|r| r.simple);
@@ -139,8 +149,10 @@ impl FlatPlans {
             special |= insn.special != Special::None;
             self.steps.push(FlatStep {
                 expired: st.expired.bits(),
+                derived: st.derived.bits(),
                 used: st.used.bits(),
                 adjust,
+                ops,
                 refs: range(&self.refs, r0),
                 insn: st.insn,
                 special: insn.special != Special::None,
@@ -149,10 +161,14 @@ impl FlatPlans {
         }
         let a0 = self.adjust.len();
         self.adjust.extend(plan.tail_adjust.iter().map(|&(r, d)| (r.index() as u8, d as u64)));
+        let o0 = self.ops.len();
+        self.ops.extend_from_slice(&plan.tail_ops);
         self.blocks.push(FlatBlock {
             steps: range(&self.steps, first_step),
             tail_adjust: range(&self.adjust, a0),
             tail_expired: plan.tail_expired.bits(),
+            tail_derived: plan.tail_derived.bits(),
+            tail_ops: range(&self.ops, o0),
             insns: plan.insns.len() as u32,
             refs,
             special,

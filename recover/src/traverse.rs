@@ -3,6 +3,7 @@
 
 use crate::events::{BlockEvent, Marker, MemEvent, Run, RunBlock, Sink, SinkError};
 use crate::flat::SLOTS;
+use dep_profile::blocks::RegOp;
 use crate::plans::{PlanCache, PlanMiss, Plans};
 use dep_profile::container::{ChunkView, Decompression, Section};
 use dep_profile::semantics::{Insn, Special};
@@ -435,10 +436,13 @@ impl Walker<'_> {
                 let mut k = 0usize;
                 // SAFETY: `fb.steps` is a range `FlatPlans::push` built inside `flat.steps`.
                 for step in unsafe { flat.steps.get_unchecked(fb.steps.0 as usize..fb.steps.1 as usize) } {
-                    status &= !step.expired;
+                    status = (status & !step.expired) | step.derived;
                     if step.adjust.0 != step.adjust.1 {
                         // SAFETY: `step.adjust` is a range `FlatPlans::push` built inside `flat.adjust`.
                         add_constants(vals, unsafe { flat.adjust.get_unchecked(step.adjust.0 as usize..step.adjust.1 as usize) }, u64::MAX);
+                    }
+                    if step.ops.0 != step.ops.1 {
+                        apply_ops(vals, &flat.ops[step.ops.0 as usize..step.ops.1 as usize], u64::MAX);
                     }
                     let mut need = step.used & !status;
                     while need != 0 {
@@ -468,7 +472,7 @@ impl Walker<'_> {
                         }
                     }
                 }
-                status &= !fb.tail_expired;
+                status = (status & !fb.tail_expired) | fb.tail_derived;
                 if fb.tail_adjust.0 != fb.tail_adjust.1 {
                     add_constants(
                         vals,
@@ -476,6 +480,9 @@ impl Walker<'_> {
                         unsafe { flat.adjust.get_unchecked(fb.tail_adjust.0 as usize..fb.tail_adjust.1 as usize) },
                         u64::MAX,
                     );
+                }
+                if fb.tail_ops.0 != fb.tail_ops.1 {
+                    apply_ops(vals, &flat.ops[fb.tail_ops.0 as usize..fb.tail_ops.1 as usize], u64::MAX);
                 }
                 if k != 0 {
                     // SAFETY: the first `k` elements were written above.
@@ -590,6 +597,19 @@ fn add_constants(vals: &mut [u64; SLOTS], adjust: &[(u8, u64)], mask: u64) {
     }
 }
 
+/// Repeats a plan's ordered value changes (constant additions and derivations).
+#[inline]
+fn apply_ops(vals: &mut [u64; SLOTS], ops: &[RegOp], mask: u64) {
+    for op in ops {
+        op.apply(vals);
+        let r = match *op {
+            RegOp::Add(r, _) => r,
+            RegOp::Derive(d) => d.dst,
+        };
+        vals[r.index()] &= mask;
+    }
+}
+
 /// References buffered before a rep string hands them to the sink.
 const BATCH: usize = 4096;
 
@@ -639,9 +659,12 @@ impl Walker<'_> {
                     self.records_before(2 * step.insn as u32, &mut records, sink)?;
                 }
             }
-            status &= !step.expired;
+            status = (status & !step.expired) | step.derived;
             if step.adjust.0 != step.adjust.1 {
                 self.adjust(&flat.adjust[step.adjust.0 as usize..step.adjust.1 as usize]);
+            }
+            if step.ops.0 != step.ops.1 {
+                apply_ops(&mut self.vals, &flat.ops[step.ops.0 as usize..step.ops.1 as usize], mask);
             }
             let mut need = step.used & !status;
             while need != 0 {
@@ -671,9 +694,12 @@ impl Walker<'_> {
             }
         }
         if stop.is_none() {
-            status &= !fb.tail_expired;
+            status = (status & !fb.tail_expired) | fb.tail_derived;
             if fb.tail_adjust.0 != fb.tail_adjust.1 {
                 self.adjust(&flat.adjust[fb.tail_adjust.0 as usize..fb.tail_adjust.1 as usize]);
+            }
+            if fb.tail_ops.0 != fb.tail_ops.1 {
+                apply_ops(&mut self.vals, &flat.ops[fb.tail_ops.0 as usize..fb.tail_ops.1 as usize], mask);
             }
         }
         self.status = status;

@@ -54,7 +54,7 @@ unsafe fn is_rep_at(pc: u64) -> bool {
     i.is_string_instruction() && (i.has_rep_prefix() || i.has_repne_prefix())
 }
 
-pub static mut MACHINE: Machine = Machine { width: dep_profile::Width::W64, xsave_size: 0 };
+pub static mut MACHINE: Machine = Machine { width: dep_profile::Width::W64, xsave_size: 0, derive: true };
 
 fn check(st: drreg_status_t, what: &str) {
     if st != drreg_status_t_DRREG_SUCCESS {

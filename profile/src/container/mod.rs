@@ -27,8 +27,11 @@ use thiserror::Error;
 /// First 8 bytes of every profile.
 pub const MAGIC: &[u8; 8] = b"DEPPROF\0";
 /// The format version this library writes (3: DEP_c sync records; 4: call records and
-/// thread spawn events; 5: DEP_m packed without zstd, codec 2).
-pub const VERSION: u16 = 5;
+/// thread spawn events; 5: DEP_m packed without zstd, codec 2; 6: derived registers).
+pub const VERSION: u16 = 6;
+/// The first format version whose plans keep derived registers current
+/// ([`crate::derive`]); older profiles are read with the semantics they were recorded with.
+pub const DERIVE_VERSION: u16 = 6;
 /// The oldest format version this library reads (version 1 has no packed DEP_m).
 pub const OLDEST_VERSION: u16 = 1;
 /// Bytes in the file header.

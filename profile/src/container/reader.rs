@@ -2,7 +2,7 @@
 
 use super::chunk::ChunkView;
 use super::meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ThreadEvent, BLOCK_HEADER_LEN, MAX_XSAVE_SIZE};
-use super::{padding, ProfileError, RecordKind, FILE_HEADER_LEN, MAGIC, OLDEST_VERSION, RECORD_HEADER_LEN, RECORD_MAGIC, VERSION};
+use super::{padding, ProfileError, RecordKind, DERIVE_VERSION, FILE_HEADER_LEN, MAGIC, OLDEST_VERSION, RECORD_HEADER_LEN, RECORD_MAGIC, VERSION};
 use crate::blocks::MAX_BLOCK_INSNS;
 use crate::Width;
 use memmap2::Mmap;
@@ -58,6 +58,8 @@ pub struct Profile {
     path: String,
     map: Mmap,
     pub width: Width,
+    /// The format version it was written in.
+    pub version: u16,
     pub meta: Metadata,
     pub modules: Vec<ModuleEvent>,
     pub threads: Vec<ThreadInfo>,
@@ -264,7 +266,7 @@ impl Profile {
                 }
             }
         }
-        Ok(Profile { path, map, width, meta, modules, threads, blocks, block_index, end, truncated_at })
+        Ok(Profile { path, map, width, version, meta, modules, threads, blocks, block_index, end, truncated_at })
     }
 
     /// The file's path as given.
@@ -314,6 +316,6 @@ impl Profile {
 
     /// The semantics machine this profile was recorded on.
     pub fn machine(&self) -> crate::Machine {
-        crate::Machine { width: self.width, xsave_size: self.meta.xsave_size }
+        crate::Machine { width: self.width, xsave_size: self.meta.xsave_size, derive: self.version >= DERIVE_VERSION }
     }
 }

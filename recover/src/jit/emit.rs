@@ -11,6 +11,8 @@ use super::{BlockRec, JitState, Slot, EMPTY};
 use crate::flat::{FlatPlans, FlatRef, FlatStep, ZERO};
 use crate::records::MemEvent;
 use dep_profile::tags::{CTL_INTERRUPTED, CTL_SET_HI, CTL_SYNC, MAX_SHORT_H};
+use dep_profile::blocks::RegOp;
+use dep_profile::derive::{DeriveOp, Src};
 use dep_profile::NUM_REGS;
 use iced_x86::code_asm::*;
 use std::mem::{offset_of, size_of};
@@ -203,8 +205,8 @@ impl Known {
     /// Passes a step: returns the registers whose values it reads from DEP_m, and of those
     /// the ones it reads only if they are not CURRENT on entry to the block (untouched so far).
     fn step(&mut self, s: &FlatStep) -> (u32, u32) {
-        self.current &= !s.expired;
-        self.expired |= s.expired;
+        self.current = (self.current & !s.expired) | s.derived;
+        self.expired = (self.expired | s.expired) & !s.derived;
         let load = s.used & !self.current;
         let conditional = load & !self.expired;
         self.current |= s.used;
@@ -265,7 +267,11 @@ pub(super) fn block(a: &mut CodeAssembler, flat: &FlatPlans, id: u32, addr: u64,
         if s.expired != 0 {
             a.and(r15d, !s.expired)?;
         }
+        if s.derived != 0 {
+            a.or(r15d, s.derived)?;
+        }
         pending.add(&flat.adjust[s.adjust.0 as usize..s.adjust.1 as usize]);
+        ops(a, &flat.ops[s.ops.0 as usize..s.ops.1 as usize], &mut pending)?;
         let mut regs = load;
         while regs != 0 {
             let r = regs.trailing_zeros();
@@ -318,11 +324,104 @@ pub(super) fn block(a: &mut CodeAssembler, flat: &FlatPlans, id: u32, addr: u64,
     if fb.tail_expired != 0 {
         a.and(r15d, !fb.tail_expired)?;
     }
+    if fb.tail_derived != 0 {
+        a.or(r15d, fb.tail_derived)?;
+    }
     pending.add(&flat.adjust[fb.tail_adjust.0 as usize..fb.tail_adjust.1 as usize]);
+    ops(a, &flat.ops[fb.tail_ops.0 as usize..fb.tail_ops.1 as usize], &mut pending)?;
     for r in 0..NUM_REGS as u8 {
         pending.flush(a, r)?;
     }
     dispatch(a, hash, None)
+}
+
+/// A plan's ordered value changes: constant additions stay pending; a derivation is
+/// computed in rcx (rdx for its second source) from its sources' slots, as
+/// [`dep_profile::derive::Derive::eval`] defines, and stored in its destination's slot.
+fn ops(a: &mut CodeAssembler, ops: &[RegOp], pending: &mut Pending) -> R {
+    for op in ops {
+        let d = match *op {
+            RegOp::Add(r, c) => {
+                pending.add(&[(r.index() as u8, c as u64)]);
+                continue;
+            }
+            RegOp::Derive(d) => d,
+        };
+        for r in d.sources().iter() {
+            pending.flush(a, r.index() as u8)?;
+        }
+        pending.0[d.dst.index()] = 0;
+        let wide = d.bits == 64;
+        load_src(a, d.a, rcx, ecx, cx, cl)?;
+        load_src(a, d.b, rdx, edx, dx, dl)?;
+        match d.op {
+            DeriveOp::Mov => {}
+            DeriveOp::Sext => match d.a {
+                Src::Reg(_, 32) => a.movsxd(rcx, ecx)?,
+                Src::Reg(_, 16) => a.movsx(rcx, cx)?,
+                Src::Reg(_, 8) => a.movsx(rcx, cl)?,
+                _ => {}
+            },
+            DeriveOp::Add => a.add(rcx, rdx)?,
+            DeriveOp::Sub => a.sub(rcx, rdx)?,
+            DeriveOp::And => a.and(rcx, rdx)?,
+            DeriveOp::Or => a.or(rcx, rdx)?,
+            DeriveOp::Xor => a.xor(rcx, rdx)?,
+            DeriveOp::Imul => a.imul_2(rcx, rdx)?,
+            DeriveOp::Shl | DeriveOp::Shr | DeriveOp::Sar => {
+                // The count goes to cl; the machine masks it as the program's did.
+                a.xchg(rcx, rdx)?;
+                match (d.op, wide) {
+                    (DeriveOp::Shl, true) => a.shl(rdx, cl)?,
+                    (DeriveOp::Shl, false) => a.shl(edx, cl)?,
+                    (DeriveOp::Shr, true) => a.shr(rdx, cl)?,
+                    (DeriveOp::Shr, false) => a.shr(edx, cl)?,
+                    (_, true) => a.sar(rdx, cl)?,
+                    (_, false) => a.sar(edx, cl)?,
+                }
+                a.mov(rcx, rdx)?;
+            }
+            DeriveOp::Neg => a.neg(rcx)?,
+            DeriveOp::Not => a.not(rcx)?,
+            DeriveOp::Lea { scale, disp, addr_bits } => {
+                match scale {
+                    1 => a.add(rcx, rdx)?,
+                    2 => a.lea(rcx, qword_ptr(rcx + rdx * 2))?,
+                    4 => a.lea(rcx, qword_ptr(rcx + rdx * 4))?,
+                    8 => a.lea(rcx, qword_ptr(rcx + rdx * 8))?,
+                    _ => {
+                        a.imul_3(rdx, rdx, scale as i32)?;
+                        a.add(rcx, rdx)?;
+                    }
+                }
+                add_to_rcx(a, disp)?;
+                if addr_bits == 32 {
+                    a.mov(ecx, ecx)?;
+                }
+            }
+        }
+        if !wide {
+            a.mov(ecx, ecx)?;
+        }
+        a.mov(val(d.dst.index() as u8), rcx)?;
+    }
+    Ok(())
+}
+
+/// Loads a derivation's source into `r64`, read at its width.
+fn load_src(a: &mut CodeAssembler, s: Src, q: AsmRegister64, d: AsmRegister32, w: AsmRegister16, b: AsmRegister8) -> R {
+    match s {
+        Src::Imm(v) => a.mov(q, v),
+        Src::Reg(r, bits) => {
+            a.mov(q, val(r.index() as u8))?;
+            match bits {
+                32 => a.mov(d, d),
+                16 => a.movzx(d, w),
+                8 => a.movzx(d, b),
+                _ => Ok(()),
+            }
+        }
+    }
 }
 
 /// Constants a block has added to registers (push, pop, add rsp, ...) and not yet stored.
