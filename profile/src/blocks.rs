@@ -409,8 +409,8 @@ mod tests {
     /// An interpreter's ADD handler (bench/interp): lea edx,[rax-1] ; sub eax,2 ; add ecx,1 ;
     /// cdqe ; movsxd r11,edx ; mov r11,[rsp+r11*8] ; add [rsp+rax*8],r11 ; mov eax,edx
     const ADD_HANDLER: [u8; 24] = [
-        0x8d, 0x50, 0xff, 0x83, 0xe8, 0x02, 0x83, 0xc1, 0x01, 0x48, 0x98, 0x4c, 0x63, 0xda, 0x4e, 0x8b, 0x1c, 0xdc, 0x4c, 0x01, 0x1c,
-        0xc4, 0x89, 0xd0,
+        0x8d, 0x50, 0xff, 0x83, 0xe8, 0x02, 0x83, 0xc1, 0x01, 0x48, 0x98, 0x4c, 0x63, 0xda, 0x4e, 0x8b, 0x1c, 0xdc, 0x4c, 0x01, 0x1c, 0xc4,
+        0x89, 0xd0,
     ];
 
     #[test]
@@ -421,11 +421,10 @@ mod tests {
         let p = plan(&code);
         // rdx, which the address at instruction 6 needs through r11, is derived from rax: rax
         // is recorded at the step before (instruction 0), so rdx, rax and r11 are current.
-        assert_eq!(p.steps.iter().map(|s| (s.insn, s.used)).collect::<Vec<_>>(), vec![
-            (0, set(&[Reg::RSP, Reg::RAX])),
-            (6, set(&[Reg::RSP, Reg::R11])),
-            (7, set(&[Reg::RSP, Reg::RAX]))
-        ]);
+        assert_eq!(
+            p.steps.iter().map(|s| (s.insn, s.used)).collect::<Vec<_>>(),
+            vec![(0, set(&[Reg::RSP, Reg::RAX])), (6, set(&[Reg::RSP, Reg::R11])), (7, set(&[Reg::RSP, Reg::RAX]))]
+        );
         assert_eq!(p.steps[1].derived, set(&[Reg::RAX, Reg::RDX, Reg::R11]));
         assert_eq!(p.steps[1].expired, set(&[Reg(8)]));
         let d = p.decisions();
@@ -455,10 +454,10 @@ mod tests {
     #[test]
     fn without_an_earlier_step_a_derivation_from_an_entry_register_is_recorded() {
         let p = plan(&ADD_HANDLER);
-        assert_eq!(p.steps.iter().map(|s| (s.insn, s.used)).collect::<Vec<_>>(), vec![
-            (5, set(&[Reg::RSP, Reg::R11])),
-            (6, set(&[Reg::RSP, Reg::RAX]))
-        ]);
+        assert_eq!(
+            p.steps.iter().map(|s| (s.insn, s.used)).collect::<Vec<_>>(),
+            vec![(5, set(&[Reg::RSP, Reg::R11])), (6, set(&[Reg::RSP, Reg::RAX]))]
+        );
         let d = p.decisions();
         assert_eq!(d.steps[0], StepDecision { always: set(&[Reg::R11]), check: set(&[Reg::RSP]) });
         // rax, derived from itself alone, is checked against its shadow.

@@ -57,7 +57,11 @@ pub enum DeriveOp {
     Neg,
     Not,
     /// `a + b * scale + disp` truncated to `addr_bits` (lea; `a`, `b` are base and index).
-    Lea { scale: u8, disp: u64, addr_bits: u8 },
+    Lea {
+        scale: u8,
+        disp: u64,
+        addr_bits: u8,
+    },
 }
 
 /// A register set to a function of registers and constants.
@@ -115,9 +119,7 @@ impl Derive {
             DeriveOp::Sar => ((sext(x, self.bits) as i64) >> count) as u64,
             DeriveOp::Neg => x.wrapping_neg(),
             DeriveOp::Not => !x,
-            DeriveOp::Lea { scale, disp, addr_bits } => {
-                x.wrapping_add(y.wrapping_mul(scale as u64)).wrapping_add(disp) & mask(addr_bits)
-            }
+            DeriveOp::Lea { scale, disp, addr_bits } => x.wrapping_add(y.wrapping_mul(scale as u64)).wrapping_add(disp) & mask(addr_bits),
         };
         r & mask(self.bits)
     }
@@ -301,25 +303,25 @@ mod tests {
         v[1] = 0x1_0000_0003; // rcx
         v[2] = 0x10; // rdx
         let cases: &[(&[u8], u64)] = &[
-            (&[0x48, 0x63, 0xd0], 0xffff_ffff_8000_0005),      // movsxd rdx, eax
-            (&[0x48, 0x89, 0xc2], 0xffff_ffff_8000_0005),      // mov rdx, rax
-            (&[0x89, 0xc2], 0x8000_0005),                      // mov edx, eax
-            (&[0x83, 0xc2, 0xff], 0x0f),                       // add edx, -1
-            (&[0x83, 0xc0, 0x01], 0x8000_0006),                // add eax, 1 (zero-extends)
-            (&[0x48, 0x98], 0xffff_ffff_8000_0005),            // cdqe
-            (&[0x48, 0x99], u64::MAX),                         // cqo
-            (&[0x31, 0xc0], 0),                                // xor eax, eax
-            (&[0xba, 0x05, 0, 0, 0], 5),                       // mov edx, 5
-            (&[0x48, 0x8d, 0x14, 0xc9], 0x9_0000_001b),        // lea rdx, [rcx+rcx*8]
-            (&[0x8d, 0x50, 0xff], 0x8000_0004),                // lea edx, [rax-1]
-            (&[0x48, 0xd3, 0xe2], 0x80),                       // shl rdx, cl (count 3)
-            (&[0xc1, 0xf8, 0x04], 0xf800_0000),                // sar eax, 4
-            (&[0xc1, 0xe8, 0x04], 0x0800_0000),                // shr eax, 4
-            (&[0x48, 0x6b, 0xd1, 0x03], 0x3_0000_0009),        // imul rdx, rcx, 3
-            (&[0x0f, 0xb6, 0xd1], 0x03),                       // movzx edx, cl
-            (&[0x48, 0x0f, 0xbe, 0xd0], 0x05),                 // movsx rdx, al
-            (&[0x48, 0xf7, 0xda], 0xffff_ffff_ffff_fff0),      // neg rdx
-            (&[0x67, 0x8d, 0x14, 0x08], 0x8000_0008),          // lea edx, [eax+ecx]
+            (&[0x48, 0x63, 0xd0], 0xffff_ffff_8000_0005), // movsxd rdx, eax
+            (&[0x48, 0x89, 0xc2], 0xffff_ffff_8000_0005), // mov rdx, rax
+            (&[0x89, 0xc2], 0x8000_0005),                 // mov edx, eax
+            (&[0x83, 0xc2, 0xff], 0x0f),                  // add edx, -1
+            (&[0x83, 0xc0, 0x01], 0x8000_0006),           // add eax, 1 (zero-extends)
+            (&[0x48, 0x98], 0xffff_ffff_8000_0005),       // cdqe
+            (&[0x48, 0x99], u64::MAX),                    // cqo
+            (&[0x31, 0xc0], 0),                           // xor eax, eax
+            (&[0xba, 0x05, 0, 0, 0], 5),                  // mov edx, 5
+            (&[0x48, 0x8d, 0x14, 0xc9], 0x9_0000_001b),   // lea rdx, [rcx+rcx*8]
+            (&[0x8d, 0x50, 0xff], 0x8000_0004),           // lea edx, [rax-1]
+            (&[0x48, 0xd3, 0xe2], 0x80),                  // shl rdx, cl (count 3)
+            (&[0xc1, 0xf8, 0x04], 0xf800_0000),           // sar eax, 4
+            (&[0xc1, 0xe8, 0x04], 0x0800_0000),           // shr eax, 4
+            (&[0x48, 0x6b, 0xd1, 0x03], 0x3_0000_0009),   // imul rdx, rcx, 3
+            (&[0x0f, 0xb6, 0xd1], 0x03),                  // movzx edx, cl
+            (&[0x48, 0x0f, 0xbe, 0xd0], 0x05),            // movsx rdx, al
+            (&[0x48, 0xf7, 0xda], 0xffff_ffff_ffff_fff0), // neg rdx
+            (&[0x67, 0x8d, 0x14, 0x08], 0x8000_0008),     // lea edx, [eax+ecx]
         ];
         for (bytes, want) in cases {
             let d = one(bytes).unwrap_or_else(|| panic!("{bytes:x?} is not a derivation"));
@@ -330,7 +332,7 @@ mod tests {
     #[test]
     fn flags_memory_and_partial_writes_are_not_derivations() {
         for bytes in [
-            &[0x48, 0x11, 0xc2][..],  // adc rdx, rax
+            &[0x48, 0x11, 0xc2][..],   // adc rdx, rax
             &[0x48, 0x0f, 0x44, 0xd0], // cmove rdx, rax
             &[0x48, 0x8b, 0x10],       // mov rdx, [rax]
             &[0x88, 0xc2],             // mov dl, al

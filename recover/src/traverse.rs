@@ -3,8 +3,8 @@
 
 use crate::events::{BlockEvent, Marker, MemEvent, Run, RunBlock, Sink, SinkError};
 use crate::flat::SLOTS;
-use dep_profile::blocks::RegOp;
 use crate::plans::{PlanCache, PlanMiss, Plans};
+use dep_profile::blocks::RegOp;
 use dep_profile::container::{ChunkView, Decompression, Section};
 use dep_profile::semantics::{Insn, Special};
 use dep_profile::tags::{Escape, TagDecoder, TagItem, CTL_INTERRUPTED, CTL_SYNC, ESC, MAX_SHORT_H};

@@ -2,7 +2,9 @@
 
 use super::chunk::ChunkView;
 use super::meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ThreadEvent, BLOCK_HEADER_LEN, MAX_XSAVE_SIZE};
-use super::{padding, ProfileError, RecordKind, DERIVE_VERSION, FILE_HEADER_LEN, MAGIC, OLDEST_VERSION, RECORD_HEADER_LEN, RECORD_MAGIC, VERSION};
+use super::{
+    padding, ProfileError, RecordKind, DERIVE_VERSION, FILE_HEADER_LEN, MAGIC, OLDEST_VERSION, RECORD_HEADER_LEN, RECORD_MAGIC, VERSION,
+};
 use crate::blocks::MAX_BLOCK_INSNS;
 use crate::Width;
 use memmap2::Mmap;

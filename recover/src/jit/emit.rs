@@ -10,9 +10,9 @@
 use super::{BlockRec, JitState, Slot, EMPTY};
 use crate::flat::{FlatPlans, FlatRef, FlatStep, ZERO};
 use crate::records::MemEvent;
-use dep_profile::tags::{CTL_INTERRUPTED, CTL_SET_HI, CTL_SYNC, MAX_SHORT_H};
 use dep_profile::blocks::RegOp;
 use dep_profile::derive::{DeriveOp, Src};
+use dep_profile::tags::{CTL_INTERRUPTED, CTL_SET_HI, CTL_SYNC, MAX_SHORT_H};
 use dep_profile::NUM_REGS;
 use iced_x86::code_asm::*;
 use std::mem::{offset_of, size_of};
