@@ -65,6 +65,14 @@ pub enum RegOp {
 }
 
 impl RegOp {
+    /// The register it changes.
+    pub fn dst(&self) -> Reg {
+        match *self {
+            RegOp::Add(r, _) => r,
+            RegOp::Derive(d) => d.dst,
+        }
+    }
+
     /// Applies the change to register values indexed by [`Reg::index`].
     #[inline]
     pub fn apply(&self, vals: &mut [u64]) {
@@ -109,7 +117,6 @@ struct Segment {
     adjust: Vec<(Reg, i64)>,
     derived: RegSet,
     ops: Vec<RegOp>,
-    derives: bool,
 }
 
 /// Register work between two steps, as a step holds it.
@@ -157,14 +164,14 @@ impl Segment {
                 }
                 self.adjust.retain(|(a, _)| *a != r);
                 self.ops.push(RegOp::Derive(d));
-                self.derives = true;
             }
         }
     }
 
     fn take(&mut self) -> Work {
         let seg = std::mem::take(self);
-        if seg.derives {
+        // Constant additions alone keep their merged, sorted form; derivations need order.
+        if seg.ops.iter().any(|o| matches!(o, RegOp::Derive(_))) {
             return Work { expired: seg.expired, adjust: Vec::new(), derived: seg.derived, ops: seg.ops };
         }
         let mut adjust = seg.adjust;

@@ -75,8 +75,9 @@ pub struct Derive {
     pub b: Src,
 }
 
+/// The low `bits` bits (all 64 from 64 on).
 #[inline(always)]
-fn mask(bits: u8) -> u64 {
+pub(crate) fn mask(bits: u8) -> u64 {
     if bits >= 64 {
         u64::MAX
     } else {
@@ -173,7 +174,8 @@ fn reg_src(r: Register) -> Option<Src> {
     (reg.index() < 16).then_some(Src::Reg(reg, (r.size() * 8) as u8))
 }
 
-fn is_imm(k: OpKind) -> bool {
+/// An immediate operand of any size (the value `Instruction::immediate` gives).
+pub(crate) fn is_imm(k: OpKind) -> bool {
     matches!(
         k,
         OpKind::Immediate8

@@ -54,12 +54,7 @@ pub struct AddrReg {
 impl AddrReg {
     #[inline]
     fn value(self, regs: &[u64]) -> u64 {
-        let v = regs[self.reg.index()];
-        if self.bits >= 64 {
-            v
-        } else {
-            v & ((1u64 << self.bits) - 1)
-        }
+        regs[self.reg.index()] & crate::derive::mask(self.bits)
     }
 }
 
@@ -97,9 +92,7 @@ impl Address {
         if let Some(i) = self.index {
             ea = ea.wrapping_add(i.value(regs).wrapping_mul(self.scale as u64));
         }
-        if self.addr_bits < 64 {
-            ea &= (1u64 << self.addr_bits) - 1;
-        }
+        ea &= crate::derive::mask(self.addr_bits);
         match self.seg {
             Some(s) => ea.wrapping_add(regs[s.index()]),
             None => ea,
@@ -695,7 +688,7 @@ fn constant_add(i: &Instruction, width: Width) -> Option<(Reg, i64)> {
         return None;
     }
     let r = Reg::from_iced(dst)?;
-    let imm = |i: &Instruction| (i.op_count() == 2 && is_imm(i.op1_kind())).then(|| i.immediate(1) as i64);
+    let imm = |i: &Instruction| (i.op_count() == 2 && crate::derive::is_imm(i.op1_kind())).then(|| i.immediate(1) as i64);
     let d = match i.mnemonic() {
         Mnemonic::Add => imm(i)?,
         Mnemonic::Sub => imm(i)?.wrapping_neg(),
@@ -717,18 +710,6 @@ fn constant_add(i: &Instruction, width: Width) -> Option<(Reg, i64)> {
         _ => return None,
     };
     Some((r, d))
-}
-
-fn is_imm(k: OpKind) -> bool {
-    matches!(
-        k,
-        OpKind::Immediate8
-            | OpKind::Immediate8to32
-            | OpKind::Immediate8to64
-            | OpKind::Immediate32
-            | OpKind::Immediate32to64
-            | OpKind::Immediate16
-    )
 }
 
 fn flow(i: &Instruction) -> Flow {

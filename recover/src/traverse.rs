@@ -602,11 +602,7 @@ fn add_constants(vals: &mut [u64; SLOTS], adjust: &[(u8, u64)], mask: u64) {
 fn apply_ops(vals: &mut [u64; SLOTS], ops: &[RegOp], mask: u64) {
     for op in ops {
         op.apply(vals);
-        let r = match *op {
-            RegOp::Add(r, _) => r,
-            RegOp::Derive(d) => d.dst,
-        };
-        vals[r.index()] &= mask;
+        vals[op.dst().index()] &= mask;
     }
 }
 
