@@ -107,6 +107,24 @@ impl Emit {
         self.ins(instr_create_0dst_1src(self.dc, op as c_int, opnd_create_instr(target)));
     }
 
+    /// `mov dst, imm64` of the address `target` will have in the code cache.
+    ///
+    /// # Safety
+    /// `target` is an instruction of the same list; exercised by tests/collector.rs hello and
+    /// python3_from_the_system.
+    pub unsafe fn mov_addr(&self, dst: reg_id_t, target: *mut instr_t) {
+        self.ins(instr_create_1dst_1src(self.dc, OP_mov_imm as c_int, reg(dst), opnd_create_instr(target)));
+    }
+
+    /// `jmp pc` to code outside the block (reachable from the code cache).
+    ///
+    /// # Safety
+    /// `pc` is code DynamoRIO allocated, reachable from its code caches; exercised by
+    /// tests/collector.rs hello and python3_from_the_system.
+    pub unsafe fn jmp_pc(&self, pc: *mut u8) {
+        self.ins(instr_create_0dst_1src(self.dc, OP_jmp as c_int, opnd_create_pc(pc)));
+    }
+
     /// An unmasked EVEX store of a vector register (`vmovdqu64 [m] {k0}, src`), for the
     /// registers and sizes only EVEX encodes.
     pub fn store_vec_evex(&self, dst: opnd_t, src: reg_id_t) {

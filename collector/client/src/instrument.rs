@@ -479,7 +479,15 @@ unsafe fn block_entry(e: &Emit, info: &BlockInfo) {
     e.cmp(reg(r), tls(S_TAGLIM, 0, OPSZ_8));
     e.jcc(OP_jb, lok);
     e.ins(lflush);
-    dr_insert_clean_call_ex(dc, e.bb, e.at, flush_cc as *mut c_void, dr_cleancall_save_t_DR_CLEANCALL_ALWAYS_OUT_OF_LINE, 0);
+    // A full buffer: to the stub (stub.rs), which hands the buffers off and comes back.
+    // The return address goes through `r` as a 64-bit immediate: DynamoRIO's instrlist_clone,
+    // which builds traces, keeps an instruction operand's target but not its size, so the
+    // two 4-byte stores instrlist_insert_mov_instr_addr would make cannot be encoded there.
+    let lret = e.label();
+    e.mov_addr(r, lret);
+    e.mov_st(tls(S_RETURN, 0, OPSZ_8), reg(r));
+    e.jmp_pc(crate::stub::flush_stub(dc));
+    e.ins(lret);
     e.mov_ld(r, tls(S_TAGPTR, 0, OPSZ_8));
     e.ins(lok);
 

@@ -13,6 +13,7 @@ mod observe;
 #[cfg(test)]
 mod standalone;
 mod state;
+mod stub;
 mod table;
 mod traces;
 mod watch;
@@ -603,7 +604,10 @@ unsafe extern "C" fn pre_syscall(dc: *mut c_void, sysnum: c_int) -> bool_ {
             expire_all(pt);
             ensure_room(pt);
         }
-        SYS_EXECVE | SYS_EXECVEAT => flush(pt, false),
+        SYS_EXECVE | SYS_EXECVEAT => {
+            flush(pt, false);
+            send_queued();
+        }
         SYS_CLONE | SYS_CLONE3 => {
             if let Some(seq) = pt.syscall_seq.take() {
                 pt.cloning = Some((seq, clone_tls(dc, sysnum)));

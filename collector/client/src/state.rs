@@ -22,7 +22,9 @@ pub const S_REPPOST: u32 = 7;
 pub const S_SHADOW: u32 = 8;
 /// A shadow's UPDATED value: the bytes a record advances the value pointer by.
 pub const UPDATED: u8 = 8;
-pub const NUM_SLOTS: u32 = 11;
+/// Where the buffer hand-off stub returns to (after the shadow's three slots).
+pub const S_RETURN: u32 = 11;
+pub const NUM_SLOTS: u32 = 12;
 
 pub const TAG_BUF: usize = 2 << 20;
 /// Room a block's entry code, the sync records of its instructions (in blocks of at most
@@ -127,7 +129,30 @@ fn write_all(fd: c_int, mut b: &[u8]) -> bool {
     true
 }
 
-/// Sends one frame made of `parts`.
+/// Frames queued by [`queue`], sent ahead of the next frame [`send`] writes; under SOCK_LOCK.
+static mut QUEUED: Vec<u8> = Vec::new();
+
+/// Queued bytes that are sent at once rather than waiting for the next frame.
+const QUEUE_LIMIT: usize = 64 << 10;
+
+/// The queue, under SOCK_LOCK (held by the caller through `_g`).
+#[allow(static_mut_refs)]
+fn queued(_g: &Spin) -> &'static mut Vec<u8> {
+    // SAFETY: QUEUED is touched only through this function, whose caller holds SOCK_LOCK (the
+    // guard proves it); exercised by tests/collector.rs hello and eight_threads_with_mutexes.
+    unsafe { &mut QUEUED }
+}
+
+/// Writes the queued frames (with SOCK_LOCK held); false if the connection failed.
+fn write_queued(fd: c_int, g: &Spin) -> bool {
+    let q = queued(g);
+    let ok = q.is_empty() || write_all(fd, q);
+    q.clear();
+    ok
+}
+
+/// Sends one frame made of `parts`, after any queued ones (so the launcher sees frames in the
+/// order they were made).
 pub fn send(kind: u32, thread: u32, parts: &[&[u8]]) {
     let fd = SOCK_FD.load(Ordering::Relaxed);
     if fd < 0 {
@@ -135,13 +160,42 @@ pub fn send(kind: u32, thread: u32, parts: &[&[u8]]) {
     }
     let len: usize = parts.iter().map(|p| p.len()).sum();
     let h = wire::frame_header(kind, thread, len as u64);
-    let _g = Spin::lock(&SOCK_LOCK);
-    if write_all(fd, &h) {
+    let g = Spin::lock(&SOCK_LOCK);
+    if write_queued(fd, &g) && write_all(fd, &h) {
         for p in parts {
             if !write_all(fd, p) {
                 break;
             }
         }
+    }
+}
+
+/// Queues one small frame to go out with the next [`send`] (or once 64 KiB are queued): a
+/// program starting up builds tens of thousands of blocks, and a system call for each of
+/// their block records, waking the launcher each time, cost python3 a fifth of its start-up.
+pub fn queue(kind: u32, thread: u32, parts: &[&[u8]]) {
+    let fd = SOCK_FD.load(Ordering::Relaxed);
+    if fd < 0 {
+        return;
+    }
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    let g = Spin::lock(&SOCK_LOCK);
+    let q = queued(&g);
+    q.extend_from_slice(&wire::frame_header(kind, thread, len as u64));
+    for p in parts {
+        q.extend_from_slice(p);
+    }
+    if q.len() >= QUEUE_LIMIT {
+        write_queued(fd, &g);
+    }
+}
+
+/// Sends the queued frames now (before the program's image is replaced or the connection closed).
+pub fn send_queued() {
+    let fd = SOCK_FD.load(Ordering::Relaxed);
+    let g = Spin::lock(&SOCK_LOCK);
+    if fd >= 0 {
+        write_queued(fd, &g);
     }
 }
 
@@ -182,6 +236,8 @@ pub fn connect() {
 /// After fork: the child drops the parent's connection and lock state.
 pub fn reconnect_after_fork() {
     SOCK_LOCK.store(false, Ordering::Relaxed);
+    // The parent's queued frames are the parent's to send.
+    queued(&Spin::lock(&SOCK_LOCK)).clear();
     let fd = SOCK_FD.swap(-1, Ordering::Relaxed);
     if fd >= 0 {
         // SAFETY: the parent's connection, inherited by this child and taken out of SOCK_FD so
@@ -217,6 +273,7 @@ pub fn move_sock_above(above: c_int) {
 }
 
 pub fn disconnect() {
+    send_queued();
     let fd = SOCK_FD.swap(-1, Ordering::Relaxed);
     if fd >= 0 {
         // SAFETY: the connection's descriptor, taken out of SOCK_FD so nothing else closes it;
@@ -539,7 +596,7 @@ pub unsafe fn flush_truth(pt: &mut PerThread) {
     *slot(pt, S_TRUPTR) = pt.tru_base as u64;
 }
 
-/// Clean-call target of the block-entry check.
+/// Clean-call target of the block-entry check (made by the stub of stub.rs).
 ///
 /// # Safety
 /// Only called from a clean call inserted by this client, on an application thread whose PerThread

@@ -1,7 +1,7 @@
 //! The process's block table: each distinct code seen at a block address gets a version,
 //! and each new one is sent to the launcher once.
 
-use crate::state::{send, Spin};
+use crate::state::{queue, Spin};
 use dep_collector::wire;
 use dep_profile::container::BlockEntry;
 use std::collections::HashMap;
@@ -25,7 +25,7 @@ pub fn version_of(addr: u64, code: &[u8], insn_count: u32) -> u32 {
         return v as u32;
     }
     let e = BlockEntry { addr, version: versions.len() as u32, insn_count, code: code.to_vec() };
-    send(wire::BLOCK, 0, &[&e.encode()]);
+    queue(wire::BLOCK, 0, &[&e.encode()]);
     versions.push(e);
     versions.len() as u32 - 1
 }
@@ -42,7 +42,7 @@ pub fn resend_all() {
     let _g = Spin::lock(&LOCK);
     for versions in table().values() {
         for e in versions {
-            send(wire::BLOCK, 0, &[&e.encode()]);
+            queue(wire::BLOCK, 0, &[&e.encode()]);
         }
     }
 }
