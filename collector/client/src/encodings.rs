@@ -12,22 +12,47 @@
 use crate::state::Spin;
 use core::ffi::c_void;
 use dynamorio_sys::*;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::atomic::AtomicBool;
 
 /// Longest x86 instruction.
 const MAX_LEN: usize = 15;
 
+/// Words in the longest shape: opcode and operand counts, then at most 7 per operand.
+const MAX_KEY: usize = 3 + 7 * 8;
+
 static LOCK: AtomicBool = AtomicBool::new(false);
-/// Shapes to their bytes. The bytes are never freed: instructions point at them.
-static mut CACHE: Option<HashMap<Vec<u64>, &'static [u8]>> = None;
+/// Shapes to their bytes. The bytes are never freed: instructions point at them. Looked up
+/// once per inserted instruction (some fifty a block), so the key is built on the stack and
+/// hashed with FxHash: allocating it and SipHash were a twentieth of python3's start-up.
+static mut CACHE: Option<FxHashMap<Box<[u64]>, &'static [u8]>> = None;
 
 /// Runs `f` on the cache, under its lock.
-fn with_cache<R>(f: impl FnOnce(&mut HashMap<Vec<u64>, &'static [u8]>) -> R) -> R {
+fn with_cache<R>(f: impl FnOnce(&mut FxHashMap<Box<[u64]>, &'static [u8]>) -> R) -> R {
     let _g = Spin::lock(&LOCK);
     // SAFETY: CACHE is only touched here, under LOCK; exercised by
     // standalone::cached_encodings_are_each_shapes_own.
-    f(unsafe { (*core::ptr::addr_of_mut!(CACHE)).get_or_insert_with(HashMap::new) })
+    f(unsafe { (*core::ptr::addr_of_mut!(CACHE)).get_or_insert_with(FxHashMap::default) })
+}
+
+/// A shape under construction: words on the stack.
+struct Key {
+    words: [u64; MAX_KEY],
+    len: usize,
+}
+
+impl Key {
+    /// Appends `w`, or None when the shape is longer than any this client makes.
+    fn extend<const N: usize>(&mut self, w: [u64; N]) -> Option<()> {
+        let end = self.len + N;
+        self.words.get_mut(self.len..end)?.copy_from_slice(&w);
+        self.len = end;
+        Some(())
+    }
+
+    fn words(&self) -> &[u64] {
+        &self.words[..self.len]
+    }
 }
 
 /// A key describing an operand exactly, or None for operands whose encoding may depend on
@@ -35,11 +60,11 @@ fn with_cache<R>(f: impl FnOnce(&mut HashMap<Vec<u64>, &'static [u8]>) -> R) -> 
 ///
 /// # Safety
 /// `o` is a valid operand; exercised by tests/collector.rs hello and standalone::avx512_forms_encode.
-unsafe fn operand_key(o: opnd_t, key: &mut Vec<u64>) -> Option<()> {
+unsafe fn operand_key(o: opnd_t, key: &mut Key) -> Option<()> {
     if opnd_is_reg(o) != 0 {
-        key.extend([1, opnd_get_reg(o) as u64]);
+        key.extend([1, opnd_get_reg(o) as u64])
     } else if opnd_is_immed_int(o) != 0 {
-        key.extend([2, opnd_get_immed_int(o) as u64, opnd_get_size(o) as u64]);
+        key.extend([2, opnd_get_immed_int(o) as u64, opnd_get_size(o) as u64])
     } else if opnd_is_base_disp(o) != 0 {
         // Far (segment) operands are base-disp operands too; the segment is in the key.
         let seg = if opnd_is_far_base_disp(o) != 0 { opnd_get_segment(o) as u64 } else { 0 };
@@ -51,11 +76,10 @@ unsafe fn operand_key(o: opnd_t, key: &mut Vec<u64>) -> Option<()> {
             opnd_get_scale(o) as u64,
             opnd_get_disp(o) as i64 as u64,
             opnd_get_size(o) as u64,
-        ]);
+        ])
     } else {
-        return None;
+        None
     }
-    Some(())
 }
 
 /// The shape of `i`: opcode and every operand, or None if it must not be cached. Explicit
@@ -64,12 +88,13 @@ unsafe fn operand_key(o: opnd_t, key: &mut Vec<u64>) -> Option<()> {
 ///
 /// # Safety
 /// `i` is a valid, fully built instruction; exercised by tests/collector.rs hello.
-unsafe fn shape(i: *mut instr_t) -> Option<Vec<u64>> {
+unsafe fn shape(i: *mut instr_t) -> Option<Key> {
     if instr_is_label(i) != 0 || instr_is_cti(i) != 0 {
         return None;
     }
     let (ns, nd) = (instr_num_srcs(i), instr_num_dsts(i));
-    let mut key = vec![instr_get_opcode(i) as u64, ns as u64, nd as u64];
+    let mut key = Key { words: [0; MAX_KEY], len: 0 };
+    key.extend([instr_get_opcode(i) as u64, ns as u64, nd as u64])?;
     for k in 0..ns {
         operand_key(instr_get_src(i, k as _), &mut key)?;
     }
@@ -89,7 +114,7 @@ unsafe fn shape(i: *mut instr_t) -> Option<Vec<u64>> {
 /// standalone::avx512_forms_encode.
 pub unsafe fn attach(dc: *mut c_void, i: *mut instr_t) {
     let Some(key) = shape(i) else { return };
-    let found = with_cache(|c| c.get(&key).copied());
+    let found = with_cache(|c| c.get(key.words()).copied());
     let bytes = match found {
         Some(b) => b,
         None => {
@@ -102,7 +127,7 @@ pub unsafe fn attach(dc: *mut c_void, i: *mut instr_t) {
             if len == 0 || len > MAX_LEN {
                 return;
             }
-            with_cache(|c| *c.entry(key).or_insert_with(|| Box::leak(buf[..len].to_vec().into_boxed_slice())))
+            with_cache(|c| *c.entry(key.words().into()).or_insert_with(|| Box::leak(buf[..len].to_vec().into_boxed_slice())))
         }
     };
     // Raw bits make DynamoRIO copy the bytes, which live as long as the process (not
