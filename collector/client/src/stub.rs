@@ -15,7 +15,7 @@ use dynamorio_sys::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Once;
 
-/// Bytes reserved for the stub (one page; it needs about 40).
+/// Bytes reserved for the stub (one page; it takes 112).
 const STUB_BYTES: usize = 4096;
 
 static ONCE: Once = Once::new();
