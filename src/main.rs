@@ -343,13 +343,12 @@ fn recover(profile: &std::path::Path, truth: bool, format: &str, output: Option<
     let rec = Recovery::new(&p, jobs);
     let source = if truth { Source::Truth } else { Source::Dep };
     if format == "null" {
-        // Recovery alone, for timing it: per-chunk counts summed, nothing written.
+        // Recovery alone, for timing it: per-chunk counts summed (in any order: the checksum
+        // is a sum), nothing written.
         let mut c = dep_recover::Counts::default();
-        rec.run_chunks(
-            source,
+        rec.events(source).unordered(
             |_| dep_recover::Counts::default(),
             Ok,
-            |_| 0,
             |_, chunk| {
                 c.add(&chunk);
                 Ok(())
@@ -379,10 +378,11 @@ fn recover(profile: &std::path::Path, truth: bool, format: &str, output: Option<
     let r = if rec.workers() == 1 {
         // One thread: render straight into the output, no chunk-sized buffers.
         let mut r = Renderer::new(fmt, &mut out);
-        rec.run_with_progress(source, &mut r, &|n| pb.inc(n))
-            .and_then(|_| r.into_inner().map(|_| ()).map_err(dep_recover::RecoverError::Output))
+        let progress = |n| pb.inc(n);
+        rec.events(source).progress(&progress).run(&mut r).and_then(|_| Ok(r.into_inner().map(|_| ())?))
     } else {
-        rec.run_rendered(source, fmt, &mut out, &|n| pb.inc(n))
+        let progress = |n| pb.inc(n);
+        rec.events(source).progress(&progress).rendered(fmt, &mut out)
     };
     pb.finish_and_clear();
     match r {

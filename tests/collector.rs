@@ -178,17 +178,17 @@ fn check_edges(p: &Path) {
     let summary = |t: &[EdgeCounts]| -> Vec<_> { t.iter().map(|t| (t.sorted(), t.blocks, t.instructions, t.depth)).collect() };
     let one = Recovery::new(&prof, 1);
     let mut by = ByThread::new(|_| EdgeCounts::new(&one.plans));
-    one.run(Source::Dep, &mut by).unwrap();
+    one.events(Source::Dep).run(&mut by).unwrap();
     let base = summary(&by.into_threads());
     let mut counts = dep_recover::Counts::default();
-    Recovery::new(&prof, 1).run(Source::Dep, &mut counts).unwrap();
+    Recovery::new(&prof, 1).events(Source::Dep).run(&mut counts).unwrap();
     assert_eq!(base.iter().map(|t| t.2).sum::<u64>(), counts.instructions, "{}: instruction totals", p.display());
     for workers in 1..=3 {
         let rec = Recovery::new(&prof, workers);
-        let merged = rec.run_merged(Source::Dep, |_| EdgeCounts::new(&rec.plans), &|_| {}).unwrap();
-        assert!(summary(&merged) == base, "{}: run_merged on {workers} workers differs from the one-threaded run", p.display());
-        let threads = rec.run_threads(Source::Dep, |_| EdgeCounts::new(&rec.plans), &|_| {}).unwrap();
-        assert!(summary(&threads) == base, "{}: run_threads on {workers} workers differs from the one-threaded run", p.display());
+        let merged = rec.events(Source::Dep).merged(|_| EdgeCounts::new(&rec.plans)).unwrap();
+        assert!(summary(&merged) == base, "{}: merged on {workers} workers differs from the one-threaded run", p.display());
+        let threads = rec.events(Source::Dep).per_thread(|_| EdgeCounts::new(&rec.plans)).unwrap();
+        assert!(summary(&threads) == base, "{}: per_thread on {workers} workers differs from the one-threaded run", p.display());
     }
 }
 

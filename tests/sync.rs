@@ -4,7 +4,8 @@
 //! instruction executed has its stamp just before it (and after it); system calls have
 //! theirs before and after. Needs the DynamoRIO build and gcc.
 
-use dep_recover::events::{BlockEvent, Marker, MemEvent, Sink, SinkResult};
+use dep_recover::events::{BlockEvent, Marker};
+use dep_recover::Sink;
 use dep_recover::{Recovery, Source};
 use std::process::{Command, Stdio};
 
@@ -44,19 +45,18 @@ enum Counted {
 }
 
 impl Sink for Stamps {
-    fn block(&mut self, b: &BlockEvent) -> SinkResult {
+    type Error = dep_recover::RecoverError;
+
+    fn block(&mut self, b: &BlockEvent) -> Result<bool, Self::Error> {
         self.last = None;
         let plan = b.plan.expect("decodable blocks");
         self.atomics = plan.insns.iter().enumerate().filter(|(k, i)| i.atomic && (*k as u32) < b.executed).map(|(k, _)| k as u16).collect();
         self.atomic_runs += self.atomics.len() as u64;
         self.syscall = plan.insns.iter().position(|i| i.flow == dep_profile::semantics::Flow::Syscall).map(|k| k as u16);
         self.executed = b.executed;
-        Ok(())
+        Ok(true)
     }
-    fn refs(&mut self, _: &[MemEvent]) -> SinkResult {
-        Ok(())
-    }
-    fn marker(&mut self, thread: u32, m: Marker) -> SinkResult {
+    fn marker(&mut self, thread: u32, m: Marker) -> Result<bool, Self::Error> {
         if let Marker::Call { .. } = m {
             self.calls += 1;
             // The stamp before it was the call's, not what it was counted as.
@@ -68,7 +68,7 @@ impl Sink for Stamps {
                 Some(Counted::Other) | None => {}
             }
             self.calls_stamped += prev.is_some() as u64;
-            return Ok(());
+            return Ok(true);
         }
         self.last = None;
         if let Marker::Sync { seq, insn, after } = m {
@@ -101,7 +101,7 @@ impl Sink for Stamps {
                 None => Counted::Other,
             });
         }
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -117,7 +117,7 @@ fn sync_stamps_order_threads() {
         assert_eq!(profile.meta.format_version, dep_profile::container::VERSION);
         let rec = Recovery::new(&profile, 0);
         let mut s = Stamps::default();
-        rec.run(Source::Dep, &mut s).unwrap();
+        rec.events(Source::Dep).run(&mut s).unwrap();
         let mut all: Vec<u64> = s.seqs.iter().flatten().copied().collect();
         for (t, seqs) in s.seqs.iter().enumerate() {
             assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{prog}: thread {t}'s numbers do not rise");

@@ -26,9 +26,9 @@ use crate::flow::{node, node_of, parts, ChunkStart, How, Node, NodeFlow};
 use crate::seqcode::{compress_repeats, BitWriter, Dictionary};
 use crate::symbols::Symbolizer;
 use crate::transitions::{code_text, EdgeGraph, Encoder};
-use dep_profile::semantics::Flow;
+use dep_recover::edges::{flow_kind, EdgeKind};
 use dep_recover::plans::Plans;
-use dep_recover::{BlockEvent, Marker, MemEvent, RecoverError, Recovery, Run, Sink, SinkResult, Source};
+use dep_recover::{BlockEvent, Marker, RecoverError, Recovery, Run, Sink, Source};
 use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -41,57 +41,150 @@ pub enum DcfgError {
     Recover(#[from] RecoverError),
     #[error("writing output: {0}")]
     Io(#[from] io::Error),
+    /// A block a truth replay names is not in the block table, so it has no node.
+    #[error("block {0:#x} is not in the block table")]
+    NotInTable(u64),
 }
 
-/// The pre-defined edge types, in the order of their ids (1, 2, ...).
-pub const EDGE_TYPES: [&str; 26] = [
-    "ENTRY",
-    "EXIT",
-    "BRANCH",
-    "CONDITIONAL_BRANCH",
-    "UNCONDITIONAL_BRANCH",
-    "DIRECT_BRANCH",
-    "INDIRECT_BRANCH",
-    "DIRECT_CONDITIONAL_BRANCH",
-    "INDIRECT_CONDITIONAL_BRANCH",
-    "DIRECT_UNCONDITIONAL_BRANCH",
-    "INDIRECT_UNCONDITIONAL_BRANCH",
-    "REP",
-    "FALL_THROUGH",
-    "CALL",
-    "DIRECT_CALL",
-    "INDIRECT_CALL",
-    "RETURN",
-    "CALL_BYPASS",
-    "SYSTEM_CALL",
-    "SYSTEM_RETURN",
-    "SYSTEM_CALL_BYPASS",
-    "CONTEXT_CHANGE",
-    "CONTEXT_CHANGE_RETURN",
-    "CONTEXT_CHANGE_BYPASS",
-    "EXCLUDED_CODE_BYPASS",
-    "UNKNOWN",
-];
+/// The DCFG's pre-defined edge types, numbered by their ids in the EDGE_TYPES table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum EdgeType {
+    Entry = 1,
+    Exit = 2,
+    Branch = 3,
+    ConditionalBranch = 4,
+    UnconditionalBranch = 5,
+    DirectBranch = 6,
+    IndirectBranch = 7,
+    DirectConditionalBranch = 8,
+    IndirectConditionalBranch = 9,
+    DirectUnconditionalBranch = 10,
+    IndirectUnconditionalBranch = 11,
+    Rep = 12,
+    FallThrough = 13,
+    Call = 14,
+    DirectCall = 15,
+    IndirectCall = 16,
+    Return = 17,
+    CallBypass = 18,
+    SystemCall = 19,
+    SystemReturn = 20,
+    SystemCallBypass = 21,
+    ContextChange = 22,
+    ContextChangeReturn = 23,
+    ContextChangeBypass = 24,
+    ExcludedCodeBypass = 25,
+    Unknown = 26,
+}
 
-/// An edge type's id in [`EDGE_TYPES`], found at compile time (`const { ty("...") }`; a
-/// name not in the list does not compile).
-const fn ty(name: &str) -> u32 {
-    let name = name.as_bytes();
-    let mut i = 0;
-    while i < EDGE_TYPES.len() {
-        let t = EDGE_TYPES[i].as_bytes();
-        if t.len() == name.len() {
-            let mut k = 0;
-            while k < t.len() && t[k] == name[k] {
-                k += 1;
-            }
-            if k == t.len() {
-                return i as u32 + 1;
-            }
+impl EdgeType {
+    /// Every type, in the order of their ids (1, 2, ...).
+    pub const ALL: [EdgeType; 26] = [
+        EdgeType::Entry,
+        EdgeType::Exit,
+        EdgeType::Branch,
+        EdgeType::ConditionalBranch,
+        EdgeType::UnconditionalBranch,
+        EdgeType::DirectBranch,
+        EdgeType::IndirectBranch,
+        EdgeType::DirectConditionalBranch,
+        EdgeType::IndirectConditionalBranch,
+        EdgeType::DirectUnconditionalBranch,
+        EdgeType::IndirectUnconditionalBranch,
+        EdgeType::Rep,
+        EdgeType::FallThrough,
+        EdgeType::Call,
+        EdgeType::DirectCall,
+        EdgeType::IndirectCall,
+        EdgeType::Return,
+        EdgeType::CallBypass,
+        EdgeType::SystemCall,
+        EdgeType::SystemReturn,
+        EdgeType::SystemCallBypass,
+        EdgeType::ContextChange,
+        EdgeType::ContextChangeReturn,
+        EdgeType::ContextChangeBypass,
+        EdgeType::ExcludedCodeBypass,
+        EdgeType::Unknown,
+    ];
+
+    /// The type's name in the EDGE_TYPES table.
+    pub fn name(self) -> &'static str {
+        match self {
+            EdgeType::Entry => "ENTRY",
+            EdgeType::Exit => "EXIT",
+            EdgeType::Branch => "BRANCH",
+            EdgeType::ConditionalBranch => "CONDITIONAL_BRANCH",
+            EdgeType::UnconditionalBranch => "UNCONDITIONAL_BRANCH",
+            EdgeType::DirectBranch => "DIRECT_BRANCH",
+            EdgeType::IndirectBranch => "INDIRECT_BRANCH",
+            EdgeType::DirectConditionalBranch => "DIRECT_CONDITIONAL_BRANCH",
+            EdgeType::IndirectConditionalBranch => "INDIRECT_CONDITIONAL_BRANCH",
+            EdgeType::DirectUnconditionalBranch => "DIRECT_UNCONDITIONAL_BRANCH",
+            EdgeType::IndirectUnconditionalBranch => "INDIRECT_UNCONDITIONAL_BRANCH",
+            EdgeType::Rep => "REP",
+            EdgeType::FallThrough => "FALL_THROUGH",
+            EdgeType::Call => "CALL",
+            EdgeType::DirectCall => "DIRECT_CALL",
+            EdgeType::IndirectCall => "INDIRECT_CALL",
+            EdgeType::Return => "RETURN",
+            EdgeType::CallBypass => "CALL_BYPASS",
+            EdgeType::SystemCall => "SYSTEM_CALL",
+            EdgeType::SystemReturn => "SYSTEM_RETURN",
+            EdgeType::SystemCallBypass => "SYSTEM_CALL_BYPASS",
+            EdgeType::ContextChange => "CONTEXT_CHANGE",
+            EdgeType::ContextChangeReturn => "CONTEXT_CHANGE_RETURN",
+            EdgeType::ContextChangeBypass => "CONTEXT_CHANGE_BYPASS",
+            EdgeType::ExcludedCodeBypass => "EXCLUDED_CODE_BYPASS",
+            EdgeType::Unknown => "UNKNOWN",
         }
-        i += 1;
     }
-    panic!("not a pre-defined edge type")
+
+    /// The type's id in the EDGE_TYPES table.
+    pub fn id(self) -> u32 {
+        self as u32
+    }
+
+    /// The DCFG type of a transition of kind `k`, as recovery classifies it
+    /// ([`flow_kind`]): one classification for every output.
+    pub fn of(k: EdgeKind) -> EdgeType {
+        match k {
+            EdgeKind::Fallthrough | EdgeKind::NotTaken => EdgeType::FallThrough,
+            EdgeKind::RepLoop => EdgeType::Rep,
+            EdgeKind::DirectJump => EdgeType::DirectUnconditionalBranch,
+            EdgeKind::Taken => EdgeType::DirectConditionalBranch,
+            EdgeKind::IndirectJump => EdgeType::IndirectUnconditionalBranch,
+            EdgeKind::DirectCall => EdgeType::DirectCall,
+            EdgeKind::IndirectCall => EdgeType::IndirectCall,
+            EdgeKind::Return => EdgeType::Return,
+            // The kernel returns to the next instruction: the graph bypasses it.
+            EdgeKind::Syscall => EdgeType::SystemCallBypass,
+            EdgeKind::Interrupted | EdgeKind::Signal => EdgeType::ContextChange,
+            EdgeKind::SignalReturn => EdgeType::ContextChangeReturn,
+            EdgeKind::ThreadStart => EdgeType::Entry,
+            EdgeKind::ThreadEnd => EdgeType::Exit,
+            EdgeKind::Other => EdgeType::Unknown,
+        }
+    }
+
+    /// Whether an edge of this type stays within a routine (bypasses included, calls and
+    /// returns not).
+    fn intra(self) -> bool {
+        !matches!(
+            self,
+            EdgeType::Entry
+                | EdgeType::Exit
+                | EdgeType::Call
+                | EdgeType::DirectCall
+                | EdgeType::IndirectCall
+                | EdgeType::Return
+                | EdgeType::SystemCall
+                | EdgeType::SystemReturn
+                | EdgeType::ContextChange
+                | EdgeType::ContextChangeReturn
+        )
+    }
 }
 
 /// Special node ids.
@@ -120,7 +213,7 @@ struct NodeInfo {
 struct EdgeInfo {
     src: End,
     dst: End,
-    ty: u32,
+    ty: EdgeType,
     /// (thread, count) for the threads that took the edge, by thread: an edge costs the
     /// threads that took it, not every thread of the run.
     per_thread: Vec<(u32, u64)>,
@@ -179,58 +272,26 @@ impl Default for Ids {
 }
 
 /// The DCFG edge type of a transition between two nodes.
-fn classify(plans: &Plans, from: Node, to: Node, how: How) -> u32 {
-    match how {
-        How::Signal => return const { ty("CONTEXT_CHANGE") },
-        How::SignalReturn => return const { ty("CONTEXT_CHANGE_RETURN") },
-        How::Flow => {}
-    }
+fn classify(plans: &Plans, from: Node, to: Node, how: How) -> EdgeType {
     let (fid, fexec) = parts(from);
-    let (tid, _) = parts(to);
-    let Some(plan) = plans.get_plan(fid) else { return const { ty("UNKNOWN") } };
-    if fexec as usize != plan.insns.len() {
-        return const { ty("UNKNOWN") };
-    }
-    let to_addr = plans.get_plan(tid).map_or(0, |p| p.addr);
-    let Some((flow, rep)) = plans.exit(fid) else { return const { ty("UNKNOWN") } };
-    ty(match flow {
-        Flow::Next if rep && to_addr == plan.addr => "REP",
-        Flow::Next => "FALL_THROUGH",
-        Flow::Jump { conditional: false, .. } => "DIRECT_UNCONDITIONAL_BRANCH",
-        Flow::Jump { conditional: true, target } if target == to_addr => "DIRECT_CONDITIONAL_BRANCH",
-        Flow::Jump { conditional: true, .. } => "FALL_THROUGH",
-        Flow::IndirectJump => "INDIRECT_UNCONDITIONAL_BRANCH",
-        Flow::Call { .. } => "DIRECT_CALL",
-        Flow::IndirectCall => "INDIRECT_CALL",
-        Flow::Return => "RETURN",
-        Flow::Syscall => "SYSTEM_CALL_BYPASS",
-        Flow::Other => "UNKNOWN",
-    })
-}
-
-/// Edge types that stay within a routine (bypasses included, calls and returns not).
-fn intra(t: u32) -> bool {
-    !matches!(
-        EDGE_TYPES.get((t as usize).wrapping_sub(1)).copied(),
-        Some(
-            "ENTRY"
-                | "EXIT"
-                | "CALL"
-                | "DIRECT_CALL"
-                | "INDIRECT_CALL"
-                | "RETURN"
-                | "SYSTEM_CALL"
-                | "SYSTEM_RETURN"
-                | "CONTEXT_CHANGE"
-                | "CONTEXT_CHANGE_RETURN"
-        )
-    )
+    let kind = match how {
+        How::Signal => EdgeKind::Signal,
+        How::SignalReturn => EdgeKind::SignalReturn,
+        How::Flow => {
+            // A block cut short, or one without a plan, left by no exit of its own.
+            let Some(plan) = plans.get_plan(fid).filter(|p| fexec as usize == p.insns.len()) else { return EdgeType::Unknown };
+            let Some((flow, rep)) = plans.exit(fid) else { return EdgeType::Unknown };
+            let to_addr = plans.get_plan(parts(to).0).map_or(0, |p| p.addr);
+            flow_kind(plan.addr, flow, rep, Some(to_addr))
+        }
+    };
+    EdgeType::of(kind)
 }
 
 impl<'r> Process<'r> {
     /// Counts the profile's node transitions (chunk-parallel) and builds its graph.
     pub fn build(rec: &'r Recovery<'r>, ids: &mut Ids, progress: &(dyn Fn(u64) + Sync)) -> Result<Process<'r>, DcfgError> {
-        let flows = rec.run_merged(Source::Blocks, |_| NodeFlow::new(&rec.plans), progress)?;
+        let flows = rec.events(Source::Blocks).progress(progress).merged(|_| NodeFlow::new(&rec.plans))?;
         let plans = &rec.plans;
         let mut nodes: Vec<NodeInfo> = Vec::new();
         let mut index: FxHashMap<Node, u32> = FxHashMap::default();
@@ -264,12 +325,12 @@ impl<'r> Process<'r> {
             if let (Some(first), Some(last)) = (f.first, f.last) {
                 let (ia, ib) = (add_node(first, &mut nodes), add_node(last, &mut nodes));
                 let e = *entry_edge.entry(first).or_insert_with(|| {
-                    edges.push(EdgeInfo { src: End::Start, dst: End::Node(ia), ty: const { ty("ENTRY") }, per_thread: Vec::new() });
+                    edges.push(EdgeInfo { src: End::Start, dst: End::Node(ia), ty: EdgeType::Entry, per_thread: Vec::new() });
                     edges.len() as u32 - 1
                 });
                 edges[e as usize].add(t, 1);
                 let e = *exit_edge.entry(last).or_insert_with(|| {
-                    edges.push(EdgeInfo { src: End::Node(ib), dst: End::End, ty: const { ty("EXIT") }, per_thread: Vec::new() });
+                    edges.push(EdgeInfo { src: End::Node(ib), dst: End::End, ty: EdgeType::Exit, per_thread: Vec::new() });
                     edges.len() as u32 - 1
                 });
                 edges[e as usize].add(t, 1);
@@ -294,7 +355,7 @@ impl<'r> Process<'r> {
         }
         let calls: Vec<u32> = edges
             .iter()
-            .filter(|e| e.ty == const { ty("DIRECT_CALL") } || e.ty == const { ty("INDIRECT_CALL") })
+            .filter(|e| matches!(e.ty, EdgeType::DirectCall | EdgeType::IndirectCall))
             .filter_map(|e| if let End::Node(s) = e.src { Some(s) } else { None })
             .collect::<std::collections::BTreeSet<_>>()
             .into_iter()
@@ -303,7 +364,7 @@ impl<'r> Process<'r> {
             let (id, _) = parts(nodes[s as usize].key);
             let Some(last) = plans.plan(id).insns.last() else { continue };
             if let Some(&r) = at_addr.get(&(last.pc + last.len as u64)) {
-                edges.push(EdgeInfo { src: End::Node(s), dst: End::Node(r), ty: const { ty("CALL_BYPASS") }, per_thread: Vec::new() });
+                edges.push(EdgeInfo { src: End::Node(s), dst: End::Node(r), ty: EdgeType::CallBypass, per_thread: Vec::new() });
             }
         }
         // Images: the recorded modules; code outside them in one image of its own.
@@ -397,15 +458,11 @@ impl<'r> Process<'r> {
             }
             if let End::Node(d) = e.dst {
                 if let Some(&ld) = local.get(&d) {
-                    match (intra(e.ty), from) {
+                    match (e.ty.intra(), from) {
                         (true, Some(ls)) => succ[ls].push(ld),
                         // A jump in from another image (a PLT stub's) enters a routine.
                         (true, None) => is_entry[ld] = true,
-                        (false, _) => {
-                            is_entry[ld] |= e.ty != const { ty("RETURN") }
-                                && e.ty != const { ty("CONTEXT_CHANGE_RETURN") }
-                                && e.ty != const { ty("EXIT") }
-                        }
+                        (false, _) => is_entry[ld] |= !matches!(e.ty, EdgeType::Return | EdgeType::ContextChangeReturn | EdgeType::Exit),
                     }
                 }
             }
@@ -461,13 +518,8 @@ impl<'r> Process<'r> {
                         End::Node(d) => local.get(&d).is_none_or(|&ld| owner[ld] != owner[members[0]]),
                         _ => true,
                     };
-                    let returns_here = [
-                        const { ty("DIRECT_CALL") },
-                        const { ty("INDIRECT_CALL") },
-                        const { ty("CONTEXT_CHANGE") },
-                        const { ty("CALL_BYPASS") },
-                    ]
-                    .contains(&e.ty);
+                    let returns_here =
+                        matches!(e.ty, EdgeType::DirectCall | EdgeType::IndirectCall | EdgeType::ContextChange | EdgeType::CallBypass);
                     if leaves && !returns_here {
                         exits.push(self.node_id(s));
                     }
@@ -586,7 +638,7 @@ impl<'r> Process<'r> {
         )?;
         let threads = self.instr_per_thread.len();
         for (k, e) in self.edges.iter().enumerate() {
-            write!(out, ",[{},{},{},{},[", self.edge_base + k as u32, self.end_id(e.src), self.end_id(e.dst), e.ty)?;
+            write!(out, ",[{},{},{},{},[", self.edge_base + k as u32, self.end_id(e.src), self.end_id(e.dst), e.ty.id())?;
             let mut taken = e.per_thread.iter().peekable();
             for t in 0..threads {
                 let c = taken.next_if(|&&(u, _)| u as usize == t).map_or(0, |&(_, c)| c);
@@ -663,8 +715,7 @@ impl<'r> Process<'r> {
             Ok(())
         };
         let thread_of = |c: &dep_profile::container::ChunkRef| place.get(&(c.thread, c.seq)).map_or(c.thread, |p| p.0);
-        let r = self.rec.run_chunks(
-            Source::Blocks,
+        self.rec.events(Source::Blocks).progress(progress).ordered(
             |c| {
                 let (t, k, last) = place.get(&(c.thread, c.seq)).copied().unwrap_or((c.thread, 0, true));
                 let start = starts.get(t as usize).and_then(|s| s.get(k)).copied().unwrap_or(ChunkStart { prev: None, how: How::Flow });
@@ -695,14 +746,9 @@ impl<'r> Process<'r> {
                         Ok(())
                     }
                 };
-                progress(1);
-                r.map_err(RecoverError::Output)
+                Ok(r?)
             },
-        );
-        match r {
-            Err(RecoverError::Output(e)) => return Err(e.into()),
-            r => r?,
-        }
+        )?;
         if !started {
             start(&mut w, &mut sample)?;
         }
@@ -772,7 +818,7 @@ pub fn write_dcfg(out: &mut dyn Write, processes: &[Process], sym: &[Symbolizer]
     let mut files = FileNames::default();
     let images: Vec<Value> = processes.iter().zip(sym).map(|(p, s)| p.images_table(s, &mut files)).collect();
     let mut types = vec![json!(["EDGE_TYPE_ID", "EDGE_TYPE"])];
-    types.extend(EDGE_TYPES.iter().enumerate().map(|(i, t)| json!([i + 1, t])));
+    types.extend(EdgeType::ALL.iter().map(|t| json!([t.id(), t.name()])));
     // The document's keys in the order serde_json writes a map's (sorted), the processes
     // streamed one by one.
     out.write_all(b"{\"EDGE_TYPES\":")?;
@@ -907,24 +953,22 @@ impl<'a, 'r> TraceChunk<'a, 'r> {
 }
 
 impl Sink for TraceChunk<'_, '_> {
+    type Error = DcfgError;
+
     #[inline]
-    fn block(&mut self, b: &BlockEvent) -> SinkResult {
+    fn block(&mut self, b: &BlockEvent) -> Result<bool, Self::Error> {
         let (n, whole) = node_of(b)?;
         self.enter(n);
         self.prev_whole = whole;
-        Ok(())
+        Ok(true)
     }
 
-    fn refs(&mut self, _: &[MemEvent]) -> SinkResult {
-        Ok(())
-    }
-
-    fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
+    fn marker(&mut self, _: u32, m: Marker) -> Result<bool, Self::Error> {
         self.how = self.how.after(m);
-        Ok(())
+        Ok(true)
     }
 
-    fn run(&mut self, run: &Run) -> SinkResult {
+    fn run(&mut self, run: &Run) -> Result<bool, Self::Error> {
         // Run blocks are whole, with no marker between them. Until the chunk has its first
         // edge and a whole block before, the general path; then the loop below, which keeps
         // its state in locals.
@@ -935,7 +979,7 @@ impl Sink for TraceChunk<'_, '_> {
             self.prev_whole = true;
             k += 1;
         }
-        let Some(mut prev) = self.prev.filter(|_| k < blocks.len()) else { return Ok(()) };
+        let Some(mut prev) = self.prev.filter(|_| k < blocks.len()) else { return Ok(true) };
         let mut bits = std::mem::take(&mut self.bits);
         let (mut skip, mut instrs, mut edges) = (self.skip, self.instrs, self.edges);
         let (p, enc, plain) = (self.p, self.enc, &mut self.plain);
@@ -958,6 +1002,6 @@ impl Sink for TraceChunk<'_, '_> {
             prev = n;
         }
         (self.skip, self.instrs, self.edges, self.bits, self.prev) = (skip, instrs, edges, bits, Some(prev));
-        Ok(())
+        Ok(true)
     }
 }

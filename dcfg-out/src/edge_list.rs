@@ -1,6 +1,6 @@
 //! `dep edges`: every thread's control-flow edges with how often each was taken, its kind
 //! and the routines it joins, plus the thread's totals and call depth; as text or JSON.
-//! Counted chunk-parallel ([`Recovery::run_merged`]), so it uses every core.
+//! Counted chunk-parallel ([`Events::merged`](dep_recover::Events::merged)), so it uses every core.
 
 use crate::symbols::Symbolizer;
 use dep_recover::edges::Edge;
@@ -10,7 +10,7 @@ use std::io::{self, Write};
 
 /// Each thread's edge counts, in thread order.
 pub fn count<'r>(rec: &'r Recovery, source: Source, progress: &(dyn Fn(u64) + Sync)) -> Result<Vec<EdgeCounts<'r>>, RecoverError> {
-    rec.run_merged(source, |_| EdgeCounts::new(&rec.plans), progress)
+    rec.events(source).progress(progress).merged(|_| EdgeCounts::new(&rec.plans))
 }
 
 fn addr(a: Option<u64>) -> String {

@@ -4,8 +4,9 @@
 //! short at its k-th instruction is a node of its own, so that a node's instructions times
 //! its count is what ran. Mergeable across chunks, so it counts chunk-parallel.
 
+use crate::dcfg::DcfgError;
 use dep_recover::plans::Plans;
-use dep_recover::{Begin, BlockEvent, Marker, MemEvent, Merge, Part, Run, Sink, SinkError, SinkResult};
+use dep_recover::{Begin, BlockEvent, Marker, Merge, Part, RecoverError, Run, Sink};
 use rustc_hash::FxHashMap;
 
 /// A block-table index and how many of its instructions ran: `id << 16 | executed`.
@@ -22,8 +23,8 @@ pub fn node(id: u32, executed: u32) -> Node {
 
 /// A block event's node, and whether the whole block ran; an error for a block the table
 /// lacks (a truth replay's).
-pub fn node_of(b: &BlockEvent) -> Result<(Node, bool), SinkError> {
-    let id = b.id.ok_or_else(|| SinkError::failed(format!("block {:#x} is not in the block table", b.addr)))?;
+pub fn node_of(b: &BlockEvent) -> Result<(Node, bool), DcfgError> {
+    let id = b.id.ok_or(DcfgError::NotInTable(b.addr))?;
     Ok((node(id, b.executed), b.plan.is_some_and(|p| p.insns.len() == b.executed as usize)))
 }
 
@@ -228,39 +229,37 @@ impl<'p> NodeFlow<'p> {
 }
 
 impl Sink for NodeFlow<'_> {
-    fn begin(&mut self, b: &Begin) -> SinkResult {
+    type Error = DcfgError;
+
+    fn begin(&mut self, b: &Begin) -> Result<bool, Self::Error> {
         self.closed = !matches!(b.part, Part::Chunk { .. });
-        Ok(())
+        Ok(true)
     }
 
     #[inline]
-    fn block(&mut self, b: &BlockEvent) -> SinkResult {
+    fn block(&mut self, b: &BlockEvent) -> Result<bool, Self::Error> {
         let (n, whole) = node_of(b)?;
         self.enter(n, b.executed, whole);
-        Ok(())
+        Ok(true)
     }
 
-    fn refs(&mut self, _: &[MemEvent]) -> SinkResult {
-        Ok(())
-    }
-
-    fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
+    fn marker(&mut self, _: u32, m: Marker) -> Result<bool, Self::Error> {
         self.how = self.how.after(m);
-        Ok(())
+        Ok(true)
     }
 
-    fn finish(&mut self) -> SinkResult {
+    fn finish(&mut self) -> Result<(), Self::Error> {
         // A whole thread's flow is kept until the graph is built, a chunk's until its thread
         // merges it, perhaps behind hundreds of others: both hold what they counted only.
         self.compact();
         Ok(())
     }
 
-    fn run(&mut self, run: &Run) -> SinkResult {
+    fn run(&mut self, run: &Run) -> Result<bool, Self::Error> {
         // Run blocks are whole, with no marker between them: after the first, each is a
         // plain transition, counted in a loop that keeps its state in locals.
         let blocks = run.blocks();
-        let Some((first, rest)) = blocks.split_first() else { return Ok(()) };
+        let Some((first, rest)) = blocks.split_first() else { return Ok(true) };
         self.enter(node(first.id, first.executed as u32), first.executed as u32, true);
         let mut prev = first.id;
         let mut instructions = 0u64;
@@ -274,14 +273,14 @@ impl Sink for NodeFlow<'_> {
             self.instructions += instructions;
             self.last = Some(node(last.id, last.executed as u32));
         }
-        Ok(())
+        Ok(true)
     }
 }
 
 impl Merge for NodeFlow<'_> {
-    fn merge(&mut self, later: Self) -> SinkResult {
+    fn merge(&mut self, later: Self) -> Result<bool, Self::Error> {
         if !self.closed || later.closed {
-            return Err(SinkError::failed("node flows merge a chunk's onto its thread's, in order"));
+            return Err(RecoverError::MergeOrder("node flows").into());
         }
         self.chunk_starts.push(ChunkStart { prev: self.last, how: self.how });
         match (self.last, later.first) {
@@ -307,6 +306,6 @@ impl Merge for NodeFlow<'_> {
         }
         self.blocks += later.blocks;
         self.instructions += later.instructions;
-        Ok(())
+        Ok(true)
     }
 }

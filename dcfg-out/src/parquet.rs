@@ -22,7 +22,7 @@ use arrow_array::{ArrayRef, BooleanArray, DictionaryArray, Int8Array, RecordBatc
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use dep_profile::container::{ModuleEvent, ThreadInfo};
 use dep_profile::semantics::Access;
-use dep_recover::{Begin, BlockEvent, Marker, MemEvent, Part, RecoverError, Recovery, Sink, SinkError, SinkResult, Source};
+use dep_recover::{Begin, BlockEvent, Marker, MemEvent, Part, RecoverError, Recovery, Sink, Source};
 use std::fs::File;
 use std::io::{self, BufWriter};
 use std::path::{Path, PathBuf};
@@ -52,6 +52,12 @@ pub enum ExportError {
     Create { path: String, err: io::Error },
     #[error("writing {path}: {err}")]
     Write { path: String, err: ::parquet::errors::ParquetError },
+    /// A thread's writer was run over something other than its thread.
+    #[error("parquet: a thread's writer given {0:?}")]
+    WrongPart(Part),
+    /// A thread's writer was given events before `begin`.
+    #[error("parquet: events before begin")]
+    NotBegun,
 }
 
 /// Rows written per thread, in thread order.
@@ -75,7 +81,7 @@ pub fn write(rec: &Recovery, source: Source, dir: &Path, progress: &(dyn Fn(u64)
     }
     write_modules(&dir.join(MODULES), &rec.profile.modules)?;
     write_threads(&dir.join(THREADS), &rec.profile.threads)?;
-    let sinks = rec.run_threads(source, |t| ThreadWriter::new(dir, t, BATCH), progress)?;
+    let sinks = rec.events(source).progress(progress).per_thread(|t| ThreadWriter::new(dir, t, BATCH))?;
     Ok(Written {
         references: sinks.iter().map(|s| s.refs.next).collect(),
         blocks: sinks.iter().map(|s| s.blocks.next).collect(),
@@ -414,28 +420,28 @@ impl ThreadWriter {
         }
     }
 
-    fn files(&mut self) -> Result<&mut Files, SinkError> {
-        self.files.as_mut().ok_or_else(|| SinkError::failed("parquet: events before begin"))
+    fn files(&mut self) -> Result<&mut Files, ExportError> {
+        self.files.as_mut().ok_or(ExportError::NotBegun)
     }
 
     /// Writes the first `n` buffered references.
-    fn flush_refs(&mut self, n: usize) -> SinkResult {
+    fn flush_refs(&mut self, n: usize) -> Result<(), ExportError> {
         let batch = self.refs.batch(self.thread, n);
-        self.files()?.refs.write(batch).map_err(SinkError::failed)?;
+        self.files()?.refs.write(batch)?;
         self.refs.drain(n);
         Ok(())
     }
 
-    fn flush_blocks(&mut self) -> SinkResult {
+    fn flush_blocks(&mut self) -> Result<(), ExportError> {
         let batch = self.blocks.batch(self.thread);
-        self.files()?.blocks.write(batch).map_err(SinkError::failed)?;
+        self.files()?.blocks.write(batch)?;
         self.blocks.clear();
         Ok(())
     }
 
-    fn flush_syncs(&mut self) -> SinkResult {
+    fn flush_syncs(&mut self) -> Result<(), ExportError> {
         let batch = self.syncs.batch(self.thread);
-        self.files()?.syncs.write(batch).map_err(SinkError::failed)?;
+        self.files()?.syncs.write(batch)?;
         self.syncs.clear();
         Ok(())
     }
@@ -454,15 +460,17 @@ impl ThreadWriter {
 }
 
 impl Sink for ThreadWriter {
-    fn begin(&mut self, b: &Begin) -> SinkResult {
+    type Error = ExportError;
+
+    fn begin(&mut self, b: &Begin) -> Result<bool, Self::Error> {
         if b.part != Part::Thread(self.thread) {
-            return Err(SinkError::failed(format!("parquet: a thread's writer given {:?}", b.part)));
+            return Err(ExportError::WrongPart(b.part));
         }
-        self.files = Some(Files::create(&self.dir, self.thread).map_err(SinkError::failed)?);
-        Ok(())
+        self.files = Some(Files::create(&self.dir, self.thread)?);
+        Ok(true)
     }
 
-    fn block(&mut self, b: &BlockEvent) -> SinkResult {
+    fn block(&mut self, b: &BlockEvent) -> Result<bool, Self::Error> {
         // The block rows buffered are final now: no sync record reaches back past a block.
         if self.blocks.addr.len() >= self.batch {
             self.flush_blocks()?;
@@ -472,10 +480,10 @@ impl Sink for ThreadWriter {
         self.blocks.id.push(b.id);
         self.blocks.instructions.push(b.executed);
         self.blocks.next += 1;
-        Ok(())
+        Ok(true)
     }
 
-    fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
+    fn refs(&mut self, _b: &BlockEvent, refs: &[MemEvent]) -> Result<bool, Self::Error> {
         let block = self.blocks.next.wrapping_sub(1);
         for m in refs {
             self.refs.push(m, self.order, block);
@@ -483,10 +491,10 @@ impl Sink for ThreadWriter {
         if self.refs.pc.len() >= self.batch {
             self.flush_refs(self.refs.pc.len())?;
         }
-        Ok(())
+        Ok(true)
     }
 
-    fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
+    fn marker(&mut self, _: u32, m: Marker) -> Result<bool, Self::Error> {
         if let Marker::Sync { seq, insn, after } = m {
             match insn {
                 Some(k) => self.sync_in_block(seq, k.saturating_add(after as u16)),
@@ -501,17 +509,17 @@ impl Sink for ThreadWriter {
             self.syncs.after.push(after);
             self.syncs.next += 1;
         }
-        Ok(())
+        Ok(true)
     }
 
-    fn finish(&mut self) -> SinkResult {
+    fn finish(&mut self) -> Result<(), Self::Error> {
         if self.files.is_none() {
             return Ok(());
         }
         self.flush_refs(self.refs.pc.len())?;
         self.flush_blocks()?;
         self.flush_syncs()?;
-        self.files.take().expect("checked").close().map_err(SinkError::failed)
+        self.files.take().expect("checked").close()
     }
 }
 
@@ -567,23 +575,23 @@ mod tests {
         let planless = BlockEvent { thread: 2, addr: 0x400000, version: 0, id: Some(7), plan: None, executed: 3, interrupted: false };
         // Block 0: two references, no sync point yet.
         w.block(&planless).unwrap();
-        w.refs(&[mem(1, 0, Access::Read), mem(2, 1, Access::Write)]).unwrap();
+        w.refs(&planless, &[mem(1, 0, Access::Read), mem(2, 1, Access::Write)]).unwrap();
         // Block 1: a sync point before instruction 1 and one after it.
         w.block(&BlockEvent { id: None, ..planless }).unwrap();
-        w.refs(&[mem(3, 0, Access::Read)]).unwrap();
+        w.refs(&planless, &[mem(3, 0, Access::Read)]).unwrap();
         w.marker(2, sync(10, Some(1), false)).unwrap();
-        w.refs(&[mem(4, 1, Access::Read), mem(5, 1, Access::Write)]).unwrap();
+        w.refs(&planless, &[mem(4, 1, Access::Read), mem(5, 1, Access::Write)]).unwrap();
         w.marker(2, sync(11, Some(1), true)).unwrap();
-        w.refs(&[mem(6, 2, Access::Read)]).unwrap();
+        w.refs(&planless, &[mem(6, 2, Access::Read)]).unwrap();
         // A sync point between blocks, then block 2 with one before its first instruction.
         w.marker(2, sync(12, None, false)).unwrap();
         w.block(&planless).unwrap();
         w.marker(2, sync(13, Some(0), false)).unwrap();
-        w.refs(&[mem(7, 0, Access::Write)]).unwrap();
+        w.refs(&planless, &[mem(7, 0, Access::Write)]).unwrap();
         // Block 3: ten references, written in batches as they come.
         w.block(&planless).unwrap();
         for pc in 8..18 {
-            w.refs(&[mem(pc, 2, Access::Read)]).unwrap();
+            w.refs(&planless, &[mem(pc, 2, Access::Read)]).unwrap();
         }
         w.marker(2, Marker::ThreadEnd).unwrap();
         w.finish().unwrap();
@@ -631,17 +639,17 @@ mod tests {
         assert!(plan.insns[2].atomic);
         let dir = tempfile::tempdir().unwrap();
         let mut w = writer(dir.path(), 4);
-        w.block(&BlockEvent { thread: 2, addr: 0x401000, version: 0, id: Some(0), plan: Some(&plan), executed: 4, interrupted: false })
-            .unwrap();
-        w.refs(&[mem(0, 0, Access::Read)]).unwrap();
+        let planned = BlockEvent { thread: 2, addr: 0x401000, version: 0, id: Some(0), plan: Some(&plan), executed: 4, interrupted: false };
+        w.block(&planned).unwrap();
+        w.refs(&planned, &[mem(0, 0, Access::Read)]).unwrap();
         for k in 0..20 {
-            w.refs(&[mem(1, 1, Access::Read), mem(1, 1, if k == 19 { Access::Read } else { Access::Write })]).unwrap();
+            w.refs(&planned, &[mem(1, 1, Access::Read), mem(1, 1, if k == 19 { Access::Read } else { Access::Write })]).unwrap();
         }
         assert!(w.refs.pc.len() < 4, "the rep string's references were not written as they came");
         w.marker(2, sync(5, Some(2), false)).unwrap();
-        w.refs(&[mem(2, 2, Access::Read), mem(2, 2, Access::Write)]).unwrap();
+        w.refs(&planned, &[mem(2, 2, Access::Read), mem(2, 2, Access::Write)]).unwrap();
         w.marker(2, sync(6, Some(2), true)).unwrap();
-        w.refs(&[mem(3, 3, Access::Write)]).unwrap();
+        w.refs(&planned, &[mem(3, 3, Access::Write)]).unwrap();
         w.finish().unwrap();
         let refs = read(dir.path(), REFERENCES);
         assert_eq!(u64s(&refs, "seq"), (0..44).map(Some).collect::<Vec<_>>());

@@ -48,7 +48,7 @@ fn traces_decode_to_the_recovered_blocks() {
     for seed in 0..8u64 {
         let (_dir, p) = profile(seed, 1 + (seed % 3) as usize);
         let mut want = Renderer::new(Format::Blocks, Vec::new());
-        Recovery::new(&p, 1).run(Source::Dep, &mut want).unwrap();
+        Recovery::new(&p, 1).events(Source::Dep).run(&mut want).unwrap();
         let want = String::from_utf8(want.into_inner().unwrap()).unwrap();
         // The files do not depend on how many workers made them.
         let (d, t) = files(&p, 2);

@@ -10,7 +10,7 @@ use libfuzzer_sys::fuzz_target;
 fn run(rec: &Recovery) -> (Vec<u8>, Option<String>) {
     let mut out = Vec::new();
     let mut r = Renderer::new(Format::Text, &mut out);
-    let res = rec.run(Source::Dep, &mut r);
+    let res = rec.events(Source::Dep).run(&mut r);
     let flushed = r.into_inner().map(|_| ());
     let err = res.err().map(|e| e.to_string()).or_else(|| flushed.err().map(|e| e.to_string()));
     (out, err)
@@ -29,11 +29,11 @@ fuzz_target!(|input: dep_fuzz::Input| {
     // In parallel: the same result in the same order.
     let rec = Recovery::with_engine(&p, 2, Engine::Compiled);
     let mut out = Vec::new();
-    let res = rec.run_rendered(Source::Dep, Format::Text, &mut out, &|_| {});
+    let res = rec.events(Source::Dep).rendered(Format::Text, &mut out);
     assert_eq!(res.is_ok(), walk.1.is_none(), "parallel: {res:?}, sequential: {:?}", walk.1);
     if res.is_ok() {
         assert!(out == walk.0, "parallel: different events from sequential");
     }
     // The truth stream's replay never fails badly either.
-    let _ = rec.run(Source::Truth, &mut Counts::default());
+    let _ = rec.events(Source::Truth).run(&mut Counts::default());
 });

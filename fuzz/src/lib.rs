@@ -667,7 +667,7 @@ mod seeds {
             let render = |source| {
                 let mut out = Vec::new();
                 let mut r = Renderer::new(Format::Text, &mut out);
-                rec.run(source, &mut r).unwrap();
+                rec.events(source).run(&mut r).unwrap();
                 r.into_inner().unwrap();
                 out
             };

@@ -1,6 +1,6 @@
 //! Throughput of recovery, in memory references per second, on simulated profiles: the
 //! recovery loop alone (the null `Counts` sink), with text rendering to `io::sink()`, the
-//! statistics sink, and chunk-parallel `run_chunks`/`run_rendered` with 1 and 2 workers; and on profiles
+//! statistics sink, and chunk-parallel `ordered`/`rendered` with 1 and 2 workers; and on profiles
 //! recorded from real programs (gzip compressing 4 MB of text, a Python loop) when the
 //! workspace's release `dep` and its collector are built (`cargo build --release
 //! --workspace`): the null sink, and edge counts merged chunk-parallel on 1 and 2 workers.
@@ -39,7 +39,7 @@ fn simulated(path: &Path, seed: u64, n_code: usize, threads: usize, blocks: usiz
 
 fn counts(rec: &Recovery) -> Counts {
     let mut c = Counts::default();
-    rec.run(Source::Dep, &mut c).unwrap();
+    rec.events(Source::Dep).run(&mut c).unwrap();
     c
 }
 
@@ -57,21 +57,21 @@ fn sequential(c: &mut Criterion) {
     g.bench_function("text_to_io_sink", |b| {
         b.iter(|| {
             let mut r = Renderer::new(Format::Text, std::io::sink());
-            rec.run(Source::Dep, &mut r).unwrap();
+            rec.events(Source::Dep).run(&mut r).unwrap();
             r.into_inner().unwrap();
         })
     });
     g.bench_function("truth_replay_null_sink", |b| {
         b.iter(|| {
             let mut c = Counts::default();
-            rec.run(Source::Truth, &mut c).unwrap();
+            rec.events(Source::Truth).run(&mut c).unwrap();
             black_box(c)
         })
     });
     g.bench_function("stats_sink_zstd", |b| {
         b.iter(|| {
             let mut s = StatsSink::new(p.width);
-            rec.run(Source::Dep, &mut s).unwrap();
+            rec.events(Source::Dep).run(&mut s).unwrap();
             black_box(s.into_stats().unwrap())
         })
     });
@@ -91,10 +91,10 @@ fn parallel(c: &mut Criterion) {
     for workers in [1, 2] {
         let rec = Recovery::new(&p, workers);
         g.bench_with_input(BenchmarkId::new("null_sink", workers), &rec, |b, rec| {
-            b.iter(|| rec.run_chunks(Source::Dep, |_| Counts::default(), Ok, |_| 0, |_, _| Ok(())).unwrap())
+            b.iter(|| rec.events(Source::Dep).ordered(|_| Counts::default(), Ok, |_| 0, |_, _| Ok(())).unwrap())
         });
         g.bench_with_input(BenchmarkId::new("text", workers), &rec, |b, rec| {
-            b.iter(|| rec.run_rendered(Source::Dep, Format::Text, &mut std::io::sink(), &|_| {}).unwrap())
+            b.iter(|| rec.events(Source::Dep).rendered(Format::Text, &mut std::io::sink()).unwrap())
         });
     }
     g.finish();
@@ -168,14 +168,14 @@ fn recorded(c: &mut Criterion) {
             let rec = Recovery::with_compiled(&p, workers, compiled);
             let id = format!("{name}_null_sink{}", if compiled { "" } else { "_interpreted" });
             g.bench_with_input(BenchmarkId::new(id, workers), &rec, |b, rec| {
-                b.iter(|| rec.run_chunks(Source::Dep, |_| Counts::default(), Ok, |_| 0, |_, _| Ok(())).unwrap())
+                b.iter(|| rec.events(Source::Dep).ordered(|_| Counts::default(), Ok, |_| 0, |_, _| Ok(())).unwrap())
             });
         }
         // A stateful analysis: edge counts merged chunk-parallel, on one and two cores.
         for workers in [1, 2] {
             let rec = Recovery::new(&p, workers);
             g.bench_with_input(BenchmarkId::new(format!("{name}_edge_counts"), workers), &rec, |b, rec| {
-                b.iter(|| black_box(rec.run_merged(Source::Dep, |_| EdgeCounts::new(&rec.plans), &|_| {}).unwrap().len()))
+                b.iter(|| black_box(rec.events(Source::Dep).merged(|_| EdgeCounts::new(&rec.plans)).unwrap().len()))
             });
         }
     }

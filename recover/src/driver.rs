@@ -1,83 +1,37 @@
-//! Runs recovery over a whole profile into sinks, in the three shapes analyses need:
-//! - [`run`](Recovery::run): one sink sees everything, on the calling thread;
-//! - [`run_threads`](Recovery::run_threads): one sink per thread, each fed its chunks in
-//!   order, threads in parallel (state of any kind: call stacks, instance numbers);
-//! - [`run_merged`](Recovery::run_merged) and [`run_chunks`](Recovery::run_chunks): one
-//!   sink per chunk, chunks in parallel, then merged in order into each thread's sink
-//!   ([`Merge`]) or handed over in chunk order;
-//! - [`run_rendered`](Recovery::run_rendered): `dep recover`'s renderings, chunks in
-//!   parallel, written in order.
+//! Runs recovery over a whole profile into sinks. [`Recovery`] pre-decodes the block table
+//! once; [`Recovery::events`] starts a run over one [`Source`], which [`Events`] then shapes:
+//! - [`run`](Events::run): one sink sees every thread, one after another, on the calling
+//!   thread;
+//! - [`per_thread`](Events::per_thread): one sink per thread, each fed its chunks in order,
+//!   threads in parallel (state of any kind: call stacks, instance numbers);
+//! - [`merged`](Events::merged): one sink per chunk, chunks in parallel, folded in order
+//!   into each thread's sink ([`Merge`]);
+//! - [`ordered`](Events::ordered) and [`unordered`](Events::unordered): one sink per chunk,
+//!   chunks in parallel, each turned into a result handed over in chunk order or as done;
+//! - [`rendered`](Events::rendered): `dep recover`'s renderings, written in order.
 
-use crate::events::{Begin, Merge, Part, Sink, SinkError};
+use crate::error::RecoverError;
+use crate::events::{Begin, Part, Source};
 use crate::ordered::{ChunkWriter, Gate};
 use crate::plans::{Engine, Plans};
 use crate::render::{Format, Renderer};
-use crate::traverse::{recover_chunk, walk_blocks, ChunkFault, Scratch};
+use crate::sink::{Merge, Sink};
+use crate::traverse::{recover_chunk, walk_blocks, Halt, Scratch};
 use crate::truth::replay_chunk;
-use dep_profile::container::{ChunkRef, Profile, ProfileError};
+use dep_profile::container::{ChunkRef, Profile};
 use std::collections::BTreeMap;
 use std::io::Write;
 
-/// Errors of a recovery run.
-#[derive(Debug, thiserror::Error)]
-pub enum RecoverError {
-    #[error(transparent)]
-    Profile(#[from] ProfileError),
-    #[error("writing output: {0}")]
-    Output(std::io::Error),
-    /// A sink's own failure.
-    #[error("{0}")]
-    Sink(Box<dyn std::error::Error + Send + Sync>),
-    #[error("{0}: the profile has no truth stream (record with --truth)")]
-    NoTruth(String),
-}
-
-impl RecoverError {
-    /// A sink's result as a run's: a sink that stopped did not fail.
-    pub fn from_sink_result(r: Result<(), SinkError>) -> Result<(), Self> {
-        match r {
-            Ok(()) | Err(SinkError::Stop) => Ok(()),
-            Err(e) => Err(RecoverError::from_sink(e)),
-        }
-    }
-
-    /// A sink's error as a run's (never [`SinkError::Stop`], which drivers take first).
-    pub fn from_sink(e: SinkError) -> Self {
-        match e {
-            SinkError::Io(e) => RecoverError::Output(e),
-            SinkError::Failed(e) => RecoverError::Sink(e),
-            SinkError::Stop => RecoverError::Sink("a sink stopped where it cannot".into()),
-        }
-    }
-}
-
 /// Whether a sink took everything or stopped early.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fed {
+pub(crate) enum Fed {
     All,
     Stopped,
 }
 
-/// `Ok(Fed::Stopped)` for [`SinkError::Stop`], the error otherwise.
-fn fed(r: Result<(), SinkError>) -> Result<Fed, RecoverError> {
-    match r {
-        Ok(()) => Ok(Fed::All),
-        Err(SinkError::Stop) => Ok(Fed::Stopped),
-        Err(e) => Err(RecoverError::from_sink(e)),
-    }
-}
-
-/// What to replay from each chunk.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
-    /// Recover from DEP_c and DEP_m.
-    Dep,
-    /// Replay the truth stream recorded alongside.
-    Truth,
-    /// The control flow alone, from DEP_c: blocks and markers, no references; DEP_m is
-    /// neither read nor checked. For analyses of control flow: on gzip's profile 4.3 s
-    /// where full recovery takes 5.3 s (both on two cores).
-    Blocks,
+/// A sink's answer as [`Fed`].
+pub(crate) fn fed<E>(r: Result<bool, E>) -> Result<Fed, E> {
+    r.map(|on| if on { Fed::All } else { Fed::Stopped })
 }
 
 /// Chunks the parallel driver recovers at most ahead of the one it consumes next.
@@ -94,7 +48,7 @@ pub struct Recovery<'p> {
 
 /// Per-worker buffers.
 #[derive(Default)]
-struct Buffers {
+pub(crate) struct Buffers {
     scratch: Scratch,
     truth: Vec<u8>,
 }
@@ -131,20 +85,25 @@ impl<'p> Recovery<'p> {
         self.profile.threads.iter().flat_map(|t| t.chunks.iter().copied()).collect()
     }
 
-    fn check_source(&self, source: Source) -> Result<(), RecoverError> {
-        if source == Source::Truth && !self.profile.meta.truth {
-            return Err(RecoverError::NoTruth(self.profile.path().to_string()));
-        }
-        Ok(())
+    /// Threads the chunk-parallel runs use.
+    pub fn workers(&self) -> usize {
+        let chunks: usize = self.profile.threads.iter().map(|t| t.chunks.len()).sum();
+        self.workers.min(chunks).max(1)
     }
 
-    fn begin(&self, source: Source, part: Part) -> Begin<'_> {
+    /// A run over `source`'s events, to be shaped by [`Events`]' methods.
+    pub fn events(&self, source: Source) -> Events<'_> {
+        Events { rec: self, source, progress: &|_| {} }
+    }
+
+    /// The beginning of `part` of a run over `source`.
+    pub(crate) fn begin(&self, source: Source, part: Part) -> Begin<'_> {
         Begin::new(self.profile, &self.plans, source, part)
     }
 
-    /// Sends one chunk's events to `sink`.
-    fn feed<S: Sink>(&self, c: &ChunkRef, source: Source, buf: &mut Buffers, sink: &mut S) -> Result<Fed, RecoverError> {
-        let view = self.profile.chunk(c)?;
+    /// Sends one chunk's events to `sink` (no `begin` or `finish`).
+    pub(crate) fn feed<S: Sink>(&self, c: &ChunkRef, source: Source, buf: &mut Buffers, sink: &mut S) -> Result<Fed, S::Error> {
+        let view = self.profile.chunk(c).map_err(RecoverError::Profile)?;
         let r = match source {
             Source::Dep => recover_chunk(self.profile.width, &self.plans, &view, &mut buf.scratch, sink),
             Source::Truth => replay_chunk(&self.plans, &view, &mut buf.truth, sink),
@@ -152,70 +111,102 @@ impl<'p> Recovery<'p> {
         };
         match r {
             Ok(()) => Ok(Fed::All),
-            Err(ChunkFault::Sink(e)) => fed(Err(e)),
-            Err(f) => Err(RecoverError::Profile(self.profile.chunk_error(c, f.to_string()))),
+            Err(Halt::Stop) => Ok(Fed::Stopped),
+            Err(Halt::Sink(e)) => Err(e),
+            Err(Halt::Fault(fault)) => {
+                Err(RecoverError::Chunk { path: self.profile.path().to_string(), thread: c.thread, seq: c.seq, offset: c.offset, fault }
+                    .into())
+            }
         }
+    }
+}
+
+/// One run over a profile's events: what to replay, who is told of progress, and (by the
+/// method that ends the building) how events reach sinks.
+#[derive(Clone, Copy)]
+pub struct Events<'a> {
+    rec: &'a Recovery<'a>,
+    source: Source,
+    progress: &'a (dyn Fn(u64) + Sync),
+}
+
+impl<'a> Events<'a> {
+    /// Calls `progress(n)` as each `n` chunks are done.
+    pub fn progress(self, progress: &'a (dyn Fn(u64) + Sync)) -> Self {
+        Events { progress, ..self }
+    }
+
+    /// The recovery this run is of.
+    pub fn recovery(&self) -> &'a Recovery<'a> {
+        self.rec
+    }
+
+    /// What this run replays.
+    pub fn source(&self) -> Source {
+        self.source
+    }
+
+    pub(crate) fn check(&self) -> Result<(), RecoverError> {
+        if self.source == Source::Truth && !self.rec.profile.meta.truth {
+            return Err(RecoverError::NoTruth(self.rec.profile.path().to_string()));
+        }
+        Ok(())
+    }
+
+    fn begin_part(&self, part: Part) -> Begin<'a> {
+        self.rec.begin(self.source, part)
     }
 
     /// Sends one chunk's events to `sink` (no `begin` or `finish`): for consumers that
-    /// interleave threads' chunks in an order of their own. Returns whether the sink took
-    /// them all (false: it stopped).
-    pub fn run_chunk<S: Sink>(&self, source: Source, c: &ChunkRef, sink: &mut S) -> Result<bool, RecoverError> {
-        self.check_source(source)?;
-        let mut buf = Buffers::default();
-        Ok(self.feed(c, source, &mut buf, sink)? == Fed::All)
+    /// order threads' chunks in a way of their own. Answers whether the sink took them all
+    /// (false: it stopped).
+    pub fn chunk<S: Sink>(&self, c: &ChunkRef, sink: &mut S) -> Result<bool, S::Error> {
+        self.check()?;
+        Ok(self.rec.feed(c, self.source, &mut Buffers::default(), sink)? == Fed::All)
     }
 
-    /// Sends every event, in order, to one sink, on the calling thread.
-    pub fn run<S: Sink>(&self, source: Source, sink: &mut S) -> Result<(), RecoverError> {
-        self.run_with_progress(source, sink, &|_| {})
-    }
-
-    /// [`run`](Self::run), calling `progress` as each chunk is done.
-    pub fn run_with_progress<S: Sink>(&self, source: Source, sink: &mut S, progress: &dyn Fn(u64)) -> Result<(), RecoverError> {
-        self.check_source(source)?;
+    /// Sends every event to one sink on the calling thread: threads one after another,
+    /// each in execution order, from `begin` ([`Part::All`]) to `finish`.
+    pub fn run<S: Sink>(&self, mut sink: S) -> Result<(), S::Error> {
+        self.check()?;
         let mut buf = Buffers::default();
-        if fed(sink.begin(&self.begin(source, Part::All)))? == Fed::All {
-            for c in self.chunks() {
-                if self.feed(&c, source, &mut buf, sink)? == Fed::Stopped {
+        if fed(sink.begin(&self.begin_part(Part::All)))? == Fed::All {
+            for c in self.rec.chunks() {
+                if self.rec.feed(&c, self.source, &mut buf, &mut sink)? == Fed::Stopped {
                     break;
                 }
-                progress(1);
+                (self.progress)(1);
             }
         }
-        fed(sink.finish()).map(|_| ())
-    }
-
-    /// Threads the chunk-parallel drivers use.
-    pub fn workers(&self) -> usize {
-        let chunks: usize = self.profile.threads.iter().map(|t| t.chunks.len()).sum();
-        self.workers.min(chunks).max(1)
+        sink.finish()
     }
 
     /// One sink per thread, made by `make(thread)`, fed that thread's chunks in order from
     /// `begin` ([`Part::Thread`]) to `finish`; threads run in parallel, the longest first.
     /// Returns the sinks in thread order. A sink that stops ends its own thread only.
-    pub fn run_threads<S, M>(&self, source: Source, make: M, progress: &(dyn Fn(u64) + Sync)) -> Result<Vec<S>, RecoverError>
+    pub fn per_thread<S, M>(&self, make: M) -> Result<Vec<S>, S::Error>
     where
         S: Sink + Send,
+        S::Error: Send,
         M: Fn(u32) -> S + Sync,
     {
-        self.check_source(source)?;
-        let threads = &self.profile.threads;
-        let one = |t: usize, buf: &mut Buffers| -> Result<S, RecoverError> {
+        self.check()?;
+        let rec = self.rec;
+        let threads = &rec.profile.threads;
+        let one = |t: usize, buf: &mut Buffers| -> Result<S, S::Error> {
             let mut sink = make(t as u32);
-            if fed(sink.begin(&self.begin(source, Part::Thread(t as u32))))? == Fed::All {
+            if fed(sink.begin(&self.begin_part(Part::Thread(t as u32))))? == Fed::All {
                 for c in &threads[t].chunks {
-                    if self.feed(c, source, buf, &mut sink)? == Fed::Stopped {
+                    if rec.feed(c, self.source, buf, &mut sink)? == Fed::Stopped {
                         break;
                     }
-                    progress(1);
+                    (self.progress)(1);
                 }
             }
-            fed(sink.finish())?;
+            sink.finish()?;
             Ok(sink)
         };
-        let workers = self.workers.min(threads.len()).max(1);
+        let workers = rec.workers.min(threads.len()).max(1);
         if workers == 1 {
             let mut buf = Buffers::default();
             return (0..threads.len()).map(|t| one(t, &mut buf)).collect();
@@ -227,7 +218,7 @@ impl<'p> Recovery<'p> {
             job_tx.send(t).expect("the receiver is alive");
         }
         drop(job_tx);
-        let (res_tx, res_rx) = crossbeam::channel::unbounded::<(usize, Result<S, RecoverError>)>();
+        let (res_tx, res_rx) = crossbeam::channel::unbounded::<(usize, Result<S, S::Error>)>();
         crossbeam::thread::scope(|s| {
             for _ in 0..workers {
                 let (job_rx, res_tx, one) = (job_rx.clone(), res_tx.clone(), &one);
@@ -264,37 +255,39 @@ impl<'p> Recovery<'p> {
     /// `begin` ([`Part::Thread`]), every chunk's sink merged into it, then `finish`. Chunk
     /// sinks see `begin` ([`Part::Chunk`]) and `finish` around their chunk. Returns the
     /// threads' sinks in thread order. A sink that stops ends its own thread only.
-    pub fn run_merged<S, M>(&self, source: Source, make: M, progress: &(dyn Fn(u64) + Sync)) -> Result<Vec<S>, RecoverError>
+    pub fn merged<S, M>(&self, make: M) -> Result<Vec<S>, S::Error>
     where
         S: Merge + Send,
+        S::Error: Send,
         M: Fn(u32) -> S + Sync,
     {
-        self.check_source(source)?;
-        let chunks = self.chunks();
-        let threads = &self.profile.threads;
-        let work = |c: &ChunkRef, buf: &mut Buffers| -> Result<(S, Fed), RecoverError> {
+        self.check()?;
+        let rec = self.rec;
+        let chunks = rec.chunks();
+        let threads = &rec.profile.threads;
+        let work = |c: &ChunkRef, buf: &mut Buffers| -> Result<(S, Fed), S::Error> {
             let mut sink = make(c.thread);
-            let mut how = fed(sink.begin(&self.begin(source, Part::Chunk { thread: c.thread, seq: c.seq })))?;
+            let mut how = fed(sink.begin(&self.begin_part(Part::Chunk { thread: c.thread, seq: c.seq })))?;
             if how == Fed::All {
-                how = self.feed(c, source, buf, &mut sink)?;
+                how = rec.feed(c, self.source, buf, &mut sink)?;
             }
-            fed(sink.finish())?;
+            sink.finish()?;
             Ok((sink, how))
         };
-        // The thread each chunk index belongs to, and where each thread's chunks end.
+        // The thread each chunk index belongs to.
         let mut owner = Vec::with_capacity(chunks.len());
         for (t, th) in threads.iter().enumerate() {
             owner.extend(std::iter::repeat_n(t, th.chunks.len()));
         }
-        let start = |t: usize| -> Result<(S, Fed), RecoverError> {
+        let start = |t: usize| -> Result<(S, Fed), S::Error> {
             let mut s = make(t as u32);
-            let how = fed(s.begin(&self.begin(source, Part::Thread(t as u32))))?;
+            let how = fed(s.begin(&self.begin_part(Part::Thread(t as u32))))?;
             Ok((s, how))
         };
         let mut done: Vec<Option<S>> = (0..threads.len()).map(|_| None).collect();
         let mut current: Option<(usize, S, Fed)> = None;
-        let close = |t: usize, mut s: S, done: &mut Vec<Option<S>>| -> Result<(), RecoverError> {
-            fed(s.finish())?;
+        let close = |t: usize, mut s: S, done: &mut Vec<Option<S>>| -> Result<(), S::Error> {
+            s.finish()?;
             done[t] = Some(s);
             Ok(())
         };
@@ -319,7 +312,7 @@ impl<'p> Recovery<'p> {
                         cur.2 = Fed::Stopped;
                     }
                 }
-                progress(1);
+                (self.progress)(1);
                 Ok(())
             },
         )?;
@@ -330,7 +323,7 @@ impl<'p> Recovery<'p> {
         for (t, d) in done.iter_mut().enumerate() {
             if d.is_none() {
                 let (mut s, _) = start(t)?;
-                fed(s.finish())?;
+                s.finish()?;
                 *d = Some(s);
             }
         }
@@ -340,31 +333,25 @@ impl<'p> Recovery<'p> {
     /// Recovers chunks in parallel, each rendered in `format`, and writes the renderings to
     /// `out` in chunk order (thread by thread, each in sequence) in bounded memory: the
     /// chunk next in order writes straight through, those ahead of it hold their bytes
-    /// ([`ordered`](crate::ordered)). `progress` sees each chunk done.
-    pub fn run_rendered(
-        &self,
-        source: Source,
-        format: Format,
-        out: &mut (dyn Write + Send),
-        progress: &(dyn Fn(u64) + Sync),
-    ) -> Result<(), RecoverError> {
-        self.check_source(source)?;
-        let chunks = self.chunks();
+    /// ([`ordered`](crate::ordered)).
+    pub fn rendered(&self, format: Format, out: &mut (dyn Write + Send)) -> Result<(), RecoverError> {
+        self.check()?;
+        let chunks = self.rec.chunks();
         let gate = Gate::new(out);
         self.map_ordered(
             &chunks,
             |k, c, buf| {
                 let mut sink = Renderer::new(format, ChunkWriter::new(k, &gate));
-                if fed(sink.begin(&self.begin(source, Part::Chunk { thread: c.thread, seq: c.seq })))? == Fed::All {
-                    self.feed(c, source, buf, &mut sink)?;
+                if fed(sink.begin(&self.begin_part(Part::Chunk { thread: c.thread, seq: c.seq })))? == Fed::All {
+                    self.rec.feed(c, self.source, buf, &mut sink)?;
                 }
-                fed(sink.finish())?;
-                sink.into_inner().map_err(RecoverError::Output)
+                sink.finish()?;
+                Ok(sink.into_inner()?)
             },
             ChunkWriter::held_bytes,
             |k, w| {
-                gate.finish(k, w).map_err(RecoverError::Output)?;
-                progress(1);
+                gate.finish(k, w)?;
+                (self.progress)(1);
                 Ok(())
             },
         )
@@ -373,49 +360,118 @@ impl<'p> Recovery<'p> {
     /// The general chunk-parallel run: each chunk into a sink made by `make(chunk)` (which
     /// sees `begin` with [`Part::Chunk`], the chunk and `finish`), turned by `finish` into a
     /// result of `weight` bytes, which `consume` receives in chunk order (thread by thread,
-    /// each in sequence) on the calling thread.
-    pub fn run_chunks<S, T, M, F, C>(
-        &self,
-        source: Source,
-        make: M,
-        finish: F,
-        weight: fn(&T) -> usize,
-        consume: C,
-    ) -> Result<(), RecoverError>
+    /// each in sequence) on the calling thread. Results wait for the chunks before them
+    /// within bounds (chunks ahead, bytes held).
+    pub fn ordered<S, T, M, F, C>(&self, make: M, finish: F, weight: fn(&T) -> usize, mut consume: C) -> Result<(), S::Error>
     where
         S: Sink,
+        S::Error: Send,
         T: Send,
         M: Fn(&ChunkRef) -> S + Sync,
-        F: Fn(S) -> Result<T, RecoverError> + Sync,
-        C: FnMut(&ChunkRef, T) -> Result<(), RecoverError>,
+        F: Fn(S) -> Result<T, S::Error> + Sync,
+        C: FnMut(&ChunkRef, T) -> Result<(), S::Error>,
     {
-        self.check_source(source)?;
-        let chunks = self.chunks();
-        let mut consume = consume;
+        self.check()?;
+        let chunks = self.rec.chunks();
         self.map_ordered(
             &chunks,
-            |_, c, buf| {
-                let mut sink = make(c);
-                if fed(sink.begin(&self.begin(source, Part::Chunk { thread: c.thread, seq: c.seq })))? == Fed::All {
-                    self.feed(c, source, buf, &mut sink)?;
-                }
-                fed(sink.finish())?;
-                finish(sink)
-            },
+            |_, c, buf| self.one_chunk(c, buf, &make, &finish),
             weight,
-            |k, t| consume(&chunks[k], t),
+            |k, t| {
+                consume(&chunks[k], t)?;
+                (self.progress)(1);
+                Ok(())
+            },
         )
     }
 
-    /// Runs `work` on every chunk, in parallel on [`workers`](Self::workers) threads, and
-    /// hands the results to `consume` in chunk order.
-    fn map_ordered<T, W, C>(&self, chunks: &[ChunkRef], work: W, weight: fn(&T) -> usize, mut consume: C) -> Result<(), RecoverError>
+    /// [`ordered`](Self::ordered) for results whose order does not matter (counts, sets):
+    /// `consume` receives each as soon as its chunk is done, so no result waits for another.
+    pub fn unordered<S, T, M, F, C>(&self, make: M, finish: F, mut consume: C) -> Result<(), S::Error>
+    where
+        S: Sink,
+        S::Error: Send,
+        T: Send,
+        M: Fn(&ChunkRef) -> S + Sync,
+        F: Fn(S) -> Result<T, S::Error> + Sync,
+        C: FnMut(&ChunkRef, T) -> Result<(), S::Error>,
+    {
+        self.check()?;
+        let chunks = self.rec.chunks();
+        let workers = self.rec.workers();
+        let work = |c: &ChunkRef, buf: &mut Buffers| self.one_chunk(c, buf, &make, &finish);
+        if workers == 1 {
+            let mut buf = Buffers::default();
+            for c in &chunks {
+                consume(c, work(c, &mut buf)?)?;
+                (self.progress)(1);
+            }
+            return Ok(());
+        }
+        let (job_tx, job_rx) = crossbeam::channel::bounded::<usize>(workers * 2);
+        let (res_tx, res_rx) = crossbeam::channel::bounded::<(usize, Result<T, S::Error>)>(workers * 2);
+        crossbeam::thread::scope(|s| {
+            for _ in 0..workers {
+                let (job_rx, res_tx, work, chunks) = (job_rx.clone(), res_tx.clone(), &work, &chunks);
+                s.spawn(move |_| {
+                    let mut buf = Buffers::default();
+                    for k in job_rx {
+                        if res_tx.send((k, work(&chunks[k], &mut buf))).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            drop((job_rx, res_tx));
+            let chunks = &chunks;
+            let feeder = s.spawn(move |_| {
+                for k in 0..chunks.len() {
+                    if job_tx.send(k).is_err() {
+                        break;
+                    }
+                }
+            });
+            let mut result = Ok(());
+            for (k, r) in res_rx.iter() {
+                if let Err(e) = r.and_then(|t| consume(&chunks[k], t)) {
+                    result = Err(e);
+                    break;
+                }
+                (self.progress)(1);
+            }
+            // Ends the feeder and the workers: their channels close with the receiver.
+            drop(res_rx);
+            let _ = feeder.join();
+            result
+        })
+        .expect("recovery worker panicked")
+    }
+
+    /// One chunk into a fresh sink, and its result.
+    fn one_chunk<S, T, M, F>(&self, c: &ChunkRef, buf: &mut Buffers, make: &M, finish: &F) -> Result<T, S::Error>
+    where
+        S: Sink,
+        M: Fn(&ChunkRef) -> S,
+        F: Fn(S) -> Result<T, S::Error>,
+    {
+        let mut sink = make(c);
+        if fed(sink.begin(&self.begin_part(Part::Chunk { thread: c.thread, seq: c.seq })))? == Fed::All {
+            self.rec.feed(c, self.source, buf, &mut sink)?;
+        }
+        sink.finish()?;
+        finish(sink)
+    }
+
+    /// Runs `work` on every chunk, in parallel on [`workers`](Recovery::workers) threads,
+    /// and hands the results to `consume` in chunk order.
+    fn map_ordered<T, E, W, C>(&self, chunks: &[ChunkRef], work: W, weight: fn(&T) -> usize, mut consume: C) -> Result<(), E>
     where
         T: Send,
-        W: Fn(usize, &ChunkRef, &mut Buffers) -> Result<T, RecoverError> + Sync,
-        C: FnMut(usize, T) -> Result<(), RecoverError>,
+        E: Send,
+        W: Fn(usize, &ChunkRef, &mut Buffers) -> Result<T, E> + Sync,
+        C: FnMut(usize, T) -> Result<(), E>,
     {
-        let workers = self.workers();
+        let workers = self.rec.workers();
         if workers == 1 {
             let mut buf = Buffers::default();
             for (k, c) in chunks.iter().enumerate() {
@@ -425,7 +481,7 @@ impl<'p> Recovery<'p> {
         }
         let window = workers * 2;
         let (job_tx, job_rx) = crossbeam::channel::unbounded::<usize>();
-        let (res_tx, res_rx) = crossbeam::channel::unbounded::<(usize, Result<T, RecoverError>)>();
+        let (res_tx, res_rx) = crossbeam::channel::unbounded::<(usize, Result<T, E>)>();
         crossbeam::thread::scope(|s| {
             for _ in 0..workers {
                 let (job_rx, res_tx, work) = (job_rx.clone(), res_tx.clone(), &work);

@@ -9,8 +9,10 @@
 //! the general tracker and a hash map per block cost several times recovery itself.
 
 use crate::edges::{exit_of, flow_kind, BlockExit, Edge, EdgeKind, Edges};
-use crate::events::{Begin, BlockEvent, Marker, MemEvent, Merge, Part, Run, Sink, SinkError, SinkResult};
+use crate::error::RecoverError;
+use crate::events::{Begin, BlockEvent, Marker, Part, Run};
 use crate::plans::Plans;
+use crate::sink::{Merge, Sink};
 use dep_profile::semantics::Flow;
 use rustc_hash::FxHashMap;
 
@@ -284,15 +286,17 @@ impl<'p> EdgeCounts<'p> {
 }
 
 impl Sink for EdgeCounts<'_> {
-    fn begin(&mut self, b: &Begin) -> SinkResult {
+    type Error = RecoverError;
+
+    fn begin(&mut self, b: &Begin) -> Result<bool, Self::Error> {
         if let Part::Chunk { .. } = b.part {
             self.mode = Mode::Head;
         }
-        Ok(())
+        Ok(true)
     }
 
     #[inline]
-    fn block(&mut self, b: &BlockEvent) -> SinkResult {
+    fn block(&mut self, b: &BlockEvent) -> Result<bool, Self::Error> {
         self.blocks += 1;
         self.instructions += b.executed as u64;
         match b.id {
@@ -302,14 +306,10 @@ impl Sink for EdgeCounts<'_> {
                 self.event(Ev::Block { addr: b.addr, exit: exit_of(b.plan), interrupted: b.interrupted });
             }
         }
-        Ok(())
+        Ok(true)
     }
 
-    fn refs(&mut self, _: &[MemEvent]) -> SinkResult {
-        Ok(())
-    }
-
-    fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
+    fn marker(&mut self, _: u32, m: Marker) -> Result<bool, Self::Error> {
         if matches!(m, Marker::Signal(_) | Marker::SignalReturn | Marker::ThreadEnd) {
             self.materialize();
         }
@@ -319,19 +319,19 @@ impl Sink for EdgeCounts<'_> {
             Marker::ThreadEnd => self.event(Ev::End),
             Marker::ThreadStart | Marker::ChunkStart(_) | Marker::Sync { .. } | Marker::Call { .. } | Marker::Return { .. } => {}
         }
-        Ok(())
+        Ok(true)
     }
 
-    fn run(&mut self, run: &Run) -> SinkResult {
+    fn run(&mut self, run: &Run) -> Result<bool, Self::Error> {
         for b in run.blocks() {
             self.blocks += 1;
             self.instructions += b.executed as u64;
             self.enter(b.id, b.addr);
         }
-        Ok(())
+        Ok(true)
     }
 
-    fn finish(&mut self) -> SinkResult {
+    fn finish(&mut self) -> Result<(), Self::Error> {
         // A thread's summary is kept until every thread is done, a chunk's until its thread
         // merges it, perhaps behind hundreds of others: both hold what they counted only.
         self.pairs.compact();
@@ -340,9 +340,9 @@ impl Sink for EdgeCounts<'_> {
 }
 
 impl Merge for EdgeCounts<'_> {
-    fn merge(&mut self, mut later: Self) -> SinkResult {
+    fn merge(&mut self, mut later: Self) -> Result<bool, Self::Error> {
         if self.mode != Mode::Closed || later.mode == Mode::Closed {
-            return Err(SinkError::failed("edge counts merge a chunk's summary onto its thread's, in order"));
+            return Err(RecoverError::MergeOrder("edge counts"));
         }
         self.materialize();
         later.materialize();
@@ -365,6 +365,6 @@ impl Merge for EdgeCounts<'_> {
         }
         self.blocks += later.blocks;
         self.instructions += later.instructions;
-        Ok(())
+        Ok(true)
     }
 }

@@ -1,9 +1,12 @@
 //! Recovery of memory references and block sequences from DEP profiles (paper section 6.2),
 //! as a stream of events to a [`Sink`]; every exporter is a sink.
 
+pub mod adapters;
+pub mod counts;
 pub mod driver;
 pub mod edge_counts;
 pub mod edges;
+pub mod error;
 pub mod events;
 pub mod flat;
 #[cfg(target_arch = "x86_64")]
@@ -12,13 +15,18 @@ pub mod ordered;
 pub mod plans;
 pub mod records;
 pub mod render;
+pub mod sink;
 pub mod stats;
 pub mod traverse;
 pub mod truth;
 
-pub use driver::{RecoverError, Recovery, Source};
+pub use adapters::{ByThread, Tee};
+pub use counts::Counts;
+pub use driver::{Events, Recovery};
 pub use edge_counts::{Depth, EdgeCounts};
-pub use events::{Begin, BlockEvent, ByThread, Counts, Marker, MemEvent, Merge, Part, Run, RunBlock, Sink, SinkError, SinkResult};
+pub use error::{ChunkFault, RecoverError};
+pub use events::{Begin, BlockEvent, Marker, MemEvent, Part, Run, RunBlock, Source};
 pub use plans::Engine;
 pub use render::{Format, Renderer};
+pub use sink::{Merge, Sink};
 pub use stats::{Stats, StatsSink};

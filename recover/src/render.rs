@@ -6,7 +6,9 @@
 //!   bytes), then 24-byte little-endian records `pc u64, addr u64, thread u32, size u16,
 //!   kind u8 (0 read, 1 write), flags u8 (bit 0 conditional)`; sizes above 65535 saturate.
 
-use crate::events::{BlockEvent, MemEvent, Run, Sink, SinkResult};
+use crate::error::RecoverError;
+use crate::events::{BlockEvent, MemEvent, Run};
+use crate::sink::Sink;
 use dep_profile::semantics::Access;
 use std::io::{self, Write};
 
@@ -76,13 +78,11 @@ pub struct Renderer<W: Write> {
     format: Format,
     buf: Vec<u8>,
     out: W,
-    /// Thread of the last block, which the references that follow belong to.
-    thread: u32,
 }
 
 impl<W: Write> Renderer<W> {
     pub fn new(format: Format, out: W) -> Self {
-        Renderer { format, buf: Vec::with_capacity(1 << 16), out, thread: 0 }
+        Renderer { format, buf: Vec::with_capacity(1 << 16), out }
     }
 
     #[inline]
@@ -102,9 +102,10 @@ impl<W: Write> Renderer<W> {
 }
 
 impl<W: Write> Sink for Renderer<W> {
+    type Error = RecoverError;
+
     #[inline]
-    fn block(&mut self, b: &BlockEvent) -> SinkResult {
-        self.thread = b.thread;
+    fn block(&mut self, b: &BlockEvent) -> Result<bool, Self::Error> {
         if self.format == Format::Blocks {
             push_dec(&mut self.buf, b.thread as u64);
             self.buf.push(b' ');
@@ -114,17 +115,37 @@ impl<W: Write> Sink for Renderer<W> {
             self.buf.push(b'\n');
             self.spill()?;
         }
-        Ok(())
+        Ok(true)
     }
 
     #[inline]
-    fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
+    fn refs(&mut self, b: &BlockEvent, refs: &[MemEvent]) -> Result<bool, Self::Error> {
+        self.references(b.thread, refs)?;
+        Ok(true)
+    }
+
+    fn run(&mut self, run: &Run) -> Result<bool, Self::Error> {
+        if self.format == Format::Blocks {
+            for (b, _) in run.iter() {
+                self.block(&b)?;
+            }
+        } else {
+            self.references(run.thread, run.refs())?;
+        }
+        Ok(true)
+    }
+}
+
+impl<W: Write> Renderer<W> {
+    /// Renders thread `thread`'s references.
+    #[inline]
+    fn references(&mut self, thread: u32, refs: &[MemEvent]) -> io::Result<()> {
         match self.format {
             Format::Blocks => {}
             Format::Text => {
                 // "<thread> " once per block, not per reference.
                 let mut tmp = [b' '; 20];
-                let digits = dec(&mut tmp, self.thread as u64).len();
+                let digits = dec(&mut tmp, thread as u64).len();
                 let mut prefix = [b' '; 11];
                 prefix[10 - digits..10].copy_from_slice(&tmp[20 - digits..]);
                 let prefix = &prefix[10 - digits..];
@@ -144,7 +165,7 @@ impl<W: Write> Sink for Renderer<W> {
                     let mut rec = [0u8; BINARY_RECORD];
                     rec[0..8].copy_from_slice(&m.pc.to_le_bytes());
                     rec[8..16].copy_from_slice(&m.addr.to_le_bytes());
-                    rec[16..20].copy_from_slice(&self.thread.to_le_bytes());
+                    rec[16..20].copy_from_slice(&thread.to_le_bytes());
                     rec[20..22].copy_from_slice(&(m.size.min(u16::MAX as u32) as u16).to_le_bytes());
                     rec[22] = if m.access == Access::Read { 0 } else { 1 };
                     rec[23] = m.conditional as u8;
@@ -154,17 +175,6 @@ impl<W: Write> Sink for Renderer<W> {
             }
         }
         Ok(())
-    }
-
-    fn run(&mut self, run: &Run) -> SinkResult {
-        if self.format == Format::Blocks {
-            for (b, _) in run.iter() {
-                self.block(&b)?;
-            }
-            return Ok(());
-        }
-        self.thread = run.thread;
-        self.refs(run.refs())
     }
 }
 
@@ -177,21 +187,17 @@ mod tests {
         let block = |thread| BlockEvent { thread, addr: 0x401000, version: 0, id: None, plan: None, executed: 1, interrupted: false };
         let mut r = Renderer::new(Format::Text, Vec::new());
         r.block(&block(3)).unwrap();
-        r.refs(&[MemEvent { pc: 0x401000, addr: 0, size: 8, access: Access::Write, conditional: false, insn: 0 }]).unwrap();
+        r.refs(&block(3), &[MemEvent { pc: 0x401000, addr: 0, size: 8, access: Access::Write, conditional: false, insn: 0 }]).unwrap();
         r.block(&block(0)).unwrap();
-        r.refs(&[MemEvent {
-            pc: 0xffff_ffff_ffff_ffff,
-            addr: 0x7ffc_dead_beef,
-            size: 4096,
-            access: Access::Read,
-            conditional: true,
-            insn: 0,
-        }])
+        r.refs(
+            &block(0),
+            &[MemEvent { pc: 0xffff_ffff_ffff_ffff, addr: 0x7ffc_dead_beef, size: 4096, access: Access::Read, conditional: true, insn: 0 }],
+        )
         .unwrap();
         assert_eq!(String::from_utf8(r.into_inner().unwrap()).unwrap(), "3 0x401000 W 0x0 8\n0 0xffffffffffffffff R 0x7ffcdeadbeef 4096\n");
         let mut r = Renderer::new(Format::Binary, Vec::new());
         r.block(&block(1)).unwrap();
-        r.refs(&[MemEvent { pc: 2, addr: 3, size: 4, access: Access::Write, conditional: true, insn: 0 }]).unwrap();
+        r.refs(&block(1), &[MemEvent { pc: 2, addr: 3, size: 4, access: Access::Write, conditional: true, insn: 0 }]).unwrap();
         let b = r.into_inner().unwrap();
         assert_eq!(b.len(), BINARY_RECORD);
         assert_eq!(&b[16..], &[1, 0, 0, 0, 4, 0, 1, 1]);

@@ -28,10 +28,13 @@
 //! unresolved. Truth replay has no signal markers, so there a handler's first block
 //! resolves the branch it interrupted.
 
-use crate::driver::{RecoverError, Recovery, Source};
+use crate::driver::Recovery;
 use crate::edges::{Edge, EdgeKind, Edges};
-use crate::events::{BlockEvent, Marker, MemEvent, Sink, SinkResult};
+use crate::error::RecoverError;
+use crate::events::Source;
+use crate::events::{BlockEvent, Marker, MemEvent};
 use crate::plans::Plans;
+use crate::sink::Sink;
 use dep_profile::container::{Profile, ProfileError, Section};
 use dep_profile::semantics::Access;
 use dep_profile::Width;
@@ -299,8 +302,10 @@ impl<'p> StatsSink<'p> {
 }
 
 impl Sink for StatsSink<'_> {
+    type Error = RecoverError;
+
     #[inline]
-    fn block(&mut self, b: &BlockEvent) -> SinkResult {
+    fn block(&mut self, b: &BlockEvent) -> Result<bool, Self::Error> {
         let width = self.width;
         let wb = width.bytes();
         let plans = self.plans;
@@ -313,14 +318,14 @@ impl Sink for StatsSink<'_> {
         t.counts.instructions += b.executed as u64;
         t.counts.interrupted_blocks += b.interrupted as u64;
         t.counts.blocks_without_plan += plan.is_none() as u64;
-        Ok(t.bb_pc.push(&b.addr.to_le_bytes()[..wb])?)
+        t.bb_pc.push(&b.addr.to_le_bytes()[..wb])?;
+        Ok(true)
     }
 
     #[inline]
-    fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
+    fn refs(&mut self, b: &BlockEvent, refs: &[MemEvent]) -> Result<bool, Self::Error> {
         let wb = self.width.bytes();
-        // References follow their block, whose thread `state` made the last one.
-        let t = self.threads.get_mut(self.last).ok_or_else(|| io::Error::other("references before any block"))?;
+        let t = self.state(b.thread);
         for m in refs {
             match m.access {
                 Access::Read => t.counts.reads += 1,
@@ -328,10 +333,10 @@ impl Sink for StatsSink<'_> {
             }
             t.mem_addr.push(&m.addr.to_le_bytes()[..wb])?;
         }
-        Ok(())
+        Ok(true)
     }
 
-    fn marker(&mut self, thread: u32, m: Marker) -> SinkResult {
+    fn marker(&mut self, thread: u32, m: Marker) -> Result<bool, Self::Error> {
         let wb = self.width.bytes();
         let t = self.state(thread);
         let pending = &mut t.pending;
@@ -348,7 +353,7 @@ impl Sink for StatsSink<'_> {
             Marker::ThreadEnd => t.close(wb)?,
             Marker::ThreadStart | Marker::ChunkStart(_) | Marker::Sync { .. } | Marker::Call { .. } | Marker::Return { .. } => {}
         }
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -598,7 +603,7 @@ impl Stats {
 /// Runs the whole profile through a [`StatsSink`] and adds the stored DEP sizes.
 pub fn compute(rec: &Recovery, source: Source, compress: bool) -> Result<Stats, RecoverError> {
     let mut sink = StatsSink::new(rec.profile.width).compress(compress).with_plans(&rec.plans);
-    rec.run(source, &mut sink)?;
+    rec.events(source).run(&mut sink)?;
     let mut stats = sink.into_stats().map_err(RecoverError::Output)?;
     stats.add_profile_sizes(&profile_sizes(rec.profile)?);
     Ok(stats)

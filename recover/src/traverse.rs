@@ -1,9 +1,10 @@
 //! The recovery loop: DEP_c drives a walk over pre-decoded blocks, DEP_m supplies register
 //! values exactly when a block plan says so (paper section 6.2).
 
-use crate::events::{BlockEvent, Marker, MemEvent, Run, RunBlock, Sink, SinkError};
+use crate::events::{BlockEvent, Marker, MemEvent, Run, RunBlock};
 use crate::flat::SLOTS;
 use crate::plans::{PlanCache, PlanMiss, Plans};
+use crate::sink::Sink;
 use dep_profile::blocks::RegOp;
 use dep_profile::container::{ChunkView, Decompression, Section};
 use dep_profile::semantics::{Insn, Special};
@@ -11,23 +12,31 @@ use dep_profile::tags::{Escape, TagDecoder, TagItem, CTL_INTERRUPTED, CTL_SYNC, 
 use dep_profile::values::ValueReader;
 use dep_profile::{Width, NUM_REGS};
 
-/// Where and why recovery failed, inside one chunk.
-#[derive(Debug, thiserror::Error)]
-pub enum ChunkFault {
-    #[error("{0}")]
-    Stream(String),
-    #[error("tag word {word}: block {addr:#x} version {version} is not in the block table")]
-    UnknownBlock { word: usize, addr: u64, version: u32 },
-    #[error("tag word {word}: block {addr:#x} cannot be decoded: {why}")]
-    BadBlock { word: usize, addr: u64, why: String },
-    #[error("tag word {word}: value stream exhausted at byte {offset} (block {addr:#x})")]
-    ValuesExhausted { word: usize, offset: usize, addr: u64 },
-    #[error("value stream has {left} bytes left over after the last block")]
-    ValuesLeftOver { left: usize },
-    #[error("tag word {word}: {what}")]
-    Malformed { word: usize, what: String },
-    #[error("output: {0}")]
-    Sink(#[from] SinkError),
+pub use crate::error::ChunkFault;
+
+/// Why a chunk's walk ended before its end: the chunk is damaged, the sink failed, or the
+/// sink wants nothing more.
+#[derive(Debug)]
+pub enum Halt<E> {
+    Fault(ChunkFault),
+    Sink(E),
+    Stop,
+}
+
+impl<E> From<ChunkFault> for Halt<E> {
+    fn from(f: ChunkFault) -> Self {
+        Halt::Fault(f)
+    }
+}
+
+/// A sink's answer as the walk's: go on, or halt.
+#[inline(always)]
+pub(crate) fn go<E>(r: Result<bool, E>) -> Result<(), Halt<E>> {
+    match r {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Halt::Stop),
+        Err(e) => Err(Halt::Sink(e)),
+    }
 }
 
 /// Reusable buffers for decompressing chunks.
@@ -60,7 +69,7 @@ pub fn recover_chunk<S: Sink>(
     chunk: &ChunkView,
     scratch: &mut Scratch,
     sink: &mut S,
-) -> Result<(), ChunkFault> {
+) -> Result<(), Halt<S::Error>> {
     chunk.decompress_into(Section::Tags, &mut scratch.tags, &mut scratch.dec).map_err(ChunkFault::Stream)?;
     chunk.decompress_into(Section::Values, &mut scratch.values, &mut scratch.dec).map_err(ChunkFault::Stream)?;
     let mut vals = [0u64; SLOTS];
@@ -98,16 +107,16 @@ pub fn recover_chunk<S: Sink>(
             None => match tags.next_item() {
                 Ok(Some(i)) => i,
                 Ok(None) => break,
-                Err(e) => return Err(ChunkFault::Malformed { word, what: e.to_string() }),
+                Err(e) => return Err(ChunkFault::Malformed { word, what: e.to_string() }.into()),
             },
         };
         match item {
             TagItem::Block(addr) => {
                 let (id, stop) = block_at(plans, &mut cache, &mut tags, addr, version, word, &mut pending, &mut records)?;
                 w.block(plans, id, version, stop, &records, sink).map_err(|f| match f {
-                    StepFault::Exhausted(offset) => ChunkFault::ValuesExhausted { word, offset, addr },
-                    StepFault::Sink(e) => ChunkFault::Sink(e),
-                    StepFault::Implausible(what) => ChunkFault::Malformed { word, what },
+                    StepFault::Exhausted(offset) => Halt::Fault(ChunkFault::ValuesExhausted { word, offset, addr }),
+                    StepFault::Implausible(what) => Halt::Fault(ChunkFault::Malformed { word, what }),
+                    StepFault::Halt(h) => h,
                 })?;
                 version = 0;
             }
@@ -118,14 +127,14 @@ pub fn recover_chunk<S: Sink>(
                     if matches!(m, Marker::Signal(_) | Marker::SignalReturn) {
                         w.status = 0;
                     }
-                    sink.marker(w.thread, m)?;
+                    go(sink.marker(w.thread, m))?;
                 }
             },
         }
     }
     scratch.batch = std::mem::take(&mut w.batch);
     if w.values.remaining() != 0 {
-        return Err(ChunkFault::ValuesLeftOver { left: w.values.remaining() });
+        return Err(ChunkFault::ValuesLeftOver { left: w.values.remaining() }.into());
     }
     Ok(())
 }
@@ -177,7 +186,7 @@ fn run_blocks<S: Sink>(
     thread: u32,
     buf: &mut Vec<RunBlock>,
     sink: &mut S,
-) -> Result<(), ChunkFault> {
+) -> Result<(), Halt<S::Error>> {
     let (bytes, mut p) = tags.raw();
     let mut hi = tags.hi() << 16;
     buf.clear();
@@ -189,12 +198,12 @@ fn run_blocks<S: Sink>(
             p += 2;
             buf.push(RunBlock { addr, id, executed, refs: 0 });
             if buf.len() == RUN_BLOCKS {
-                sink.run(&Run::new(thread, buf, &[], plans))?;
+                go(sink.run(&Run::new(thread, buf, &[], plans)))?;
                 buf.clear();
             }
         }
         if !buf.is_empty() {
-            sink.run(&Run::new(thread, buf, &[], plans))?;
+            go(sink.run(&Run::new(thread, buf, &[], plans)))?;
         }
         Ok(())
     })();
@@ -316,7 +325,13 @@ fn block_at(
 
 /// Walks one chunk's control flow alone (DEP_c): blocks and markers, no references, and
 /// DEP_m left unread (so a profile whose values are damaged still gives its control flow).
-pub fn walk_blocks<S: Sink>(width: Width, plans: &Plans, chunk: &ChunkView, scratch: &mut Scratch, sink: &mut S) -> Result<(), ChunkFault> {
+pub fn walk_blocks<S: Sink>(
+    width: Width,
+    plans: &Plans,
+    chunk: &ChunkView,
+    scratch: &mut Scratch,
+    sink: &mut S,
+) -> Result<(), Halt<S::Error>> {
     chunk.decompress_into(Section::Tags, &mut scratch.tags, &mut scratch.dec).map_err(ChunkFault::Stream)?;
     let mut tags = TagDecoder::new(width, &scratch.tags, chunk.hi()).map_err(|e| ChunkFault::Stream(e.to_string()))?;
     let thread = chunk.thread();
@@ -334,7 +349,7 @@ pub fn walk_blocks<S: Sink>(width: Width, plans: &Plans, chunk: &ChunkView, scra
             None => match tags.next_item() {
                 Ok(Some(i)) => i,
                 Ok(None) => return Ok(()),
-                Err(e) => return Err(ChunkFault::Malformed { word, what: e.to_string() }),
+                Err(e) => return Err(ChunkFault::Malformed { word, what: e.to_string() }.into()),
             },
         };
         match item {
@@ -342,37 +357,37 @@ pub fn walk_blocks<S: Sink>(width: Width, plans: &Plans, chunk: &ChunkView, scra
                 let (id, stop) = block_at(plans, &mut cache, &mut tags, addr, version, word, &mut pending, &mut records)?;
                 let executed = stop.map_or(plans.flat.blocks[id as usize].insns, |s| s as u32 + 1);
                 let plan = plans.get_plan(id);
-                sink.block(&BlockEvent { thread, addr, version, id: Some(id), plan, executed, interrupted: stop.is_some() })?;
+                go(sink.block(&BlockEvent { thread, addr, version, id: Some(id), plan, executed, interrupted: stop.is_some() }))?;
                 for &(_, m) in &records {
-                    sink.marker(thread, m)?;
+                    go(sink.marker(thread, m))?;
                 }
                 version = 0;
             }
             TagItem::Escape(e) => match control(e, chunk, word)? {
                 Control::Version(v) => version = v,
                 Control::ExpireAll => {}
-                Control::Marker(m) => sink.marker(thread, m)?,
+                Control::Marker(m) => go(sink.marker(thread, m))?,
             },
         }
     }
 }
 
-enum StepFault {
+enum StepFault<E> {
     Exhausted(usize),
-    Sink(SinkError),
     Implausible(String),
+    Halt(Halt<E>),
 }
 
 /// More bytes than any rep string can move in a run: beyond this the stream is corrupt.
 const MAX_REP_BYTES: u64 = 1 << 40;
 
-impl From<SinkError> for StepFault {
-    fn from(e: SinkError) -> Self {
-        StepFault::Sink(e)
+impl<E> From<Halt<E>> for StepFault<E> {
+    fn from(h: Halt<E>) -> Self {
+        StepFault::Halt(h)
     }
 }
 
-impl From<dep_profile::values::ValueError> for StepFault {
+impl<E> From<dep_profile::values::ValueError> for StepFault<E> {
     fn from(e: dep_profile::values::ValueError) -> Self {
         let dep_profile::values::ValueError::Exhausted { offset, .. } = e;
         StepFault::Exhausted(offset)
@@ -400,7 +415,7 @@ impl Walker<'_> {
     /// tag that is anything else, which the general walk then takes. This is
     /// [`block`](Self::block) with everything it checks hoisted out.
     #[inline(never)]
-    fn run_plain<S: Sink>(&mut self, plans: &Plans, cache: &PlanCache, tags: &mut TagDecoder, sink: &mut S) -> Result<(), ChunkFault> {
+    fn run_plain<S: Sink>(&mut self, plans: &Plans, cache: &PlanCache, tags: &mut TagDecoder, sink: &mut S) -> Result<(), Halt<S::Error>> {
         let flat = &plans.flat;
         let (bytes, mut p) = tags.raw();
         let mut hi = tags.hi() << 16;
@@ -424,15 +439,8 @@ impl Walker<'_> {
                 p += 2;
                 // (Without a panic path, so a sink that ignores the plan does not pay for it.)
                 let plan = plans.get_plan(id);
-                sink.block(&BlockEvent {
-                    thread: self.thread,
-                    addr,
-                    version: 0,
-                    id: Some(id),
-                    plan,
-                    executed: fb.insns,
-                    interrupted: false,
-                })?;
+                let ev = BlockEvent { thread: self.thread, addr, version: 0, id: Some(id), plan, executed: fb.insns, interrupted: false };
+                go(sink.block(&ev))?;
                 let mut k = 0usize;
                 // SAFETY: `fb.steps` is a range `FlatPlans::push` built inside `flat.steps`.
                 for step in unsafe { flat.steps.get_unchecked(fb.steps.0 as usize..fb.steps.1 as usize) } {
@@ -449,7 +457,7 @@ impl Walker<'_> {
                         let r = need.trailing_zeros() as usize;
                         need &= need - 1;
                         if vp + 8 > values.len() {
-                            return Err(ChunkFault::ValuesExhausted { word, offset: vp, addr });
+                            return Err(Halt::Fault(ChunkFault::ValuesExhausted { word, offset: vp, addr }));
                         }
                         // SAFETY: checked just above.
                         vals[r & (SLOTS - 1)] = unsafe { (values.as_ptr().add(vp) as *const u64).read_unaligned() };
@@ -486,7 +494,7 @@ impl Walker<'_> {
                 }
                 if k != 0 {
                     // SAFETY: the first `k` elements were written above.
-                    sink.refs(unsafe { std::slice::from_raw_parts(out, k) })?;
+                    go(sink.refs(&ev, unsafe { std::slice::from_raw_parts(out, k) }))?;
                 }
             }
             Ok(())
@@ -512,7 +520,7 @@ impl Walker<'_> {
         buf: &mut JitBuffers,
         tags: &mut TagDecoder,
         sink: &mut S,
-    ) -> Result<(), ChunkFault> {
+    ) -> Result<(), Halt<S::Error>> {
         use crate::jit::JitState;
         let flat = &plans.flat;
         let max_refs = flat.max_refs as usize;
@@ -570,7 +578,7 @@ impl Walker<'_> {
             };
             if !recs.is_empty() {
                 plans.count_compiled(recs.len());
-                sink.run(&Run::new(self.thread, recs, refs, plans))?;
+                go(sink.run(&Run::new(self.thread, recs, refs, plans)))?;
             }
             if st.refs <= st.refs_limit && st.blocks <= st.blocks_limit {
                 return Ok(());
@@ -625,12 +633,12 @@ impl Walker<'_> {
         stop: Option<u16>,
         records: &[(u32, Marker)],
         sink: &mut S,
-    ) -> Result<(), StepFault> {
+    ) -> Result<(), StepFault<S::Error>> {
         let flat = &plans.flat;
         let fb = flat.blocks[id as usize];
         let executed = stop.map_or(fb.insns, |s| s as u32 + 1);
         let plan_ref = plans.plan(id);
-        sink.block(&BlockEvent {
+        let ev = BlockEvent {
             thread: self.thread,
             addr: plan_ref.addr,
             version,
@@ -638,7 +646,8 @@ impl Walker<'_> {
             plan: Some(plan_ref),
             executed,
             interrupted: stop.is_some(),
-        })?;
+        };
+        go(sink.block(&ev))?;
         let mut steps = &flat.steps[fb.steps.0 as usize..fb.steps.1 as usize];
         if let Some(s) = stop {
             steps = &steps[..steps.partition_point(|st| st.insn <= s)];
@@ -652,7 +661,7 @@ impl Walker<'_> {
         for step in steps {
             if let Some(&(p, _)) = records.first() {
                 if p <= 2 * step.insn as u32 {
-                    self.records_before(2 * step.insn as u32, &mut records, sink)?;
+                    self.records_before(&ev, 2 * step.insn as u32, &mut records, sink)?;
                 }
             }
             status = (status & !step.expired) | step.derived;
@@ -684,7 +693,7 @@ impl Walker<'_> {
                 }
             } else {
                 self.status = status;
-                self.special(&plan_ref.insns[step.insn as usize], step.insn, stop == Some(step.insn), sink)?;
+                self.special(&ev, &plan_ref.insns[step.insn as usize], step.insn, stop == Some(step.insn), sink)?;
                 status = self.status;
                 self.batch.reserve(fb.refs as usize);
             }
@@ -700,10 +709,10 @@ impl Walker<'_> {
         }
         self.status = status;
         if !self.batch.is_empty() {
-            sink.refs(&self.batch)?;
+            go(sink.refs(&ev, &self.batch))?;
         }
         for &(_, m) in records {
-            sink.marker(self.thread, m)?;
+            go(sink.marker(self.thread, m))?;
         }
         Ok(())
     }
@@ -711,16 +720,22 @@ impl Walker<'_> {
     /// Gives the references batched so far and then the records placed at or before
     /// `place` (the next instruction's references come after them).
     #[cold]
-    fn records_before<S: Sink>(&mut self, place: u32, records: &mut &[(u32, Marker)], sink: &mut S) -> Result<(), StepFault> {
+    fn records_before<S: Sink>(
+        &mut self,
+        ev: &BlockEvent,
+        place: u32,
+        records: &mut &[(u32, Marker)],
+        sink: &mut S,
+    ) -> Result<(), StepFault<S::Error>> {
         if !self.batch.is_empty() {
-            sink.refs(&self.batch)?;
+            go(sink.refs(ev, &self.batch))?;
             self.batch.clear();
         }
         while let Some((&(p, m), rest)) = records.split_first() {
             if p > place {
                 break;
             }
-            sink.marker(self.thread, m)?;
+            go(sink.marker(self.thread, m))?;
             *records = rest;
         }
         Ok(())
@@ -728,7 +743,14 @@ impl Walker<'_> {
 
     /// A rep string or a gather, whose references depend on values beyond the registers.
     #[inline(never)]
-    fn special<S: Sink>(&mut self, insn: &Insn, index: u16, interrupted_here: bool, sink: &mut S) -> Result<(), StepFault> {
+    fn special<S: Sink>(
+        &mut self,
+        ev: &BlockEvent,
+        insn: &Insn,
+        index: u16,
+        interrupted_here: bool,
+        sink: &mut S,
+    ) -> Result<(), StepFault<S::Error>> {
         let mask = self.mask;
         match insn.special {
             Special::None => unreachable!("flat plans mark only special instructions"),
@@ -787,7 +809,7 @@ impl Walker<'_> {
                         }
                         k += run;
                         if self.batch.len() >= BATCH {
-                            sink.refs(&self.batch)?;
+                            go(sink.refs(ev, &self.batch))?;
                             self.batch.clear();
                         }
                     }
@@ -810,7 +832,7 @@ impl Walker<'_> {
                             });
                         }
                         if self.batch.len() >= BATCH {
-                            sink.refs(&self.batch)?;
+                            go(sink.refs(ev, &self.batch))?;
                             self.batch.clear();
                         }
                     }

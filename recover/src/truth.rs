@@ -1,8 +1,9 @@
 //! Replays a chunk's truth stream as events, so recovered and observed traces render alike.
 
-use crate::events::{BlockEvent, MemEvent, Sink};
+use crate::events::{BlockEvent, MemEvent};
 use crate::plans::Plans;
-use crate::traverse::ChunkFault;
+use crate::sink::Sink;
+use crate::traverse::{go, ChunkFault, Halt};
 use dep_profile::container::{ChunkView, Decompression, Section};
 use dep_profile::semantics::Access;
 use dep_profile::truth::{self, TruthKind, TruthRecord};
@@ -12,7 +13,7 @@ use dep_profile::BlockPlan;
 /// block table has the block (at code version 0, which is all the truth stream names) with
 /// the same instruction count; references carry their instruction's index in that plan, or
 /// 0 where the block has none.
-pub fn replay_chunk<S: Sink>(plans: &Plans, chunk: &ChunkView, buf: &mut Vec<u8>, sink: &mut S) -> Result<(), ChunkFault> {
+pub fn replay_chunk<S: Sink>(plans: &Plans, chunk: &ChunkView, buf: &mut Vec<u8>, sink: &mut S) -> Result<(), Halt<S::Error>> {
     chunk.decompress_into(Section::Truth, buf, &mut Decompression::default()).map_err(ChunkFault::Stream)?;
     let recs: Vec<TruthRecord> = truth::records(buf)
         .map_err(|e| ChunkFault::Stream(e.to_string()))?
@@ -24,6 +25,8 @@ pub fn replay_chunk<S: Sink>(plans: &Plans, chunk: &ChunkView, buf: &mut Vec<u8>
     let mut next_mark = 0usize;
     let mut rep = RepReplay::default();
     let mut plan: Option<&BlockPlan> = None;
+    // The block the references batched belong to.
+    let mut block = BlockEvent { thread, addr: 0, version: 0, id: None, plan: None, executed: 0, interrupted: false };
     for (i, r) in recs.iter().enumerate() {
         match r.kind {
             TruthKind::Block => {
@@ -34,12 +37,13 @@ pub fn replay_chunk<S: Sink>(plans: &Plans, chunk: &ChunkView, buf: &mut Vec<u8>
                 let interrupted = recs.get(next_mark).filter(|n| n.kind == TruthKind::Interrupted);
                 let executed = interrupted.map_or(r.size, |n| n.size + 1);
                 if !batch.is_empty() {
-                    sink.refs(&batch)?;
+                    go(sink.refs(&block, &batch))?;
                     batch.clear();
                 }
                 let id = plans.find(r.pc, 0).ok().filter(|&id| plans.plan(id).insns.len() == r.size as usize);
                 plan = id.map(|id| plans.plan(id));
-                sink.block(&BlockEvent { thread, addr: r.pc, version: 0, id, plan, executed, interrupted: interrupted.is_some() })?;
+                block = BlockEvent { thread, addr: r.pc, version: 0, id, plan, executed, interrupted: interrupted.is_some() };
+                go(sink.block(&block))?;
             }
             TruthKind::Read | TruthKind::Write => {
                 let access = if r.kind == TruthKind::Read { Access::Read } else { Access::Write };
@@ -53,7 +57,7 @@ pub fn replay_chunk<S: Sink>(plans: &Plans, chunk: &ChunkView, buf: &mut Vec<u8>
                     for k in 0..count {
                         batch.extend(operands.iter().map(|o| o.at(k)));
                         if batch.len() >= BATCH {
-                            sink.refs(&batch)?;
+                            go(sink.refs(&block, &batch))?;
                             batch.clear();
                         }
                     }
@@ -62,7 +66,7 @@ pub fn replay_chunk<S: Sink>(plans: &Plans, chunk: &ChunkView, buf: &mut Vec<u8>
         }
     }
     if !batch.is_empty() {
-        sink.refs(&batch)?;
+        go(sink.refs(&block, &batch))?;
     }
     Ok(())
 }

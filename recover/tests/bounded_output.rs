@@ -118,7 +118,7 @@ fn chunk_summaries_waiting_to_merge_hold_what_they_counted() {
     let _turn = peak_alloc::turn();
     let (alone, few, both) = peak_alloc::long_and_short_threads(|p| {
         let rec = Recovery::new(p, 2);
-        let (counts, peak) = peak_alloc::measure(|| rec.run_merged(Source::Blocks, |_| EdgeCounts::new(&rec.plans), &|_| {}).unwrap());
+        let (counts, peak) = peak_alloc::measure(|| rec.events(Source::Blocks).merged(|_| EdgeCounts::new(&rec.plans)).unwrap());
         assert_eq!(counts.len(), p.threads.len());
         peak
     });
@@ -139,7 +139,7 @@ fn renderings_larger_than_memory_allows_stream_in_order() {
         let rec = Recovery::new(&p, workers);
         assert_eq!(rec.workers(), workers, "one chunk a thread");
         let mut out = Expect { threads, bytes, thread: 0, i: 0, line: Vec::new(), at: 0, written: 0, wrong: None };
-        let ((), peak) = peak_alloc::measure(|| rec.run_rendered(Source::Dep, Format::Text, &mut out, &|_| {}).unwrap());
+        let ((), peak) = peak_alloc::measure(|| rec.events(Source::Dep).rendered(Format::Text, &mut out).unwrap());
         assert_eq!(out.wrong, None, "{workers} workers");
         assert!(out.done(), "{workers} workers: output ends early, at byte {}", out.written);
         assert!(out.written > 200 << 20, "{} bytes", out.written);

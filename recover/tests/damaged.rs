@@ -4,7 +4,7 @@
 use dep_profile::container::Profile;
 use dep_profile::simulate::{random_code, random_path, write_profile, Rng};
 use dep_profile::Machine;
-use dep_recover::{Counts, Format, Recovery, Source};
+use dep_recover::{ChunkFault, Counts, Format, RecoverError, Recovery, Source};
 use proptest::prelude::*;
 
 fn sample(seed: u64) -> Vec<u8> {
@@ -21,9 +21,9 @@ fn recover_all(bytes: &[u8]) {
     let Ok(p) = Profile::open(&path) else { return };
     let rec = Recovery::new(&p, 1);
     for source in [Source::Dep, Source::Truth] {
-        let _ = rec.run(source, &mut Counts::default());
+        let _ = rec.events(source).run(&mut Counts::default());
         let mut out = Vec::new();
-        let _ = rec.run_rendered(source, Format::Text, &mut out, &|_| {});
+        let _ = rec.events(source).rendered(Format::Text, &mut out);
     }
 }
 
@@ -53,7 +53,15 @@ fn inconsistent_streams_are_named() {
         }
     });
     let bad = Profile::open(&out).unwrap();
-    let err = Recovery::new(&bad, 1).run(Source::Dep, &mut Counts::default()).unwrap_err().to_string();
+    let err = Recovery::new(&bad, 1).events(Source::Dep).run(&mut Counts::default()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RecoverError::Chunk { thread: 0, seq: 0, fault: ChunkFault::ValuesExhausted { .. } | ChunkFault::ValuesLeftOver { .. }, .. }
+        ),
+        "{err:?}"
+    );
+    let err = err.to_string();
     assert!(err.contains("thread 0 chunk 0") && (err.contains("exhausted") || err.contains("left over")), "{err}");
 }
 

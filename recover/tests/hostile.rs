@@ -7,7 +7,7 @@ use dep_profile::simulate::{random_code, random_path, write_profile, Rng};
 use dep_profile::tags::{CTL_SET_HI, ESC};
 use dep_profile::Machine;
 use dep_recover::plans::Plans;
-use dep_recover::traverse::{recover_chunk, ChunkFault, Scratch};
+use dep_recover::traverse::{recover_chunk, ChunkFault, Halt, Scratch};
 use dep_recover::{Counts, Engine};
 
 const ENGINES: [Engine; 3] = [Engine::Walk, Engine::Compiled, Engine::CompiledWithoutPopcnt];
@@ -58,7 +58,7 @@ fn assert_unknown_top_block(p: &Profile, engine: Engine) {
     let view = p.chunk(&p.threads[0].chunks[0]).unwrap();
     let r = recover_chunk(p.width, &plans, &view, &mut Scratch::default(), &mut Counts::default());
     match r {
-        Err(ChunkFault::UnknownBlock { addr: u64::MAX, version: 0, .. }) => {}
+        Err(Halt::Fault(ChunkFault::UnknownBlock { addr: u64::MAX, version: 0, .. })) => {}
         other => panic!("{engine:?}: expected block {:#x} not in the table, got {other:?}", u64::MAX),
     }
 }

@@ -5,15 +5,15 @@
 use dep_profile::container::Profile;
 use dep_profile::simulate::{program_path, random_code, random_path, random_program, write_profile, write_profile_with, PathStep, Rng};
 use dep_profile::Machine;
-use dep_recover::{Engine, Format, Recovery, Renderer, Source};
+use dep_recover::{BlockEvent, Engine, Format, MemEvent, Recovery, Renderer, Sink, Source};
 
 fn render(rec: &Recovery, source: Source, format: Format, parallel: bool) -> Vec<u8> {
     let mut out = Vec::new();
     if parallel {
-        rec.run_rendered(source, format, &mut out, &|_| {}).unwrap();
+        rec.events(source).rendered(format, &mut out).unwrap();
     } else {
         let mut r = Renderer::new(format, &mut out);
-        rec.run(source, &mut r).unwrap();
+        rec.events(source).run(&mut r).unwrap();
         r.into_inner().unwrap();
     }
     out
@@ -125,7 +125,7 @@ fn recovered_reference_counts_are_plausible() {
     let p = Profile::open(&path).unwrap();
     let rec = Recovery::new(&p, 1);
     let mut counts = dep_recover::Counts::default();
-    rec.run(Source::Dep, &mut counts).unwrap();
+    rec.events(Source::Dep).run(&mut counts).unwrap();
     assert!(counts.blocks > 1800, "{counts:?}");
     assert!(counts.reads + counts.writes > 5000, "{counts:?}");
     assert!(p.threads[0].chunks.len() > 10);
@@ -164,13 +164,15 @@ struct Placement {
     wrong: Vec<String>,
 }
 
-impl dep_recover::Sink for Placement {
-    fn block(&mut self, _: &dep_recover::BlockEvent) -> dep_recover::SinkResult {
+impl Sink for Placement {
+    type Error = dep_recover::RecoverError;
+
+    fn block(&mut self, _: &BlockEvent) -> Result<bool, Self::Error> {
         self.refs.clear();
         self.records.clear();
-        Ok(())
+        Ok(true)
     }
-    fn refs(&mut self, refs: &[dep_recover::MemEvent]) -> dep_recover::SinkResult {
+    fn refs(&mut self, _b: &BlockEvent, refs: &[MemEvent]) -> Result<bool, Self::Error> {
         for r in refs {
             // No record already given may stand after this reference.
             if let Some(&p) = self.records.iter().find(|&&p| p > 2 * r.insn as u32) {
@@ -179,15 +181,15 @@ impl dep_recover::Sink for Placement {
             self.after += !self.records.is_empty() as usize;
             self.refs.push(r.insn);
         }
-        Ok(())
+        Ok(true)
     }
-    fn marker(&mut self, _: u32, m: dep_recover::Marker) -> dep_recover::SinkResult {
+    fn marker(&mut self, _: u32, m: dep_recover::Marker) -> Result<bool, Self::Error> {
         use dep_recover::Marker;
         let p = match m {
             Marker::Sync { insn: Some(_), .. } => m.place().unwrap(),
             Marker::Call { .. } => self.records.last().copied().unwrap_or(0),
             Marker::Return { .. } => u32::MAX,
-            _ => return Ok(()),
+            _ => return Ok(true),
         };
         self.checked += 1;
         // Every reference already given stands before this record.
@@ -195,7 +197,7 @@ impl dep_recover::Sink for Placement {
             self.wrong.push(format!("record at place {p} after a reference of instruction {k}"));
         }
         self.records.push(p);
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -214,7 +216,7 @@ fn records_of_instructions_arrive_in_place() {
         for engine in [Engine::Walk, Engine::Compiled, Engine::CompiledWithoutPopcnt] {
             let rec = Recovery::with_engine(&p, 1, engine);
             let mut s = Placement::default();
-            rec.run(Source::Dep, &mut s).unwrap();
+            rec.events(Source::Dep).run(&mut s).unwrap();
             assert!(s.wrong.is_empty(), "seed {seed} {engine:?}: {}", s.wrong[..s.wrong.len().min(5)].join("; "));
             checked += s.checked;
             after += s.after;

@@ -79,9 +79,9 @@ fn check_simulated(seed: u64, threads: usize, len: usize, events: bool) {
     let rec = Recovery::new(&p, 1);
 
     let mut dep = StatsSink::new(p.width).keep_streams(true);
-    rec.run(Source::Dep, &mut dep).unwrap();
+    rec.events(Source::Dep).run(&mut dep).unwrap();
     let mut tru = StatsSink::new(p.width).keep_streams(true).with_plans(&rec.plans);
-    rec.run(Source::Truth, &mut tru).unwrap();
+    rec.events(Source::Truth).run(&mut tru).unwrap();
     for (i, w) in want.iter().enumerate() {
         let s = dep.streams(i as u32).unwrap();
         assert!(s.bb_pc == w.bb_pc, "seed {seed} thread {i}: BB_pc stream differs from the truth's block addresses");
@@ -229,7 +229,7 @@ fn cf_bit_taken_and_not_taken() {
     let p = simulate(&dir, &code, &[t0, t1], 5);
     let rec = Recovery::new(&p, 1);
     let mut sink = StatsSink::new(p.width).keep_streams(true);
-    rec.run(Source::Dep, &mut sink).unwrap();
+    rec.events(Source::Dep).run(&mut sink).unwrap();
 
     // Thread 0 bits, in order: T taken, F not, T taken, T taken, L taken, F not, and A's
     // unresolved last branch not taken: 1,0,1,1,1,0,0 least significant first = 0x1d.
@@ -272,13 +272,13 @@ fn cf_bit_taken_and_not_taken() {
 
     // Truth replay, told the plans, sees thread 0's branches identically (no signals there).
     let mut tru = StatsSink::new(p.width).keep_streams(true).with_plans(&rec.plans);
-    rec.run(Source::Truth, &mut tru).unwrap();
+    rec.events(Source::Truth).run(&mut tru).unwrap();
     tru.marker(0, dep_recover::Marker::ThreadEnd).unwrap();
     assert_eq!(tru.streams(0).unwrap().cf_bit, &want0[..]);
     // Truth replay carries the block table's plans itself: a sink not told them sees the
     // same branches.
     let mut blind = StatsSink::new(p.width).keep_streams(true);
-    rec.run(Source::Truth, &mut blind).unwrap();
+    rec.events(Source::Truth).run(&mut blind).unwrap();
     blind.marker(0, dep_recover::Marker::ThreadEnd).unwrap();
     assert_eq!(blind.streams(0).unwrap().cf_bit, &want0[..]);
     let b = blind.into_stats().unwrap();

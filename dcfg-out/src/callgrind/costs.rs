@@ -5,8 +5,9 @@
 //! thread's call stack, which is rebuilt chunk after chunk.
 
 use dep_profile::semantics::{Access, Flow, Special};
-use dep_recover::events::{BlockEvent, Marker, MemEvent, Run, Sink, SinkResult};
+use dep_recover::events::{BlockEvent, Marker, MemEvent, Run};
 use dep_recover::plans::Plans;
+use dep_recover::{RecoverError, Sink};
 use rustc_hash::FxHashMap;
 
 /// Costs in the order of `events: Ir Dr Dw`.
@@ -243,8 +244,6 @@ pub struct ChunkCosts {
     /// Whether the chunk had any block or flow-breaking marker.
     pub seen_block: bool,
     pub carry: Carry,
-    /// Block whose references come next.
-    cur: u32,
     /// Cost of PLT code, charged to the call or jump that entered it: site -> cost.
     pub plt_cost: FxHashMap<u64, Cost>,
     /// In PLT code entered by the call (ret Some) or jump at this site.
@@ -349,31 +348,13 @@ impl CostSink<'_> {
         c.cost[1] += r;
         c.cost[2] += w;
         c.carry.last = whole.then_some(id);
-        c.cur = id;
-    }
-}
-
-impl Sink for CostSink<'_> {
-    fn block(&mut self, b: &BlockEvent) -> SinkResult {
-        match b.id {
-            Some(id) if (id as usize) < self.t.exit.len() => {
-                let n = self.t.len(id);
-                let executed = b.executed.min(n);
-                self.enter(id, executed, !b.interrupted && executed == n);
-            }
-            _ => {
-                self.c.seen_block = true;
-                self.c.carry.last = None;
-                self.c.cur = u32::MAX;
-            }
-        }
-        Ok(())
     }
 
-    fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
-        let b = self.c.cur;
-        if b == u32::MAX || !self.t.has_dynamic[b as usize] {
-            return Ok(());
+    /// Counts block `b`'s references of instructions whose accesses vary per execution.
+    #[inline]
+    fn dynamic_refs(&mut self, b: u32, refs: &[MemEvent]) {
+        if !self.t.has_dynamic[b as usize] {
+            return;
         }
         let first = self.t.first[b as usize];
         for e in refs {
@@ -389,34 +370,56 @@ impl Sink for CostSink<'_> {
                 }
             }
         }
-        Ok(())
+    }
+}
+
+impl Sink for CostSink<'_> {
+    type Error = RecoverError;
+
+    fn block(&mut self, b: &BlockEvent) -> Result<bool, Self::Error> {
+        match b.id {
+            Some(id) if (id as usize) < self.t.exit.len() => {
+                let n = self.t.len(id);
+                let executed = b.executed.min(n);
+                self.enter(id, executed, !b.interrupted && executed == n);
+            }
+            _ => {
+                self.c.seen_block = true;
+                self.c.carry.last = None;
+            }
+        }
+        Ok(true)
     }
 
-    fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
+    fn refs(&mut self, b: &BlockEvent, refs: &[MemEvent]) -> Result<bool, Self::Error> {
+        if let Some(id) = b.id.filter(|&id| (id as usize) < self.t.exit.len()) {
+            self.dynamic_refs(id, refs);
+        }
+        Ok(true)
+    }
+
+    fn marker(&mut self, _: u32, m: Marker) -> Result<bool, Self::Error> {
         let c = &mut self.c;
         let ev = match m {
             Marker::Signal(_) => Some(CallEvent::Signal { cost: c.cost }),
             Marker::SignalReturn => Some(CallEvent::SignalReturn { cost: c.cost }),
             Marker::ThreadEnd => Some(CallEvent::End { cost: c.cost }),
             Marker::ThreadStart => None,
-            Marker::ChunkStart(_) | Marker::Sync { .. } | Marker::Call { .. } | Marker::Return { .. } => return Ok(()),
+            Marker::ChunkStart(_) | Marker::Sync { .. } | Marker::Call { .. } | Marker::Return { .. } => return Ok(true),
         };
         if let Some(e) = ev {
             c.local.event(e, self.t);
         }
         c.seen_block = true;
         c.carry.last = None;
-        Ok(())
+        Ok(true)
     }
 
-    fn run(&mut self, run: &Run) -> SinkResult {
+    fn run(&mut self, run: &Run) -> Result<bool, Self::Error> {
         // Blocks of a run ran whole, one after another: most need only their counts, a
         // transition and their cost, which this loop keeps to; the rest take `enter`.
         let t = self.t;
-        let mut refs = run.refs();
-        for b in run.blocks() {
-            let (mine, rest) = refs.split_at(b.refs as usize);
-            refs = rest;
+        for (b, mine) in run.records() {
             let id = b.id;
             let c = &mut self.c;
             let kid = t.kind[id as usize];
@@ -435,15 +438,14 @@ impl Sink for CostSink<'_> {
                 c.cost[1] += f.1;
                 c.cost[2] += f.2;
                 c.carry.last = Some(id);
-                c.cur = id;
                 continue;
             }
             let n = t.len(id);
             self.enter(id, b.executed as u32, b.executed as u32 == n);
             if !mine.is_empty() {
-                self.refs(mine)?;
+                self.dynamic_refs(id, mine);
             }
         }
-        Ok(())
+        Ok(true)
     }
 }

@@ -71,8 +71,7 @@ pub fn write_profile(rec: &Recovery, symbols: &Symbolizer, opts: &Options, outpu
     // Dense per-chunk arrays go back for the next chunks once merged (fresh ones cost page
     // faults and zeroing on every chunk).
     let spares: std::sync::Mutex<Vec<costs::Spare>> = std::sync::Mutex::new(Vec::new());
-    rec.run_chunks(
-        Source::Dep,
+    rec.events(Source::Dep).ordered(
         |_| CostSink { t: &tables, c: ChunkCosts::new(plans.len(), spares.lock().ok().and_then(|mut s| s.pop())) },
         |mut s| {
             s.c.settle();

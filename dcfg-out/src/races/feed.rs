@@ -5,8 +5,9 @@
 
 use dep_profile::semantics::{Access, Insn};
 use dep_profile::Reg;
-use dep_recover::events::{BlockEvent, Marker, MemEvent, Sink, SinkResult};
+use dep_recover::events::{BlockEvent, Marker, MemEvent};
 use dep_recover::plans::Plans;
+use dep_recover::{RecoverError, Sink};
 
 /// What an access is to the analysis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,7 +148,7 @@ pub fn is_dynamic_linker(path: &str) -> bool {
 /// A sink for one thread's recovery that hands [`Ev`]s to `out` in batches, as they come:
 /// recovery gives the records of a block's instructions where they stand among its
 /// references, so nothing is held but the instruction under way.
-pub struct Feed<'f, F: FnMut(Vec<Ev>) -> SinkResult> {
+pub struct Feed<'f, F: FnMut(Vec<Ev>) -> Sent> {
     facts: &'f Facts,
     out: F,
     batch: Vec<Ev>,
@@ -163,15 +164,23 @@ pub struct Feed<'f, F: FnMut(Vec<Ev>) -> SinkResult> {
     last_place: u32,
 }
 
+/// What handing events on comes to: `Err(Gone)` when the receiver is gone (it failed, and
+/// reports why).
+pub type Sent = Result<(), Gone>;
+
+/// The receiver of a feed's batches is gone.
+#[derive(Debug)]
+pub struct Gone;
+
 const BATCH: usize = 4096;
 
-impl<'f, F: FnMut(Vec<Ev>) -> SinkResult> Feed<'f, F> {
+impl<'f, F: FnMut(Vec<Ev>) -> Sent> Feed<'f, F> {
     /// A feed sending batches to `out`.
     pub fn new(facts: &'f Facts, out: F) -> Self {
         Feed { facts, out, batch: Vec::with_capacity(BATCH), flags: &[], open: false, cur: None, last_place: 0 }
     }
 
-    fn push(&mut self, e: Ev) -> SinkResult {
+    fn push(&mut self, e: Ev) -> Sent {
         self.batch.push(e);
         if self.batch.len() >= BATCH {
             let b = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
@@ -191,7 +200,7 @@ impl<'f, F: FnMut(Vec<Ev>) -> SinkResult> Feed<'f, F> {
         }
     }
 
-    fn access(&mut self, r: &MemEvent, flags: u8) -> SinkResult {
+    fn access(&mut self, r: &MemEvent, flags: u8) -> Sent {
         let class = if flags & ATOMIC != 0 {
             Class::Atomic
         } else if flags & LINKER != 0 {
@@ -210,7 +219,7 @@ impl<'f, F: FnMut(Vec<Ev>) -> SinkResult> Feed<'f, F> {
 
     /// Ends the instruction under way: an atomic's acquire after its references and the
     /// records right after it.
-    fn end_insn(&mut self) -> SinkResult {
+    fn end_insn(&mut self) -> Sent {
         if let Some((_, Some(addr))) = self.cur.take() {
             self.push(Ev::Acquire(addr))?;
         }
@@ -218,14 +227,14 @@ impl<'f, F: FnMut(Vec<Ev>) -> SinkResult> Feed<'f, F> {
     }
 
     /// Ends the open block.
-    fn close_block(&mut self) -> SinkResult {
+    fn close_block(&mut self) -> Sent {
         self.end_insn()?;
         self.open = false;
         Ok(())
     }
 
     /// Sends what is left.
-    pub fn finish_feed(&mut self) -> SinkResult {
+    pub fn finish_feed(&mut self) -> Sent {
         self.close_block()?;
         let b = std::mem::take(&mut self.batch);
         if !b.is_empty() {
@@ -235,8 +244,8 @@ impl<'f, F: FnMut(Vec<Ev>) -> SinkResult> Feed<'f, F> {
     }
 }
 
-impl<F: FnMut(Vec<Ev>) -> SinkResult> Sink for Feed<'_, F> {
-    fn block(&mut self, b: &BlockEvent) -> SinkResult {
+impl<F: FnMut(Vec<Ev>) -> Sent> Feed<'_, F> {
+    fn on_block(&mut self, b: &BlockEvent) -> Sent {
         self.close_block()?;
         let (flags, call_ret) = self.facts.flags(b.id);
         self.push(Ev::Block { addr: b.addr, call_ret: if b.interrupted { 0 } else { call_ret } })?;
@@ -246,7 +255,7 @@ impl<F: FnMut(Vec<Ev>) -> SinkResult> Sink for Feed<'_, F> {
         Ok(())
     }
 
-    fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
+    fn on_refs(&mut self, refs: &[MemEvent]) -> Sent {
         if !self.open {
             for r in refs {
                 self.access(r, 0)?;
@@ -270,7 +279,7 @@ impl<F: FnMut(Vec<Ev>) -> SinkResult> Sink for Feed<'_, F> {
         Ok(())
     }
 
-    fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
+    fn on_marker(&mut self, m: Marker) -> Sent {
         let place = match m {
             Marker::Sync { insn: Some(_), .. } => m.place(),
             Marker::Call { .. } => Some(self.last_place),
@@ -292,6 +301,22 @@ impl<F: FnMut(Vec<Ev>) -> SinkResult> Sink for Feed<'_, F> {
             Some(e) => self.push(e),
             None => Ok(()),
         }
+    }
+}
+
+impl<F: FnMut(Vec<Ev>) -> Sent> Sink for Feed<'_, F> {
+    type Error = RecoverError;
+
+    fn block(&mut self, b: &BlockEvent) -> Result<bool, RecoverError> {
+        Ok(self.on_block(b).is_ok())
+    }
+
+    fn refs(&mut self, _: &BlockEvent, refs: &[MemEvent]) -> Result<bool, RecoverError> {
+        Ok(self.on_refs(refs).is_ok())
+    }
+
+    fn marker(&mut self, _: u32, m: Marker) -> Result<bool, RecoverError> {
+        Ok(self.on_marker(m).is_ok())
     }
 }
 
@@ -317,17 +342,18 @@ mod tests {
             sent.push(b);
             Ok(())
         });
-        feed.block(&BlockEvent { thread: 0, addr: 0x1000, version: 0, id: Some(0), plan: None, executed: 3, interrupted: false }).unwrap();
+        let block = BlockEvent { thread: 0, addr: 0x1000, version: 0, id: Some(0), plan: None, executed: 3, interrupted: false };
+        assert!(feed.block(&block).unwrap());
         let rep: Vec<MemEvent> = (0..4096).map(|i| mem(0, 0x10_0000 + i)).collect();
         for _ in 0..256 {
-            feed.refs(&rep).unwrap();
+            assert!(feed.refs(&block, &rep).unwrap());
         }
         // Sent while the block is still open: all but the last batch.
         let streamed = out.get();
         feed.marker(0, Marker::Sync { seq: 7, insn: Some(1), after: false }).unwrap();
-        feed.refs(&[mem(1, 0x9000)]).unwrap();
+        feed.refs(&block, &[mem(1, 0x9000)]).unwrap();
         feed.marker(0, Marker::Sync { seq: 8, insn: Some(1), after: true }).unwrap();
-        feed.refs(&[mem(2, 0x9100)]).unwrap();
+        feed.refs(&block, &[mem(2, 0x9100)]).unwrap();
         feed.finish_feed().unwrap();
         drop(feed);
         assert!(streamed + BATCH > 1 << 20, "{streamed} of the block's 2^20 events sent while it was open");

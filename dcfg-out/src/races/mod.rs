@@ -18,7 +18,8 @@ pub mod feed;
 pub mod report;
 pub mod shadow;
 
-use dep_recover::events::{BlockEvent, Marker, MemEvent, Sink, SinkError, SinkResult};
+use dep_recover::events::{BlockEvent, Marker, MemEvent};
+use dep_recover::Sink;
 use dep_recover::{RecoverError, Recovery, Source};
 use engine::{Engine, Region};
 use feed::{Class, Code, Ev, Facts, Feed};
@@ -145,29 +146,31 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>), RecoverErr
         syncs: Vec<u64>,
     }
     impl Sink for Atomics {
-        fn block(&mut self, b: &BlockEvent) -> SinkResult {
+        type Error = RecoverError;
+
+        fn block(&mut self, b: &BlockEvent) -> Result<bool, RecoverError> {
             self.flags.clear();
             if let Some(p) = b.plan {
                 self.flags.extend(p.insns.iter().map(|i| i.atomic));
             }
-            Ok(())
+            Ok(true)
         }
-        fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
+        fn refs(&mut self, _: &BlockEvent, refs: &[MemEvent]) -> Result<bool, RecoverError> {
             for r in refs.iter().filter(|r| self.flags.get(r.insn as usize).copied().unwrap_or(false)) {
                 for (g, mask) in shadow::granules(r.addr, shadow::access_end(r.addr, r.size.max(1))) {
                     *self.locs.entry(g).or_insert(0) |= mask;
                 }
             }
-            Ok(())
+            Ok(true)
         }
-        fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
+        fn marker(&mut self, _: u32, m: Marker) -> Result<bool, RecoverError> {
             if let Marker::Sync { seq, .. } = m {
                 self.syncs.push(seq);
             }
-            Ok(())
+            Ok(true)
         }
     }
-    let parts = rec.run_threads(Source::Dep, |_| Atomics::default(), &|_| {})?;
+    let parts = rec.events(Source::Dep).per_thread(|_| Atomics::default())?;
     let mut all = FxHashMap::default();
     let mut syncs = Vec::with_capacity(parts.len());
     for p in parts {
@@ -218,13 +221,16 @@ fn interleave(rec: &Recovery, facts: &Facts, syncs: Vec<Vec<u64>>, engine: &mut 
             let handle = std::thread::Builder::new()
                 .name(format!("races-{t}"))
                 .spawn_scoped(s, move || -> Result<(), RecoverError> {
-                    let mut feed = Feed::new(facts, |b| tx.send(b).map_err(|_| SinkError::Stop));
+                    let mut feed = Feed::new(facts, |b| tx.send(b).map_err(|_| feed::Gone));
+                    let events = rec.events(Source::Dep);
                     for c in chunks {
-                        if !rec.run_chunk(Source::Dep, c, &mut feed)? {
+                        if !events.chunk(c, &mut feed)? {
                             return Ok(());
                         }
                     }
-                    RecoverError::from_sink_result(feed.finish_feed())
+                    // (A receiver gone has failed, and reports why.)
+                    let _ = feed.finish_feed();
+                    Ok(())
                 })
                 .map_err(RacesError::Spawn)?;
             Ok((rx, handle))

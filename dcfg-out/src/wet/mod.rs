@@ -17,7 +17,8 @@ pub mod text;
 pub mod values;
 
 use crate::symbols::Symbolizer;
-use dep_recover::events::{BlockEvent, Marker, MemEvent, Sink, SinkError, SinkResult};
+use dep_recover::events::{BlockEvent, Marker, MemEvent};
+use dep_recover::Sink;
 use dep_recover::{RecoverError, Recovery, Source};
 use engine::{Engine, EngineError, Out};
 use rustc_hash::FxHashSet;
@@ -194,7 +195,9 @@ fn indirect_targets(rec: &Recovery) -> Result<FxHashSet<(u32, u32)>, RecoverErro
         last: Option<u32>,
     }
     impl Sink for Pairs<'_> {
-        fn block(&mut self, b: &BlockEvent) -> SinkResult {
+        type Error = RecoverError;
+
+        fn block(&mut self, b: &BlockEvent) -> Result<bool, Self::Error> {
             if self.first.is_none() {
                 self.first = Some(b.id);
             }
@@ -208,23 +211,19 @@ fn indirect_targets(rec: &Recovery) -> Result<FxHashSet<(u32, u32)>, RecoverErro
                         && p.insns.last().is_some_and(|i| i.flow == dep_profile::semantics::Flow::IndirectJump)
                 })
             });
-            Ok(())
+            Ok(true)
         }
-        fn refs(&mut self, _: &[MemEvent]) -> SinkResult {
-            Ok(())
-        }
-        fn marker(&mut self, _: u32, m: Marker) -> SinkResult {
+        fn marker(&mut self, _: u32, m: Marker) -> Result<bool, Self::Error> {
             if !matches!(m, Marker::ChunkStart(_) | Marker::Sync { .. } | Marker::Call { .. } | Marker::Return { .. }) {
                 self.first.get_or_insert(None);
                 self.last = None;
             }
-            Ok(())
+            Ok(true)
         }
     }
     let mut all = FxHashSet::default();
     let mut carry: Option<(u32, u32)> = None;
-    rec.run_chunks(
-        Source::Blocks,
+    rec.events(Source::Blocks).ordered(
         |_| Pairs { plans: Some(&rec.plans), ..Default::default() },
         |p| Ok((p.pairs, p.first.flatten(), p.last)),
         |t| t.0.len() * 8,
@@ -262,8 +261,6 @@ struct Forward {
     batch: Batch,
     tx: crossbeam::channel::Sender<Batch>,
     free: crossbeam::channel::Receiver<Batch>,
-    /// The thread of the last block, whose references come next.
-    thread: u32,
 }
 
 impl Forward {
@@ -271,21 +268,25 @@ impl Forward {
     const EVENTS: usize = 4096;
     const REFS: usize = 16384;
 
-    fn send(&mut self) -> SinkResult {
+    /// Sends the batch; false when the receiver is gone (it failed, and says why).
+    fn send(&mut self) -> bool {
         let next = self.free.try_recv().unwrap_or_default();
         let full = std::mem::replace(&mut self.batch, next);
-        self.tx.send(full).map_err(|_| SinkError::Stop)
+        self.tx.send(full).is_ok()
     }
 
     /// Adds an event (for `Ev::Refs`, the references `refs`), sending the batch when full.
-    fn push(&mut self, ev: Ev, refs: &[MemEvent]) -> SinkResult {
+    /// Answers false when the receiver is gone.
+    fn push(&mut self, ev: Ev, refs: &[MemEvent]) -> bool {
         if let Ev::Refs { thread, .. } = ev {
             for part in refs.chunks(Self::REFS) {
                 self.batch.refs.extend_from_slice(part);
                 self.batch.evs.push(Ev::Refs { thread, n: part.len() as u32 });
-                self.check()?;
+                if !self.check() {
+                    return false;
+                }
             }
-            Ok(())
+            true
         } else {
             self.batch.evs.push(ev);
             self.check()
@@ -293,28 +294,30 @@ impl Forward {
     }
 
     #[inline]
-    fn check(&mut self) -> SinkResult {
+    fn check(&mut self) -> bool {
         if self.batch.evs.len() >= Self::EVENTS || self.batch.refs.len() >= Self::REFS {
-            self.send()?;
+            return self.send();
         }
-        Ok(())
+        true
     }
 }
 
 impl Sink for Forward {
-    fn block(&mut self, b: &BlockEvent) -> SinkResult {
-        self.thread = b.thread;
-        self.push(Ev::Block { thread: b.thread, addr: b.addr, id: b.id, executed: b.executed, interrupted: b.interrupted }, &[])
+    type Error = RecoverError;
+
+    fn block(&mut self, b: &BlockEvent) -> Result<bool, Self::Error> {
+        Ok(self.push(Ev::Block { thread: b.thread, addr: b.addr, id: b.id, executed: b.executed, interrupted: b.interrupted }, &[]))
     }
-    fn refs(&mut self, refs: &[MemEvent]) -> SinkResult {
-        self.push(Ev::Refs { thread: self.thread, n: 0 }, refs)
+    fn refs(&mut self, b: &BlockEvent, refs: &[MemEvent]) -> Result<bool, Self::Error> {
+        Ok(self.push(Ev::Refs { thread: b.thread, n: 0 }, refs))
     }
-    fn marker(&mut self, thread: u32, m: Marker) -> SinkResult {
-        self.push(Ev::Marker(thread, m), &[])
+    fn marker(&mut self, thread: u32, m: Marker) -> Result<bool, Self::Error> {
+        Ok(self.push(Ev::Marker(thread, m), &[]))
     }
-    fn finish(&mut self) -> SinkResult {
+    fn finish(&mut self) -> Result<(), Self::Error> {
+        // (A receiver gone has failed, and reports why.)
         if !self.batch.evs.is_empty() {
-            self.send()?;
+            self.send();
         }
         Ok(())
     }
@@ -343,13 +346,14 @@ fn linearize(rec: &Recovery, fwd: &mut Forward) -> Result<(), RecoverError> {
                 // (No recycled batches come back to a producer. Recovery gives each sync
                 // record where it stands among its block's references, so a segment ends
                 // exactly there.)
-                let mut feed = Forward { batch: Batch::default(), tx, free: crossbeam::channel::never(), thread: info.index };
+                let mut feed = Forward { batch: Batch::default(), tx, free: crossbeam::channel::never() };
+                let events = rec.events(Source::Dep);
                 for c in &info.chunks {
-                    if !rec.run_chunk(Source::Dep, c, &mut feed)? {
+                    if !events.chunk(c, &mut feed)? {
                         return Ok(());
                     }
                 }
-                RecoverError::from_sink_result(feed.finish())
+                feed.finish()
             });
             (rx, handle)
         };
@@ -361,7 +365,6 @@ fn linearize(rec: &Recovery, fwd: &mut Forward) -> Result<(), RecoverError> {
         let mut heap: BinaryHeap<Reverse<(u64, usize)>> =
             threads.iter().enumerate().map(|(t, info)| Reverse((info.spawn.map_or(0, |s| s.seq), t))).collect();
         let mut started = vec![false; threads.len()];
-        let mut result = Ok(());
         'segments: while let Some(Reverse((_, t))) = heap.pop() {
             if !std::mem::replace(&mut started[t], true) {
                 let (rx, handle) = producer(t);
@@ -391,8 +394,8 @@ fn linearize(rec: &Recovery, fwd: &mut Forward) -> Result<(), RecoverError> {
                         }
                         _ => &[],
                     };
-                    if let Err(e) = fwd.push(ev, refs) {
-                        result = RecoverError::from_sink_result(Err(e));
+                    if !fwd.push(ev, refs) {
+                        // The engine failed, and says why.
                         break 'segments;
                     }
                     // A sync point ends the thread's segment: the next one waits its turn.
@@ -409,7 +412,7 @@ fn linearize(rec: &Recovery, fwd: &mut Forward) -> Result<(), RecoverError> {
         for p in producers {
             p.join().expect("WET producer panicked")?;
         }
-        result
+        Ok(())
     })
 }
 
@@ -440,13 +443,13 @@ fn run_pipelined(rec: &Recovery, engine: &mut Engine) -> Result<(), WetError> {
             }
             engine.finish()
         });
-        let mut fwd = Forward { batch: Batch::default(), tx, free: free_rx, thread: 0 };
+        let mut fwd = Forward { batch: Batch::default(), tx, free: free_rx };
         // One thread needs no interleaving (its own writes are always ordered before its
         // reads): the plain in-order run, one hop shorter.
         let recovered = if rec.profile.threads.len() <= 1 {
-            rec.run(Source::Dep, &mut fwd)
+            rec.events(Source::Dep).run(&mut fwd)
         } else {
-            linearize(rec, &mut fwd).and_then(|()| RecoverError::from_sink_result(fwd.finish()))
+            linearize(rec, &mut fwd).and_then(|()| fwd.finish())
         };
         drop(fwd);
         let engined = consumer.join().expect("WET engine panicked");
