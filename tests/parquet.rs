@@ -94,7 +94,12 @@ fn parquet_tables_match_the_recovered_trace() {
     let offset =
         nm.lines().find_map(|l| l.strip_suffix(" b counter").map(|a| u64::from_str_radix(a, 16).unwrap())).expect("nm has counter");
     let profile = dep_profile::container::Profile::open(dir.path().join("races.dep")).unwrap();
-    let base = profile.modules.iter().find(|m| m.event == "load" && m.path.ends_with("/races")).expect("the binary's load").base;
+    let base = profile
+        .modules
+        .iter()
+        .find(|m| m.event == dep_profile::container::ModuleEventKind::Load && m.path.ends_with("/races"))
+        .expect("the binary's load")
+        .base;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/find_race.py");
     let o = ok(Command::new("python3").arg(script).arg(dir.path().join("races.pq")).arg(&races));
     let report = String::from_utf8(o.stdout).unwrap();

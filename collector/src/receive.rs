@@ -237,7 +237,7 @@ impl Receiver {
                 wire::MODULE => {
                     let mut m: dep_profile::container::ModuleEvent =
                         serde_json::from_slice(&payload).map_err(|e| format!("bad module record: {e}"))?;
-                    if m.build_id.is_none() && m.event == "load" && m.path.starts_with('/') {
+                    if m.build_id.is_none() && m.event == dep_profile::container::ModuleEventKind::Load && m.path.starts_with('/') {
                         m.build_id = build_id(&m.path);
                     }
                     w(writer, RecordKind::Module, &serde_json::to_vec(&m).unwrap_or(payload))

@@ -370,7 +370,7 @@ impl<'r> Process<'r> {
         // Images: the recorded modules; code outside them in one image of its own.
         // A later load at a base replaces the earlier (one map, not a scan per load).
         let mut by_base: FxHashMap<u64, Image> = FxHashMap::default();
-        for m in rec.profile.modules.iter().filter(|m| m.event == "load" && m.size > 0) {
+        for m in rec.profile.modules.iter().filter(|m| m.event == dep_profile::container::ModuleEventKind::Load && m.size > 0) {
             by_base.insert(
                 m.base,
                 Image { base: m.base, size: m.size, path: Some(m.path.clone()).filter(|p| !p.is_empty()), nodes: Vec::new() },

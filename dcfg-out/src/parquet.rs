@@ -118,7 +118,7 @@ fn write_modules(path: &Path, modules: &[ModuleEvent]) -> Result<(), ExportError
         ("build_id", Utf8, true),
     ]);
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from_iter_values(modules.iter().map(|m| &m.event))),
+        Arc::new(StringArray::from_iter_values(modules.iter().map(|m| m.event.as_str()))),
         Arc::new(StringArray::from_iter_values(modules.iter().map(|m| &m.path))),
         Arc::new(UInt64Array::from_iter_values(modules.iter().map(|m| m.base))),
         Arc::new(UInt64Array::from_iter_values(modules.iter().map(|m| m.size))),

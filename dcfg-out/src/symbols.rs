@@ -70,7 +70,8 @@ impl Symbolizer {
     /// load at the same place replaces it).
     pub fn new(events: &[ModuleEvent]) -> Symbolizer {
         // The last load at each base (a sort and one pass, however many events a profile holds).
-        let mut loads: Vec<(usize, &ModuleEvent)> = events.iter().filter(|e| e.event == "load" && e.size > 0).enumerate().collect();
+        let mut loads: Vec<(usize, &ModuleEvent)> =
+            events.iter().filter(|e| e.event == dep_profile::container::ModuleEventKind::Load && e.size > 0).enumerate().collect();
         loads.sort_by_key(|&(i, e)| (e.base, std::cmp::Reverse(i)));
         loads.dedup_by_key(|(_, e)| e.base);
         let modules: Vec<Module> = loads
@@ -372,13 +373,20 @@ mod tests {
     use super::*;
 
     fn load(path: &str, base: u64) -> ModuleEvent {
-        ModuleEvent { event: "load".into(), path: path.into(), base, size: 0x1000, build_id: None, entry: None }
+        ModuleEvent {
+            event: dep_profile::container::ModuleEventKind::Load,
+            path: path.into(),
+            base,
+            size: 0x1000,
+            build_id: None,
+            entry: None,
+        }
     }
 
     #[test]
     fn the_last_load_at_a_base_names_it() {
         let mut events = vec![load("/a", 0x3000), load("/b", 0x1000), load("/c", 0x3000)];
-        events.push(ModuleEvent { event: "unload".into(), ..load("/c", 0x3000) });
+        events.push(ModuleEvent { event: dep_profile::container::ModuleEventKind::Unload, ..load("/c", 0x3000) });
         events.push(load("/d", 0x2000));
         events.push(load("/e", 0x1000));
         let s = Symbolizer::new(&events);

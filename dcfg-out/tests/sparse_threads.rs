@@ -33,7 +33,14 @@ fn renumber(from: &Path, to: &Path, index: &[u32]) {
         w.block(&p.block_entry(b)).unwrap();
     }
     for (k, t) in p.threads.iter().enumerate() {
-        w.thread(&ThreadEvent { event: "start".into(), index: index[k], tid: t.tid, time_ns: 0, ..Default::default() }).unwrap();
+        w.thread(&ThreadEvent {
+            event: dep_profile::container::ThreadEventKind::Start,
+            index: index[k],
+            tid: t.tid,
+            time_ns: 0,
+            ..Default::default()
+        })
+        .unwrap();
         for c in &t.chunks {
             // The record: a header (its payload's length at bytes 8..16), then the payload.
             let at = c.offset as usize;

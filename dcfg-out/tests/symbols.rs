@@ -21,7 +21,14 @@ fn build(dir: &Path, src: &str, compiler: &str) -> PathBuf {
 }
 
 fn load(path: &Path, build_id: Option<String>) -> ModuleEvent {
-    ModuleEvent { event: "load".into(), path: path.display().to_string(), base: BASE, size: 1 << 24, build_id, entry: None }
+    ModuleEvent {
+        event: dep_profile::container::ModuleEventKind::Load,
+        path: path.display().to_string(),
+        base: BASE,
+        size: 1 << 24,
+        build_id,
+        entry: None,
+    }
 }
 
 fn output(cmd: &mut Command) -> String {

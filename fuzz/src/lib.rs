@@ -6,7 +6,7 @@
 
 use arbitrary::Arbitrary;
 use dep_profile::container::{
-    BlockEntry, ChunkData, ChunkView, EndInfo, Metadata, ModuleEvent, ProfileWriter, RecordKind, Section, ThreadEvent,
+    BlockEntry, ChunkData, ChunkView, EndInfo, Metadata, ModuleEvent, ProfileWriter, RecordKind, Section, ThreadEvent, ThreadEventKind,
 };
 use dep_profile::container::{FILE_HEADER_LEN, RECORD_HEADER_LEN};
 use dep_profile::simulate::{random_path, write_profile_with, PathStep, Rng, INSN_POOL};
@@ -500,7 +500,7 @@ fn edit(recs: &mut Vec<Rec>, e: &Edit) {
         Edit::Module { load, base, size, entry } => recs.insert(
             1.min(recs.len()),
             Rec::Module(ModuleEvent {
-                event: if *load { "load" } else { "unload" }.into(),
+                event: if *load { dep_profile::container::ModuleEventKind::Load } else { dep_profile::container::ModuleEventKind::Unload },
                 // Never a real file: the symbolizer would open it.
                 path: format!("/nonexistent/dep-fuzz/module-{base:x}"),
                 base: *base,
@@ -512,7 +512,7 @@ fn edit(recs: &mut Vec<Rec>, e: &Edit) {
         Edit::Thread(t) => recs.insert(
             1.min(recs.len()),
             Rec::Thread(ThreadEvent {
-                event: ["start", "end", "spawn", "other"][t.kind as usize % 4].into(),
+                event: [ThreadEventKind::Start, ThreadEventKind::End, ThreadEventKind::Spawn][t.kind as usize % 3],
                 index: t.index,
                 tid: t.tid,
                 time_ns: 0,

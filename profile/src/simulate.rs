@@ -276,7 +276,13 @@ pub fn write_profile_with<W: Write>(
         w.block(&BlockEntry { addr: p.addr, version: 0, insn_count: p.insns.len() as u32, code: bytes[..p.len()].to_vec() })?;
     }
     for (t, path) in paths.iter().enumerate() {
-        w.thread(&ThreadEvent { event: "start".into(), index: t as u32, tid: 1000 + t as u32, time_ns: 0, ..Default::default() })?;
+        w.thread(&ThreadEvent {
+            event: crate::container::ThreadEventKind::Start,
+            index: t as u32,
+            tid: 1000 + t as u32,
+            time_ns: 0,
+            ..Default::default()
+        })?;
         let mut th = SimThread {
             width: machine.width,
             plans: &plans,
@@ -331,7 +337,13 @@ pub fn write_profile_with<W: Write>(
                 truth: &truth,
             })?;
         }
-        w.thread(&ThreadEvent { event: "end".into(), index: t as u32, tid: 1000 + t as u32, time_ns: 1, ..Default::default() })?;
+        w.thread(&ThreadEvent {
+            event: crate::container::ThreadEventKind::End,
+            index: t as u32,
+            tid: 1000 + t as u32,
+            time_ns: 1,
+            ..Default::default()
+        })?;
     }
     w.end(&EndInfo { exit_status: 0, end_time_ns: 1, lost_bytes: 0 })?;
     w.flush()?;

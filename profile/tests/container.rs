@@ -27,7 +27,7 @@ fn write_sample(path: &std::path::Path) {
     let mut w = ProfileWriter::new(f, Width::W64, 3).unwrap();
     w.meta(&meta()).unwrap();
     w.module(&ModuleEvent {
-        event: "load".into(),
+        event: dep_profile::container::ModuleEventKind::Load,
         path: "/bin/true".into(),
         base: 0x40_0000,
         size: 0x1000,
@@ -38,7 +38,14 @@ fn write_sample(path: &std::path::Path) {
     w.block(&BlockEntry { addr: 0x40_0100, version: 0, insn_count: 2, code: vec![0x50, 0xc3] }).unwrap();
     w.block(&BlockEntry { addr: 0x40_0100, version: 1, insn_count: 1, code: vec![0xc3] }).unwrap();
     for t in 0..2u32 {
-        w.thread(&ThreadEvent { event: "start".into(), index: t, tid: 100 + t, time_ns: 5, ..Default::default() }).unwrap();
+        w.thread(&ThreadEvent {
+            event: dep_profile::container::ThreadEventKind::Start,
+            index: t,
+            tid: 100 + t,
+            time_ns: 5,
+            ..Default::default()
+        })
+        .unwrap();
     }
     for seq in 0..2u32 {
         let mut tags = TagEncoder::new(Width::W64, 0);
@@ -72,10 +79,18 @@ fn write_sample(path: &std::path::Path) {
         truth: &[],
     })
     .unwrap();
-    w.thread(&ThreadEvent { event: "end".into(), index: 1, tid: 101, time_ns: 9, ..Default::default() }).unwrap();
+    w.thread(&ThreadEvent { event: dep_profile::container::ThreadEventKind::End, index: 1, tid: 101, time_ns: 9, ..Default::default() })
+        .unwrap();
     // Thread 0 created thread 1 (kernel id 101) at its sync record 7.
-    let spawn =
-        ThreadEvent { event: "spawn".into(), index: 0, tid: 100, time_ns: 6, child_tid: Some(101), seq: Some(7), tls: Some(0x7f00) };
+    let spawn = ThreadEvent {
+        event: dep_profile::container::ThreadEventKind::Spawn,
+        index: 0,
+        tid: 100,
+        time_ns: 6,
+        child_tid: Some(101),
+        seq: Some(7),
+        tls: Some(0x7f00),
+    };
     w.thread(&spawn).unwrap();
     w.end(&EndInfo { exit_status: 0, end_time_ns: 10, lost_bytes: 0 }).unwrap();
     w.flush().unwrap();

@@ -33,8 +33,8 @@ fn open_with(xsave_size: u32, more: impl FnOnce(&mut ProfileWriter<std::fs::File
     (dir, r)
 }
 
-fn thread(event: &str, index: u32) -> ThreadEvent {
-    ThreadEvent { event: event.into(), index, tid: 100 + index, time_ns: 5, ..Default::default() }
+fn thread(event: ThreadEventKind, index: u32) -> ThreadEvent {
+    ThreadEvent { event, index, tid: 100 + index, time_ns: 5, ..Default::default() }
 }
 
 #[test]
@@ -63,12 +63,12 @@ fn xsave_size_beyond_the_architectural_bound_is_refused() {
 #[test]
 fn thread_indices_name_their_place_in_the_table() {
     // One record naming thread 4,000,000,000: readers index threads by their index.
-    let (_d, r) = open_with(2696, |w| w.thread(&thread("start", 4_000_000_000)).unwrap());
+    let (_d, r) = open_with(2696, |w| w.thread(&thread(ThreadEventKind::Start, 4_000_000_000)).unwrap());
     assert!(matches!(r, Err(ProfileError::ThreadIndex { index: 4_000_000_000, .. })), "{:?}", r.as_ref().err());
     // A thread whose records were lost leaves a gap: it is filled, so threads[i] is thread i.
     let (_d, r) = open_with(2696, |w| {
         for i in [0, 2, 3] {
-            w.thread(&thread("start", i)).unwrap();
+            w.thread(&thread(ThreadEventKind::Start, i)).unwrap();
         }
     });
     let p = r.unwrap();
@@ -80,10 +80,35 @@ fn thread_indices_name_their_place_in_the_table() {
 #[test]
 fn module_past_the_address_space_is_refused() {
     let (_d, r) = open_with(2696, |w| {
-        let m = ModuleEvent { event: "load".into(), path: "/x".into(), base: u64::MAX - 10, size: 100, build_id: None, entry: None };
+        let m =
+            ModuleEvent { event: ModuleEventKind::Load, path: "/x".into(), base: u64::MAX - 10, size: 100, build_id: None, entry: None };
         w.module(&m).unwrap();
     });
     assert!(matches!(r, Err(ProfileError::ModuleRange { size: 100, .. })), "{:?}", r.as_ref().err());
+}
+
+/// Event kinds are read as the names the collector writes; any other is refused where it
+/// enters, naming the record, and the known ones round-trip as their names.
+#[test]
+fn unknown_event_kinds_are_refused() {
+    for (kind, json) in [
+        (RecordKind::Thread, r#"{"event":"other","index":0,"tid":1,"time_ns":0}"#),
+        (RecordKind::Module, r#"{"event":"mapped","path":"/x","base":4096,"size":4096}"#),
+    ] {
+        let (_d, r) = open_with(2696, |w| w.record(kind, json.as_bytes()).unwrap());
+        match r {
+            Err(ProfileError::Record { why, .. }) => assert!(why.contains("unknown variant"), "{why}"),
+            other => panic!("{kind:?} {json}: {:?}", other.err()),
+        }
+    }
+    let t = serde_json::to_string(&thread(ThreadEventKind::Spawn, 0)).unwrap();
+    assert!(t.contains(r#""event":"spawn""#), "{t}");
+    let (_d, r) = open_with(2696, |w| {
+        w.record(RecordKind::Module, br#"{"event":"load","path":"/x","base":4096,"size":4096}"#).unwrap();
+        w.record(RecordKind::Module, br#"{"event":"unload","path":"/x","base":4096,"size":4096}"#).unwrap();
+    });
+    let kinds: Vec<ModuleEventKind> = r.unwrap().modules.iter().map(|m| m.event).collect();
+    assert_eq!(kinds, [ModuleEventKind::Load, ModuleEventKind::Unload]);
 }
 
 fn chunk(tags: &[u8], values: &[u8]) -> Vec<u8> {

@@ -20,7 +20,7 @@ mod watch;
 
 use core::ffi::{c_char, c_int, c_void};
 use dep_collector::wire;
-use dep_profile::container::{Metadata, ModuleEvent, ParentLink, ThreadEvent, VERSION};
+use dep_profile::container::{Metadata, ModuleEvent, ModuleEventKind, ParentLink, ThreadEvent, ThreadEventKind, VERSION};
 use dep_profile::tags::Escape;
 use dynamorio_sys::*;
 use state::*;
@@ -88,8 +88,8 @@ fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
 /// # Safety
 /// `pt` is the calling thread's own set-up PerThread; exercised by tests/collector.rs hello and
 /// eight_threads_with_mutexes.
-unsafe fn thread_event(pt: &PerThread, event: &str) {
-    let e = ThreadEvent { event: event.into(), index: pt.index, tid: pt.tid, time_ns: now_ns(), ..Default::default() };
+unsafe fn thread_event(pt: &PerThread, event: ThreadEventKind) {
+    let e = ThreadEvent { event, index: pt.index, tid: pt.tid, time_ns: now_ns(), ..Default::default() };
     send(wire::THREAD, pt.index, &[&json(&e)]);
 }
 
@@ -100,7 +100,7 @@ unsafe extern "C" fn thread_init(dc: *mut c_void) {
     let pt = new_thread(dc);
     drmgr_set_tls_field(dc, TLS_IDX, pt as *mut c_void);
     handoff::register(&*pt);
-    thread_event(&*pt, "start");
+    thread_event(&*pt, ThreadEventKind::Start);
 }
 
 /// # Safety
@@ -119,7 +119,7 @@ unsafe fn thread_done(dc: *mut c_void) {
         let b: Vec<u8> = c.iter().flat_map(|v| v.to_le_bytes()).collect();
         send(wire::COUNTS, (*pt).index, &[&b]);
     }
-    thread_event(&*pt, "end");
+    thread_event(&*pt, ThreadEventKind::End);
     handoff::unregister(&*pt);
     drmgr_set_tls_field(dc, TLS_IDX, core::ptr::null_mut());
     let b = Box::from_raw(pt);
@@ -158,26 +158,26 @@ unsafe extern "C" fn event_exit() {
 /// # Safety
 /// `info` is the module data DynamoRIO passed to the current module event; exercised by
 /// tests/collector.rs hello and python3_from_the_system.
-unsafe fn module_event(info: *const module_data_t, event: &str) {
+unsafe fn module_event(info: *const module_data_t, event: ModuleEventKind) {
     let m = &*info;
     let path = if m.full_path.is_null() { String::new() } else { std::ffi::CStr::from_ptr(m.full_path).to_string_lossy().into_owned() };
     let base = m.__bindgen_anon_1.start as u64;
     let e = ModuleEvent {
-        event: event.into(),
+        event,
         path,
         base,
         size: m.end as u64 - base,
         build_id: None,
-        entry: (event == "load").then_some(m.entry_point as u64),
+        entry: (event == ModuleEventKind::Load).then_some(m.entry_point as u64),
     };
     send(wire::MODULE, 0, &[&json(&e)]);
-    if event == "load" {
+    if event == ModuleEventKind::Load {
         watch::module_loaded(&e.path, base);
     } else {
         watch::module_unloaded(base, m.end as u64);
     }
     let _g = Spin::lock(&MODULES_LOCK);
-    if event == "load" {
+    if event == ModuleEventKind::Load {
         MODULES.push(e);
     } else {
         MODULES.retain(|x| x.base != e.base);
@@ -202,7 +202,7 @@ unsafe fn is_ours(info: *const module_data_t) -> bool {
 /// exercised by tests/collector.rs hello and python3_from_the_system.
 unsafe extern "C" fn module_load(_dc: *mut c_void, info: *const module_data_t, _loaded: bool_) {
     if !is_ours(info) {
-        module_event(info, "load");
+        module_event(info, ModuleEventKind::Load);
     }
 }
 
@@ -211,7 +211,7 @@ unsafe extern "C" fn module_load(_dc: *mut c_void, info: *const module_data_t, _
 /// exercised by tests/collector.rs python3_from_the_system.
 unsafe extern "C" fn module_unload(_dc: *mut c_void, info: *const module_data_t) {
     if !is_ours(info) {
-        module_event(info, "unload");
+        module_event(info, ModuleEventKind::Unload);
     }
 }
 
@@ -370,7 +370,7 @@ unsafe extern "C" fn post_syscall(dc: *mut c_void, sysnum: c_int) {
             let child = dr_syscall_get_result(dc) as i64;
             if child > 0 {
                 let e = ThreadEvent {
-                    event: "spawn".into(),
+                    event: ThreadEventKind::Spawn,
                     index: (*pt).index,
                     tid: (*pt).tid,
                     time_ns: now_ns(),
@@ -639,7 +639,7 @@ unsafe extern "C" fn fork_init(dc: *mut c_void) {
     if !pt.is_null() {
         restart_in_child(&mut *pt, dc);
         handoff::reset_after_fork(&*pt);
-        thread_event(&*pt, "start");
+        thread_event(&*pt, ThreadEventKind::Start);
     }
 }
 

@@ -109,8 +109,13 @@ pub fn analyse(rec: &Recovery, symbols: &crate::symbols::Symbolizer, region: Opt
     let facts = Facts::new(&rec.plans, rec.profile.blocks().len(), &code);
     let (atomic, syncs) = first_pass(rec)?;
     let spawns: Vec<Option<(u32, u64, u64)>> = threads.iter().map(|t| t.spawn.map(|s| (s.parent, s.seq, s.tls))).collect();
-    let runtime: Vec<(u64, u64)> =
-        rec.profile.modules.iter().filter(|m| m.event == "load" && feed::is_runtime(&m.path)).map(|m| (m.base, m.base + m.size)).collect();
+    let runtime: Vec<(u64, u64)> = rec
+        .profile
+        .modules
+        .iter()
+        .filter(|m| m.event == dep_profile::container::ModuleEventKind::Load && feed::is_runtime(&m.path))
+        .map(|m| (m.base, m.base + m.size))
+        .collect();
     let mut engine = Engine::new(&spawns, &atomic, runtime);
     if let Some((start, end, _)) = &region {
         engine.region = Some(Region { start: *start, end: *end, seen: FxHashMap::default() });

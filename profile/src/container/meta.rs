@@ -38,11 +38,46 @@ pub struct ParentLink {
     pub parent_pid: u32,
 }
 
+/// What happened to a module; written as "load" or "unload".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModuleEventKind {
+    Load,
+    Unload,
+}
+
+impl ModuleEventKind {
+    /// The name the profile's JSON gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModuleEventKind::Load => "load",
+            ModuleEventKind::Unload => "unload",
+        }
+    }
+}
+
+impl std::fmt::Display for ModuleEventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // (pad: widths and alignment apply, as to the string it was.)
+        f.pad(self.as_str())
+    }
+}
+
+/// What happened to a thread; written as "start", "end" or "spawn".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThreadEventKind {
+    #[default]
+    Start,
+    End,
+    /// (Format 4.) The thread created a thread.
+    Spawn,
+}
+
 /// A module (executable or shared library) mapped or unmapped.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModuleEvent {
-    /// "load" or "unload".
-    pub event: String,
+    pub event: ModuleEventKind,
     pub path: String,
     pub base: u64,
     pub size: u64,
@@ -57,8 +92,8 @@ pub struct ModuleEvent {
 /// A thread started or ended.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadEvent {
-    /// "start" or "end"; "spawn" (format 4): thread `index` created a thread.
-    pub event: String,
+    /// Started or ended; or (spawn) thread `index` created a thread.
+    pub event: ThreadEventKind,
     /// Index in creation order, 0 for the first thread.
     pub index: u32,
     /// The kernel's thread id.

@@ -18,7 +18,7 @@ pub use chunk::{
     ChunkData, ChunkError, ChunkView, Codec, Decompression, Encoder as ChunkEncoder, Section, CHUNK_HEADER_LEN, PACKED_VALUES_LEVEL,
     ZSTD_MAX_RATIO,
 };
-pub use meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ParentLink, ThreadEvent, MAX_XSAVE_SIZE};
+pub use meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ModuleEventKind, ParentLink, ThreadEvent, ThreadEventKind, MAX_XSAVE_SIZE};
 pub use reader::{ChunkRef, Profile, Spawn, ThreadInfo};
 pub use writer::ProfileWriter;
 

@@ -1,7 +1,7 @@
 //! Reads a profile in place from a memory map.
 
 use super::chunk::ChunkView;
-use super::meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ThreadEvent, BLOCK_HEADER_LEN, MAX_XSAVE_SIZE};
+use super::meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ThreadEvent, ThreadEventKind, BLOCK_HEADER_LEN, MAX_XSAVE_SIZE};
 use super::{
     padding, ProfileError, RecordKind, DERIVE_VERSION, FILE_HEADER_LEN, MAGIC, OLDEST_VERSION, RECORD_HEADER_LEN, RECORD_MAGIC, VERSION,
 };
@@ -187,18 +187,21 @@ impl Profile {
                 RecordKind::Thread => {
                     thread_records += 1;
                     let t: ThreadEvent = serde_json::from_slice(payload).map_err(json_err)?;
-                    if t.event == "spawn" {
-                        let (Some(child), Some(seq)) = (t.child_tid, t.seq) else {
-                            return Err(rec_err(off, "spawn event without the new thread's id or sequence number".into()));
-                        };
-                        spawns.push((child, Spawn { parent: t.index, seq, tls: t.tls.unwrap_or(0) }));
-                    } else {
-                        let i = thread_mut(&mut threads, t.index);
-                        threads[i].tid = t.tid;
-                        match t.event.as_str() {
-                            "start" => threads[i].start_ns = Some(t.time_ns),
-                            "end" => threads[i].end_ns = Some(t.time_ns),
-                            other => return Err(rec_err(off, format!("unknown thread event {other:?}"))),
+                    match t.event {
+                        ThreadEventKind::Spawn => {
+                            let (Some(child), Some(seq)) = (t.child_tid, t.seq) else {
+                                return Err(rec_err(off, "spawn event without the new thread's id or sequence number".into()));
+                            };
+                            spawns.push((child, Spawn { parent: t.index, seq, tls: t.tls.unwrap_or(0) }));
+                        }
+                        ThreadEventKind::Start | ThreadEventKind::End => {
+                            let i = thread_mut(&mut threads, t.index);
+                            threads[i].tid = t.tid;
+                            if t.event == ThreadEventKind::Start {
+                                threads[i].start_ns = Some(t.time_ns);
+                            } else {
+                                threads[i].end_ns = Some(t.time_ns);
+                            }
                         }
                     }
                 }
