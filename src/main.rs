@@ -438,21 +438,19 @@ fn stats(profile: &std::path::Path, json: bool, compress: bool) -> Result<ExitCo
 }
 
 fn edges(profile: &std::path::Path, json: bool, truth: bool, output: Option<&std::path::Path>, jobs: usize) -> Result<ExitCode> {
-    use dep_dcfg_out::{edge_list, symbols::Symbolizer};
+    use dep_dcfg_out::{edges, program::symbols::Symbolizer};
     let p = dep_profile::container::Profile::open(profile)?;
     let rec = dep_recover::Recovery::new(&p, jobs);
     let source = if truth { dep_recover::Source::Truth } else { dep_recover::Source::Blocks };
     let mut out = create_output(output)?;
     let pb = progress_bar(rec.chunks().len() as u64, "counting edges");
-    let threads = edge_list::count(&rec, source, &|n| pb.inc(n))?;
+    let threads = edges::count(&rec, source, &|n| pb.inc(n))?;
     pb.finish_and_clear();
     let sym = Symbolizer::new(&p.modules);
     let r = if json {
-        serde_json::to_writer_pretty(&mut out, &edge_list::to_json(&threads, &sym))
-            .map_err(std::io::Error::from)
-            .and_then(|_| writeln!(out))
+        serde_json::to_writer_pretty(&mut out, &edges::to_json(&threads, &sym)).map_err(std::io::Error::from).and_then(|_| writeln!(out))
     } else {
-        edge_list::write_text(&mut out, &threads, &sym)
+        edges::write_text(&mut out, &threads, &sym)
     };
     match r.and_then(|_| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
@@ -480,7 +478,7 @@ fn process_profiles(profile: &std::path::Path) -> Vec<PathBuf> {
 
 fn dcfg(profile: &std::path::Path, output: &std::path::Path, trace: Option<&std::path::Path>) -> Result<ExitCode> {
     use dep_dcfg_out::dcfg::{write_dcfg, write_trace, Ids, Process};
-    use dep_dcfg_out::symbols::Symbolizer;
+    use dep_dcfg_out::program::symbols::Symbolizer;
     let mut profiles: Vec<dep_profile::container::Profile> = Vec::new();
     for p in process_profiles(profile) {
         let child = dep_profile::container::Profile::open(&p)?;
@@ -531,7 +529,7 @@ fn wet(
     let mut out = create_output(Some(output))?;
     let mut ports_out = ports.map(|p| create_output(Some(p))).transpose()?;
     let rec = dep_recover::Recovery::new(&p, 0);
-    let syms = dep_dcfg_out::symbols::Symbolizer::new(&p.modules);
+    let syms = dep_dcfg_out::program::symbols::Symbolizer::new(&p.modules);
     let opts = wet::Options { history, memory: usize::try_from(spill_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX) };
     let start = std::time::Instant::now();
     let s = wet::write(&rec, &syms, &opts, &mut out, ports_out.as_mut().map(|w| w as &mut dyn Write))
@@ -569,7 +567,7 @@ fn callgrind(profile: &std::path::Path, output: &std::path::Path, separate_threa
         std::fs::File::create(output).with_context(|| format!("cannot create {}", output.display()))?;
     }
     let rec = dep_recover::Recovery::new(&p, 0);
-    let syms = dep_dcfg_out::symbols::Symbolizer::new(&p.modules);
+    let syms = dep_dcfg_out::program::symbols::Symbolizer::new(&p.modules);
     write_profile(&rec, &syms, &Options { separate_threads, dump_instr }, output)?;
     for w in syms.warnings() {
         eprintln!("dep: warning: {w}");
@@ -594,7 +592,7 @@ fn races(
     };
     let started = std::time::Instant::now();
     let rec = dep_recover::Recovery::new(&p, 0);
-    let syms = dep_dcfg_out::symbols::Symbolizer::new(&p.modules);
+    let syms = dep_dcfg_out::program::symbols::Symbolizer::new(&p.modules);
     let a = analyse(&rec, &syms, region)?;
     let analysed = started.elapsed().as_secs_f64();
     let mut report = Report::new(&a, &syms);
@@ -627,10 +625,10 @@ fn races(
 }
 
 fn dcfg_check(dcfg: &std::path::Path, trace: &std::path::Path, blocks: bool) -> Result<ExitCode> {
-    use dep_dcfg_out::dcfg_check::{read_dcfg, read_trace, Report};
+    use dep_dcfg_out::dcfg::check::{read_dcfg, read_trace, Report};
     let read = |p: &std::path::Path| -> Result<serde_json::Value> {
         // Only a regular file: a FIFO or a device would hang the check or never end.
-        let (f, _) = dep_dcfg_out::module_file::open_regular(p).with_context(|| format!("cannot read {}", p.display()))?;
+        let (f, _) = dep_dcfg_out::program::module_file::open_regular(p).with_context(|| format!("cannot read {}", p.display()))?;
         serde_json::from_reader(std::io::BufReader::new(f)).with_context(|| format!("{}: not JSON", p.display()))
     };
     let mut report = Report::default();

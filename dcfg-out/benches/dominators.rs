@@ -5,7 +5,7 @@
 //! Run with `cargo bench -p dep-dcfg-out --bench dominators`.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use dep_dcfg_out::dominators::{dominators, loops, Graph};
+use dep_dcfg_out::program::dominators::{dominators, loops, Graph};
 
 fn cfg(n: usize, seed: u64) -> Vec<Vec<usize>> {
     let mut s = seed;

@@ -7,7 +7,7 @@
 //! Run with `cargo bench -p dep-dcfg-out --bench symbols`.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
-use dep_dcfg_out::symbols::Symbolizer;
+use dep_dcfg_out::program::symbols::Symbolizer;
 use dep_profile::container::Profile;
 use std::path::Path;
 use std::time::Duration;

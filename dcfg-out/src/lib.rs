@@ -1,16 +1,11 @@
-//! The exporters' crate, on top of the recovery event stream: program structure (edges,
-//! symbols, dominators and loops) and one module per output format.
+//! The exporters and analyses, on top of the recovery event stream: the program structure
+//! they share (`program`: symbols, the module files they come from, dominators and loops),
+//! and one module per output (`dcfg`, `callgrind`, `wet`, `races`, `parquet`, `edges`).
 
 pub mod callgrind;
 pub mod dcfg;
-pub mod dcfg_check;
-pub mod dominators;
-pub mod edge_list;
-pub mod flow;
-pub mod module_file;
+pub mod edges;
 pub mod parquet;
+pub mod program;
 pub mod races;
-pub mod seqcode;
-pub mod symbols;
-pub mod transitions;
 pub mod wet;

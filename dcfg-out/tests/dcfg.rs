@@ -2,9 +2,9 @@
 //! several threads), without DynamoRIO: the DCFG and trace pass the checker, the trace
 //! decodes to exactly the recovered block sequence, and the checker rejects damaged files.
 
+use dep_dcfg_out::dcfg::check::{read_dcfg, read_trace, Report};
 use dep_dcfg_out::dcfg::{write_dcfg, write_trace, Ids, Process};
-use dep_dcfg_out::dcfg_check::{read_dcfg, read_trace, Report};
-use dep_dcfg_out::symbols::Symbolizer;
+use dep_dcfg_out::program::symbols::Symbolizer;
 use dep_profile::container::Profile;
 use dep_profile::simulate::{program_path, random_program, write_profile, Rng};
 use dep_profile::Machine;

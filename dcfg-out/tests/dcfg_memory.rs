@@ -4,7 +4,7 @@
 //! recovered ahead of a slow one wait for their turn to merge holding what they counted.
 
 use dep_dcfg_out::dcfg::{write_dcfg, Ids, Process};
-use dep_dcfg_out::symbols::Symbolizer;
+use dep_dcfg_out::program::symbols::Symbolizer;
 use dep_profile::container::Profile;
 use dep_profile::simulate::{random_code, random_path, write_profile, Rng};
 use dep_profile::Machine;

@@ -1,7 +1,7 @@
 //! Hand-made DCFG and DCFG-trace pairs that a hostile or damaged producer could write: the
 //! checker refuses each with the variant naming the problem, promptly, without a panic.
 
-use dep_dcfg_out::dcfg_check::{read_dcfg, read_trace, CheckError, Report};
+use dep_dcfg_out::dcfg::check::{read_dcfg, read_trace, CheckError, Report};
 use serde_json::{json, Value};
 
 /// One process, one block (node 3, one instruction) looping on itself: START -1-> 3,

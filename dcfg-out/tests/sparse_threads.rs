@@ -3,9 +3,9 @@
 //! numbered densely, without a panic.
 
 use dep_dcfg_out::callgrind::{write_profile as write_callgrind, Options};
+use dep_dcfg_out::dcfg::check::{read_dcfg, read_trace, Report};
 use dep_dcfg_out::dcfg::{write_dcfg, write_trace, Ids, Process};
-use dep_dcfg_out::dcfg_check::{read_dcfg, read_trace, Report};
-use dep_dcfg_out::symbols::Symbolizer;
+use dep_dcfg_out::program::symbols::Symbolizer;
 use dep_profile::container::{Profile, ProfileWriter, RecordKind, ThreadEvent, RECORD_HEADER_LEN};
 use dep_profile::simulate::{program_path, random_program, write_profile, Rng};
 use dep_profile::Machine;

@@ -2,7 +2,7 @@
 //! symbols, `addr2line -f -C` for the innermost function and file:line at every
 //! instruction, objdump's `<name@plt>` for PLT stubs; on corpus programs built with -g.
 
-use dep_dcfg_out::symbols::Symbolizer;
+use dep_dcfg_out::program::symbols::Symbolizer;
 use dep_profile::container::ModuleEvent;
 use std::collections::HashMap;
 use std::io::Write;

@@ -4,7 +4,7 @@
 //! thread that ran last. The engine checks that each reference names an instruction of the
 //! block it is charged to.
 
-use dep_dcfg_out::symbols::Symbolizer;
+use dep_dcfg_out::program::symbols::Symbolizer;
 use dep_dcfg_out::wet::{write, Options};
 use dep_profile::container::Profile;
 use dep_profile::simulate::{random_code, random_path, write_profile_with, Rng};

@@ -2,7 +2,7 @@
 //! report or an error naming the problem, never a panic or a hang.
 #![no_main]
 
-use dep_dcfg_out::dcfg_check::{read_dcfg, read_trace, Report};
+use dep_dcfg_out::dcfg::check::{read_dcfg, read_trace, Report};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

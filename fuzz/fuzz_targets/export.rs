@@ -4,8 +4,8 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use dep_dcfg_out::symbols::Symbolizer;
-use dep_dcfg_out::{callgrind, dcfg, dcfg_check, edge_list, parquet, races, wet};
+use dep_dcfg_out::program::symbols::Symbolizer;
+use dep_dcfg_out::{callgrind, dcfg, dcfg::check as dcfg_check, edges as edge_list, parquet, races, wet};
 use dep_recover::{stats, Recovery, Source};
 use libfuzzer_sys::fuzz_target;
 

@@ -681,7 +681,7 @@ mod seeds {
     #[test]
     #[ignore]
     fn write_seeds() {
-        use dep_dcfg_out::{dcfg, symbols::Symbolizer};
+        use dep_dcfg_out::{dcfg, program::symbols::Symbolizer};
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
         let (c, d) = (root.join("container"), root.join("dcfg_check"));
         std::fs::create_dir_all(&c).unwrap();

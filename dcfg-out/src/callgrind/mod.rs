@@ -11,7 +11,7 @@ pub mod calls;
 pub mod costs;
 pub mod write;
 
-use crate::symbols::Symbolizer;
+use crate::program::symbols::Symbolizer;
 use calls::{Stack, Totals};
 use costs::{ChunkCosts, CostSink, Tables};
 use dep_recover::{RecoverError, Recovery, Source};

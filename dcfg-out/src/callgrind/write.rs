@@ -11,7 +11,7 @@
 
 use super::calls::Totals;
 use super::costs::{Cost, Exit, Tables};
-use crate::symbols::Symbolizer;
+use crate::program::symbols::Symbolizer;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -251,7 +251,7 @@ pub fn write(tables: &Tables, tot: &Totals, symbols: &Symbolizer, h: &Header, ou
 
 /// Object, file, function and line of each address, on all cores.
 fn locate(addrs: &[u64], block_start: &FxHashMap<u64, u64>, symbols: &Symbolizer) -> Vec<Where> {
-    crate::symbols::on_all_cores(addrs, |a| {
+    crate::program::symbols::on_all_cores(addrs, |a| {
         let p = symbols.place(a);
         let (object, bias) = symbols.object(a).map_or(("???".to_string(), 0), |(o, b)| (o.to_string(), b));
         let function = match block_start.get(&a) {

@@ -64,7 +64,7 @@ impl Module {
             let Ok(name) = s.name() else { continue };
             let Some(id) = SECTIONS.iter().find(|id| id.name() == name) else { continue };
             // A compressed section names its own uncompressed size: bounded before allocating.
-            if s.compressed_data().map_or(true, |c| c.uncompressed_size > crate::module_file::MAX_MODULE_BYTES) {
+            if s.compressed_data().map_or(true, |c| c.uncompressed_size > crate::program::module_file::MAX_MODULE_BYTES) {
                 continue;
             }
             if let Ok(bytes) = s.uncompressed_data() {
@@ -208,7 +208,7 @@ mod tests {
         let exe = dir.path().join("a");
         let st = std::process::Command::new("gcc").args(["-O2", "-g", "-o"]).arg(&exe).arg(&src).status().unwrap();
         assert!(st.success(), "gcc");
-        let file = crate::module_file::ModuleFile::open(exe.to_str().unwrap(), None).unwrap();
+        let file = crate::program::module_file::ModuleFile::open(exe.to_str().unwrap(), None).unwrap();
         let mut d = Declared::default();
         let is_atomic = |d: &mut Declared, name: &str, off: u64| d.is_atomic("a", file.bytes(), name, off);
         assert!(!is_atomic(&mut d, "st", 0));

@@ -83,7 +83,7 @@ pub struct Analysis {
 }
 
 /// Runs the analysis over `rec`'s profile; `region` is resolved against `symbols`.
-pub fn analyse(rec: &Recovery, symbols: &crate::symbols::Symbolizer, region: Option<&RegionSpec>) -> Result<Analysis, RacesError> {
+pub fn analyse(rec: &Recovery, symbols: &crate::program::symbols::Symbolizer, region: Option<&RegionSpec>) -> Result<Analysis, RacesError> {
     let threads = &rec.profile.threads;
     let region = match region {
         None => None,

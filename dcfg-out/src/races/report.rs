@@ -5,7 +5,7 @@
 
 use super::engine::{Race, Side, Site};
 use super::Analysis;
-use crate::symbols::{Place, Symbolizer};
+use crate::program::symbols::{Place, Symbolizer};
 use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
 use std::io::{self, Write};

@@ -16,7 +16,7 @@ pub mod store;
 pub mod text;
 pub mod values;
 
-use crate::symbols::Symbolizer;
+use crate::program::symbols::Symbolizer;
 use dep_recover::events::{BlockEvent, Marker, MemEvent};
 use dep_recover::Sink;
 use dep_recover::{RecoverError, Recovery, Source};

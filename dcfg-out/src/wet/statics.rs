@@ -296,7 +296,7 @@ fn post_dominators(succ: &[Vec<u32>]) -> Vec<u32> {
             rev[w].push(v + 1);
         }
     }
-    let idom = crate::dominators::dominators(&crate::dominators::Graph { succ: &rev });
+    let idom = crate::program::dominators::dominators(&crate::program::dominators::Graph { succ: &rev });
     (1..=n)
         .map(|v| match idom.get(v).copied().flatten() {
             Some(0) | None => EXIT,

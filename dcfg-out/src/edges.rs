@@ -2,7 +2,7 @@
 //! and the routines it joins, plus the thread's totals and call depth; as text or JSON.
 //! Counted chunk-parallel ([`Events::merged`](dep_recover::Events::merged)), so it uses every core.
 
-use crate::symbols::Symbolizer;
+use crate::program::symbols::Symbolizer;
 use dep_recover::edges::Edge;
 use dep_recover::{EdgeCounts, RecoverError, Recovery, Source};
 use serde_json::json;

@@ -4,7 +4,7 @@
 //! differs, gives `module+0xoffset` names and one warning, never a wrong name; code outside
 //! every module (JIT code) is `[jit]`. Each module is read once, on first use.
 
-use crate::module_file::ModuleFile;
+use crate::program::module_file::ModuleFile;
 use dep_profile::container::ModuleEvent;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable};
 use std::borrow::Cow;

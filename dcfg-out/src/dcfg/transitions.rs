@@ -4,7 +4,7 @@
 //! a run of edges that can only follow each other folded into one row; read back into a
 //! decoder that takes the fewest bits that name a row.
 
-use crate::seqcode::{BitReader, SeqError};
+use crate::dcfg::seqcode::{BitReader, SeqError};
 use std::collections::HashMap;
 
 /// Longest code the spec allows.
@@ -145,7 +145,7 @@ impl Encoder {
 
     /// Encodes `edges` (a chunk's edges after its first) into `out`. Every edge must be one
     /// of the graph's, following its predecessor.
-    pub fn encode(&self, edges: &[u32], out: &mut crate::seqcode::BitWriter) {
+    pub fn encode(&self, edges: &[u32], out: &mut crate::dcfg::seqcode::BitWriter) {
         let mut skip = 0;
         for (i, &e) in edges.iter().enumerate() {
             debug_assert!(skip > 0 || self.codes[&e].2.iter().zip(&edges[i..]).all(|(a, b)| a == b), "a run did not follow");
@@ -156,7 +156,7 @@ impl Encoder {
     /// Encodes the next edge of a chunk (after its first): its code, unless the row of an
     /// edge before it named it already (`skip` counts those still implied).
     #[inline]
-    pub fn push(&self, e: u32, skip: &mut u32, out: &mut crate::seqcode::BitWriter) {
+    pub fn push(&self, e: u32, skip: &mut u32, out: &mut crate::dcfg::seqcode::BitWriter) {
         Self::push_code(self.code(e), skip, out)
     }
 
@@ -168,7 +168,7 @@ impl Encoder {
 
     /// [`push`](Self::push) with the edge's [`code`](Self::code) at hand.
     #[inline]
-    pub fn push_code((code, len, run): (u32, u8, u8), skip: &mut u32, out: &mut crate::seqcode::BitWriter) {
+    pub fn push_code((code, len, run): (u32, u8, u8), skip: &mut u32, out: &mut crate::dcfg::seqcode::BitWriter) {
         if *skip > 0 {
             *skip -= 1;
             return;
@@ -247,7 +247,7 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seqcode::BitWriter;
+    use crate::dcfg::seqcode::BitWriter;
 
     /// The spec's table and its two worked examples (section 3.5).
     #[test]
@@ -340,7 +340,7 @@ mod tests {
             let enc = Encoder::new(&g);
             let mut w = BitWriter::default();
             enc.encode(&walk[1..], &mut w);
-            let text = crate::seqcode::compress_repeats(&w.finish());
+            let text = crate::dcfg::seqcode::compress_repeats(&w.finish());
             let mut table = Table::default();
             for r in enc.rows(&g) {
                 table.add(r.current, &code_text(r.code, r.len), r.next).unwrap();

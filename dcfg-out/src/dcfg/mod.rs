@@ -20,12 +20,20 @@
 //! - a block a fault cut short is a node of its own (same address, fewer instructions), so
 //!   every node's COUNT is the sum of its incoming and of its outgoing edge counts, and
 //!   NUM_INSTRS times COUNT sums to INSTR_COUNT.
+//!
+//! Here: the graph, routines and trace writer; `flow` counts node transitions, `transitions`
+//! and `seqcode` encode the trace, `check` reads and checks any producer's pair.
 
-use crate::dominators::{dominators, loops, Graph};
-use crate::flow::{node, node_of, parts, ChunkStart, How, Node, NodeFlow};
-use crate::seqcode::{compress_repeats, BitWriter, Dictionary};
-use crate::symbols::Symbolizer;
-use crate::transitions::{code_text, EdgeGraph, Encoder};
+pub mod check;
+pub mod flow;
+pub mod seqcode;
+pub mod transitions;
+
+use crate::dcfg::flow::{node, node_of, parts, ChunkStart, How, Node, NodeFlow};
+use crate::dcfg::seqcode::{compress_repeats, BitWriter, Dictionary};
+use crate::dcfg::transitions::{code_text, EdgeGraph, Encoder};
+use crate::program::dominators::{dominators, loops, Graph};
+use crate::program::symbols::Symbolizer;
 use dep_recover::edges::{flow_kind, EdgeKind};
 use dep_recover::plans::Plans;
 use dep_recover::{BlockEvent, Marker, RecoverError, Recovery, Run, Sink, Source};

@@ -4,9 +4,9 @@
 //! the graph's per-thread counts. Tables are read by their headers, integers as numbers or
 //! hex strings, as the spec asks.
 
-use crate::dominators::DomTree;
-use crate::seqcode::BitReader;
-use crate::transitions::Table;
+use crate::dcfg::seqcode::BitReader;
+use crate::dcfg::transitions::Table;
+use crate::program::dominators::DomTree;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 
