@@ -8,6 +8,8 @@
 //!   into each thread's sink ([`Merge`]);
 //! - [`ordered`](Events::ordered) and [`unordered`](Events::unordered): one sink per chunk,
 //!   chunks in parallel, each turned into a result handed over in chunk order or as done;
+//! - [`interleaved`](Events::interleaved): every thread's events in an order their sync
+//!   records allow, turn by turn (for analyses across threads; interleave.rs);
 //! - [`rendered`](Events::rendered): `dep recover`'s renderings, written in order.
 
 use crate::error::RecoverError;

@@ -9,6 +9,7 @@ pub mod edges;
 pub mod error;
 pub mod events;
 pub mod flat;
+pub mod interleave;
 #[cfg(target_arch = "x86_64")]
 pub mod jit;
 pub mod ordered;
@@ -26,6 +27,7 @@ pub use driver::{Events, Recovery};
 pub use edge_counts::{Depth, EdgeCounts};
 pub use error::{ChunkFault, RecoverError};
 pub use events::{Begin, BlockEvent, Marker, MemEvent, Part, Run, RunBlock, Source};
+pub use interleave::Turn;
 pub use plans::Engine;
 pub use render::{Format, Renderer};
 pub use sink::{Merge, Sink};

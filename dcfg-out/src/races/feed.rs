@@ -318,6 +318,12 @@ impl<F: FnMut(Vec<Ev>) -> Sent> Sink for Feed<'_, F> {
     fn marker(&mut self, _: u32, m: Marker) -> Result<bool, RecoverError> {
         Ok(self.on_marker(m).is_ok())
     }
+
+    fn finish(&mut self) -> Result<(), RecoverError> {
+        // (A receiver gone has failed, and reports why.)
+        let _ = self.finish_feed();
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -20,11 +20,10 @@ pub mod shadow;
 
 use dep_recover::events::{BlockEvent, Marker, MemEvent};
 use dep_recover::Sink;
-use dep_recover::{RecoverError, Recovery, Source};
+use dep_recover::{RecoverError, Recovery, Source, Turn};
 use engine::{Engine, Region};
 use feed::{Class, Code, Ev, Facts, Feed};
 use rustc_hash::FxHashMap;
-use std::collections::{BinaryHeap, VecDeque};
 
 /// Why the analysis could not run.
 #[derive(Debug, thiserror::Error)]
@@ -33,8 +32,6 @@ pub enum RacesError {
     Recover(#[from] RecoverError),
     #[error("the profile has no order between its threads or no lock calls (recorded with --no-sync, or by a dep before format 4): record it again")]
     NoOrder,
-    #[error("cannot start a thread for the analysis: {0}")]
-    Spawn(std::io::Error),
     #[error("the profile has {0} threads; the analysis tells at most 65536 apart")]
     TooManyThreads(usize),
     #[error("thread {0} passed 2^32 - 1 synchronisation operations; the analysis numbers them in 32 bits")]
@@ -187,11 +184,15 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>), RecoverErr
     Ok((all, syncs))
 }
 
-/// One thread's events as the interleaver reads them.
+/// A batch of one thread's events, and how far the interleaving has read it.
+struct Stretch {
+    evs: Vec<Ev>,
+    at: usize,
+}
+
+/// What the interleaving knows of one thread.
+#[derive(Default)]
 struct Input {
-    /// None until the thread's producer starts, and once its stream is done.
-    rx: Option<crossbeam::channel::Receiver<Vec<Ev>>>,
-    buf: VecDeque<Ev>,
     /// The thread's sync record numbers, and how many of them were taken.
     syncs: Vec<u64>,
     taken: usize,
@@ -200,100 +201,46 @@ struct Input {
 }
 
 impl Input {
-    fn next(&mut self) -> Option<Ev> {
-        if self.buf.is_empty() {
-            self.buf.extend(self.rx.as_ref()?.recv().ok()?);
-        }
-        self.buf.pop_front()
-    }
-
     /// The number of the sync record that ends the current stretch (u64::MAX if none does).
     fn next_sync(&self) -> u64 {
         self.syncs.get(self.taken).copied().unwrap_or(u64::MAX)
     }
 }
 
-/// Feeds the engine every thread's events, interleaved by their sync records.
+/// Feeds the engine every thread's events, interleaved by their sync records
+/// ([`Events::interleaved`](dep_recover::Events::interleaved)): a thread's stretch begins
+/// at one of its sync records and runs to its next; its first starts at its first sync
+/// record. A plain read of a location atomics use, where a stretch has not been held back
+/// yet, holds the rest of the stretch back to just before the sync record that ends it, so
+/// a flag's reader reads after the other threads' stores of that stretch.
 fn interleave(rec: &Recovery, facts: &Facts, syncs: Vec<Vec<u64>>, engine: &mut Engine) -> Result<(), RacesError> {
-    use std::cmp::Reverse;
-    let threads = &rec.profile.threads;
-    std::thread::scope(|s| -> Result<(), RacesError> {
-        // A thread's producer starts when the thread's first sync record comes up, so only
-        // threads alive at the same time in the run recover at the same time.
-        let producer = |t: usize| -> Result<_, RacesError> {
-            let (tx, rx) = crossbeam::channel::bounded::<Vec<Ev>>(4);
-            let chunks = &threads[t].chunks;
-            let handle = std::thread::Builder::new()
-                .name(format!("races-{t}"))
-                .spawn_scoped(s, move || -> Result<(), RecoverError> {
-                    let mut feed = Feed::new(facts, |b| tx.send(b).map_err(|_| feed::Gone));
-                    let events = rec.events(Source::Dep);
-                    for c in chunks {
-                        if !events.chunk(c, &mut feed)? {
-                            return Ok(());
-                        }
-                    }
-                    // (A receiver gone has failed, and reports why.)
-                    let _ = feed.finish_feed();
-                    Ok(())
-                })
-                .map_err(RacesError::Spawn)?;
-            Ok((rx, handle))
-        };
-        let mut inputs: Vec<Input> = Vec::with_capacity(threads.len());
-        let mut producers = Vec::new();
-        // (the sync record a stretch starts at, thread)
-        let mut heap = BinaryHeap::new();
-        for (t, syncs) in syncs.into_iter().enumerate() {
-            heap.push(Reverse((syncs.first().copied().unwrap_or(0), t)));
-            inputs.push(Input { rx: None, buf: VecDeque::new(), syncs, taken: 0, held: false });
-        }
-        let mut result = Ok(());
-        'stretches: while let Some(Reverse((key, t))) = heap.pop() {
-            if inputs[t].rx.is_none() {
-                match producer(t) {
-                    Ok((rx, handle)) => {
-                        inputs[t].rx = Some(rx);
-                        producers.push(handle);
-                    }
-                    Err(e) => {
-                        result = Err(e);
-                        break 'stretches;
-                    }
-                }
-            }
-            let input = &mut inputs[t];
-            while let Some(ev) = input.next() {
+    let first: Vec<u64> = syncs.iter().map(|s| s.first().copied().unwrap_or(0)).collect();
+    let mut inputs: Vec<Input> = syncs.into_iter().map(|syncs| Input { syncs, ..Default::default() }).collect();
+    rec.events(Source::Dep).interleaved(
+        |t| first[t as usize],
+        |_, tx| Feed::new(facts, move |evs| if tx.send(Stretch { evs, at: 0 }) { Ok(()) } else { Err(feed::Gone) }),
+        |t, key, batch: &mut Stretch| {
+            let input = &mut inputs[t as usize];
+            while let Some(&ev) = batch.evs.get(batch.at) {
                 match ev {
-                    Ev::Sync(seq) if seq != key => {
-                        input.buf.push_front(ev);
-                        heap.push(Reverse((seq, t)));
-                        continue 'stretches;
-                    }
+                    Ev::Sync(seq) if seq != key => return Ok(Turn::Yield(seq)),
                     Ev::Sync(seq) => {
                         input.held = false;
                         input.taken += 1;
-                        engine.sync(t, seq);
+                        engine.sync(t as usize, seq);
                     }
                     Ev::Access { addr, size, write: false, class: Class::Plain | Class::Stack, .. }
                         if !input.held && engine.is_atomic(addr, size) =>
                     {
                         input.held = true;
-                        input.buf.push_front(ev);
-                        heap.push(Reverse((input.next_sync(), t)));
-                        continue 'stretches;
+                        return Ok(Turn::Yield(input.next_sync()));
                     }
-                    ev => engine.event(t, ev),
+                    ev => engine.event(t as usize, ev),
                 }
+                batch.at += 1;
             }
-            // The thread is done: its channel and what was read of its stream go.
-            *input = Input { rx: None, buf: VecDeque::new(), syncs: Vec::new(), taken: 0, held: true };
-        }
-        // Unblock producers still sending (after an error), then collect theirs.
-        drop(inputs);
-        for p in producers {
-            p.join().expect("race analysis producer panicked")?;
-        }
-        result
-    })
+            Ok(Turn::Next)
+        },
+    )?;
+    Ok(())
 }

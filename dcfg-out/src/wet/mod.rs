@@ -19,7 +19,7 @@ pub mod values;
 use crate::program::symbols::Symbolizer;
 use dep_recover::events::{BlockEvent, Marker, MemEvent};
 use dep_recover::Sink;
-use dep_recover::{RecoverError, Recovery, Source};
+use dep_recover::{RecoverError, Recovery, Source, Turn};
 use engine::{Engine, EngineError, Out};
 use rustc_hash::FxHashSet;
 use statics::Statics;
@@ -250,20 +250,24 @@ enum Ev {
     Marker(u32, Marker),
 }
 
+/// Events and their references, with where the interleaving has read them to.
 #[derive(Default)]
 struct Batch {
     evs: Vec<Ev>,
     refs: Vec<MemEvent>,
+    ev_at: usize,
+    ref_at: usize,
 }
 
-/// The recovery's side of the hand-over.
-struct Forward {
+/// The recovery's side of the hand-over: batches events and sends each full batch with
+/// `send` (false: the receiver is gone), taking empty ones back from `free`.
+struct Forward<F: FnMut(Batch) -> bool> {
     batch: Batch,
-    tx: crossbeam::channel::Sender<Batch>,
+    send: F,
     free: crossbeam::channel::Receiver<Batch>,
 }
 
-impl Forward {
+impl<F: FnMut(Batch) -> bool> Forward<F> {
     /// Events a batch holds at most, and references.
     const EVENTS: usize = 4096;
     const REFS: usize = 16384;
@@ -272,7 +276,7 @@ impl Forward {
     fn send(&mut self) -> bool {
         let next = self.free.try_recv().unwrap_or_default();
         let full = std::mem::replace(&mut self.batch, next);
-        self.tx.send(full).is_ok()
+        (self.send)(full)
     }
 
     /// Adds an event (for `Ev::Refs`, the references `refs`), sending the batch when full.
@@ -302,7 +306,7 @@ impl Forward {
     }
 }
 
-impl Sink for Forward {
+impl<F: FnMut(Batch) -> bool> Sink for Forward<F> {
     type Error = RecoverError;
 
     fn block(&mut self, b: &BlockEvent) -> Result<bool, Self::Error> {
@@ -323,97 +327,45 @@ impl Sink for Forward {
     }
 }
 
-/// Feeds every thread's events to `fwd` in an order the sync records allow: each thread's
-/// segments (its events between two of its sync points) whole, in the order of the numbers
-/// that begin them. A write in a segment that ended before another began precedes all of
-/// that one, so the engine can tell ordered writes from concurrent ones; and each segment
-/// streams, so memory stays bounded however long a segment runs. Each thread is recovered
-/// by a producer of its own into a bounded channel, from the time the merge reaches the
-/// thread's creation to the end of its stream. Profiles without sync records give each
-/// thread one segment: threads one after another.
-fn linearize(rec: &Recovery, fwd: &mut Forward) -> Result<(), RecoverError> {
-    use std::cmp::Reverse;
-    use std::collections::BinaryHeap;
+/// Feeds every thread's events to `fwd` in an order the sync records allow
+/// ([`Events::interleaved`](dep_recover::Events::interleaved)): each thread's segments (its
+/// events after a sync point, up to and including its next) whole, in the order of the
+/// numbers that begin them. A write in a segment that ended before another began precedes
+/// all of that one, so the engine can tell ordered writes from concurrent ones; and each
+/// segment streams, so memory stays bounded however long a segment runs. A thread's first
+/// segment, before its first sync record, starts at the record its creator passed before
+/// creating it. Profiles without sync records give each thread one segment: threads one
+/// after another.
+fn linearize<F: FnMut(Batch) -> bool>(rec: &Recovery, fwd: &mut Forward<F>) -> Result<(), RecoverError> {
     let threads = &rec.profile.threads;
-    std::thread::scope(|s| -> Result<(), RecoverError> {
-        // A thread's producer starts when the merge first reaches it and ends when its
-        // stream does, so the OS threads and batches alive follow the threads alive in the
-        // run, not all the threads it ever had.
-        let producer = |t: usize| {
-            let (tx, rx) = crossbeam::channel::bounded::<Batch>(4);
-            let info = &threads[t];
-            let handle = s.spawn(move || -> Result<(), RecoverError> {
-                // (No recycled batches come back to a producer. Recovery gives each sync
-                // record where it stands among its block's references, so a segment ends
-                // exactly there.)
-                let mut feed = Forward { batch: Batch::default(), tx, free: crossbeam::channel::never() };
-                let events = rec.events(Source::Dep);
-                for c in &info.chunks {
-                    if !events.chunk(c, &mut feed)? {
-                        return Ok(());
+    rec.events(Source::Dep).interleaved(
+        |t| threads[t as usize].spawn.map_or(0, |s| s.seq),
+        // (No recycled batches come back to a producer. Recovery gives each sync record
+        // where it stands among its block's references, so a segment ends exactly there.)
+        |_, tx| Forward { batch: Batch::default(), send: move |b| tx.send(b), free: crossbeam::channel::never() },
+        |_, _, batch: &mut Batch| {
+            while batch.ev_at < batch.evs.len() {
+                let ev = batch.evs[batch.ev_at];
+                batch.ev_at += 1;
+                let refs: &[MemEvent] = match ev {
+                    Ev::Refs { n, .. } => {
+                        batch.ref_at += n as usize;
+                        &batch.refs[batch.ref_at - n as usize..batch.ref_at]
                     }
+                    _ => &[],
+                };
+                if !fwd.push(ev, refs) {
+                    // The engine failed, and says why.
+                    return Ok(Turn::Stop);
                 }
-                feed.finish()
-            });
-            (rx, handle)
-        };
-        let mut inputs: Vec<Option<(crossbeam::channel::Receiver<Batch>, Option<(Batch, usize, usize)>)>> =
-            (0..threads.len()).map(|_| None).collect();
-        let mut producers = Vec::new();
-        // (segment start, thread): a thread's first segment, before its first sync record,
-        // starts no earlier than the record its creator passed before creating it.
-        let mut heap: BinaryHeap<Reverse<(u64, usize)>> =
-            threads.iter().enumerate().map(|(t, info)| Reverse((info.spawn.map_or(0, |s| s.seq), t))).collect();
-        let mut started = vec![false; threads.len()];
-        'segments: while let Some(Reverse((_, t))) = heap.pop() {
-            if !std::mem::replace(&mut started[t], true) {
-                let (rx, handle) = producer(t);
-                inputs[t] = Some((rx, None));
-                producers.push(handle);
+                // A sync point ends the thread's segment: the next one waits its turn.
+                if let Ev::Marker(_, Marker::Sync { seq, .. }) = ev {
+                    return Ok(Turn::Yield(seq));
+                }
             }
-            loop {
-                let Some((rx, cur)) = &mut inputs[t] else { continue 'segments };
-                if cur.is_none() {
-                    match rx.recv() {
-                        Ok(b) => *cur = Some((b, 0, 0)),
-                        Err(_) => {
-                            // This thread is done: its channel goes.
-                            inputs[t] = None;
-                            continue 'segments;
-                        }
-                    }
-                }
-                let (batch, ev_at, ref_at) = cur.as_mut().expect("set");
-                while *ev_at < batch.evs.len() {
-                    let ev = batch.evs[*ev_at];
-                    *ev_at += 1;
-                    let refs: &[MemEvent] = match ev {
-                        Ev::Refs { n, .. } => {
-                            *ref_at += n as usize;
-                            &batch.refs[*ref_at - n as usize..*ref_at]
-                        }
-                        _ => &[],
-                    };
-                    if !fwd.push(ev, refs) {
-                        // The engine failed, and says why.
-                        break 'segments;
-                    }
-                    // A sync point ends the thread's segment: the next one waits its turn.
-                    if let Ev::Marker(_, Marker::Sync { seq, .. }) = ev {
-                        heap.push(Reverse((seq, t)));
-                        continue 'segments;
-                    }
-                }
-                *cur = None;
-            }
-        }
-        // Unblock producers still sending (after an error), then collect theirs.
-        drop(inputs);
-        for p in producers {
-            p.join().expect("WET producer panicked")?;
-        }
-        Ok(())
-    })
+            Ok(Turn::Next)
+        },
+    )
 }
 
 /// Recovers on this thread and runs the engine on another.
@@ -439,11 +391,12 @@ fn run_pipelined(rec: &Recovery, engine: &mut Engine) -> Result<(), WetError> {
                 }
                 batch.evs.clear();
                 batch.refs.clear();
+                (batch.ev_at, batch.ref_at) = (0, 0);
                 let _ = free_tx.try_send(batch);
             }
             engine.finish()
         });
-        let mut fwd = Forward { batch: Batch::default(), tx, free: free_rx };
+        let mut fwd = Forward { batch: Batch::default(), send: move |b| tx.send(b).is_ok(), free: free_rx };
         // One thread needs no interleaving (its own writes are always ordered before its
         // reads): the plain in-order run, one hop shorter.
         let recovered = if rec.profile.threads.len() <= 1 {

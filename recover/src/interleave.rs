@@ -1,0 +1,138 @@
+//! One order across threads: every thread's stream cut into turns at its sync records and
+//! the turns taken in the order of the numbers they start at, so that what a thread did
+//! before a sync point precedes what another did after a later one. Used by analyses of
+//! memory across threads (WET's dependences, the race detector) through
+//! [`Events::interleaved`](crate::Events::interleaved).
+//!
+//! The mechanism is here, once: each thread is recovered by a producer of its own (started
+//! when the merge first reaches the thread, ended with its stream) into a bounded channel
+//! of batches, and a heap keyed by (turn start, thread) picks whose turn is next. Where a
+//! turn ends is the consumer's: it reads a batch from its own cursor and answers
+//! [`Turn::Yield`] with the number the thread's next turn starts at.
+
+use crate::driver::Events;
+use crate::error::RecoverError;
+use crate::sink::Sink;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// Batches a producer may have sent ahead of the merge.
+const AHEAD: usize = 4;
+
+/// What the consumer says after reading from a thread's batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Turn {
+    /// The batch is used up: give the thread's next one (the turn goes on).
+    Next,
+    /// The thread's turn ends here (the batch keeps its cursor); its next turn starts at
+    /// this number.
+    Yield(u64),
+    /// The consumer wants nothing more: the merge ends, without an error.
+    Stop,
+}
+
+/// A producer's end of a thread's channel: what a thread's sink sends its batches to.
+pub struct Sender<B>(crossbeam::channel::Sender<B>);
+
+impl<B> Sender<B> {
+    /// Sends a batch; false when the merge is gone (it failed, and reports why).
+    pub fn send(&self, b: B) -> bool {
+        self.0.send(b).is_ok()
+    }
+}
+
+impl Events<'_> {
+    /// Every thread's events in an order their sync records allow, to `consume` on the
+    /// calling thread. Thread `t`'s first turn starts at `start(t)`; its events are
+    /// recovered on a thread of its own by the sink `make(t, sender)`, which sends batches
+    /// of whatever the consumer wants (classified events, say) and sends what it holds at
+    /// `finish`. `consume(t, turn_start, batch)` reads from the batch and says whether the
+    /// turn goes on ([`Turn`]). Memory stays bounded however long a turn: a thread holds
+    /// at most a few batches ahead of the merge.
+    pub fn interleaved<S, B, M, C>(&self, start: impl Fn(u32) -> u64, make: M, mut consume: C) -> Result<(), S::Error>
+    where
+        S: Sink,
+        S::Error: Send,
+        B: Send,
+        M: Fn(u32, Sender<B>) -> S + Sync,
+        C: FnMut(u32, u64, &mut B) -> Result<Turn, S::Error>,
+    {
+        self.check()?;
+        let threads = &self.recovery().profile.threads;
+        let make = &make;
+        std::thread::scope(|s| -> Result<(), S::Error> {
+            // A thread's producer starts when the merge first reaches it and ends when its
+            // stream does, so the OS threads and batches alive follow the threads alive in
+            // the run, not all the threads it ever had.
+            let producer = |t: usize| -> Result<_, RecoverError> {
+                let (tx, rx) = crossbeam::channel::bounded::<B>(AHEAD);
+                let info = &threads[t];
+                let events = *self;
+                let handle = std::thread::Builder::new()
+                    .name(format!("dep-thread-{t}"))
+                    .spawn_scoped(s, move || -> Result<(), S::Error> {
+                        let mut sink = make(t as u32, Sender(tx));
+                        for c in &info.chunks {
+                            if !events.chunk(c, &mut sink)? {
+                                break;
+                            }
+                        }
+                        sink.finish()
+                    })
+                    .map_err(RecoverError::Spawn)?;
+                Ok((rx, handle))
+            };
+            // Per thread: its channel (until its stream ends) and the batch being read.
+            let mut inputs: Vec<Option<(crossbeam::channel::Receiver<B>, Option<B>)>> = (0..threads.len()).map(|_| None).collect();
+            let mut started = vec![false; threads.len()];
+            let mut producers = Vec::new();
+            let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..threads.len()).map(|t| Reverse((start(t as u32), t))).collect();
+            let mut result = Ok(());
+            'turns: while let Some(Reverse((key, t))) = heap.pop() {
+                if !std::mem::replace(&mut started[t], true) {
+                    match producer(t) {
+                        Ok((rx, handle)) => {
+                            inputs[t] = Some((rx, None));
+                            producers.push(handle);
+                        }
+                        Err(e) => {
+                            result = Err(e.into());
+                            break 'turns;
+                        }
+                    }
+                }
+                loop {
+                    let Some((rx, cur)) = &mut inputs[t] else { continue 'turns };
+                    if cur.is_none() {
+                        match rx.recv() {
+                            Ok(b) => *cur = Some(b),
+                            Err(_) => {
+                                // The thread is done: its channel goes.
+                                inputs[t] = None;
+                                continue 'turns;
+                            }
+                        }
+                    }
+                    match consume(t as u32, key, cur.as_mut().expect("set")) {
+                        Ok(Turn::Next) => *cur = None,
+                        Ok(Turn::Yield(next)) => {
+                            heap.push(Reverse((next, t)));
+                            continue 'turns;
+                        }
+                        Ok(Turn::Stop) => break 'turns,
+                        Err(e) => {
+                            result = Err(e);
+                            break 'turns;
+                        }
+                    }
+                }
+            }
+            // Unblock producers still sending (after an error), then collect theirs.
+            drop(inputs);
+            for p in producers {
+                p.join().expect("a recovery producer panicked")?;
+            }
+            result
+        })
+    }
+}
