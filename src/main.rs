@@ -246,7 +246,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let mut out = std::io::BufWriter::new(stdout.lock());
             let opts = dep_profile::dump::DumpOptions { max_items: (!all).then_some(max), disassemble: disasm };
             match dep_profile::dump::dump(&p, &mut out, opts) {
-                Err(dep_profile::dump::DumpError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
+                Err(dep_profile::dump::DumpError::Io(e)) if reader_gone(&e) => return Ok(ExitCode::SUCCESS),
                 r => r?,
             }
             out.flush().context("writing the dump")?;
@@ -271,6 +271,28 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Export { what: Export::Umt { .. } } => not_built("export umt"),
         Cmd::Export { what: Export::Champsim { .. } } => not_built("export champsim"),
+    }
+}
+
+/// Whether a write failed because the reader of the output went away (`dep ... | head`):
+/// the output stops there and the command succeeds.
+fn reader_gone(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::BrokenPipe
+}
+
+/// A write's result: its value, None when the reader went away ([`reader_gone`]), or the
+/// error with `what` was being written.
+fn written<T>(r: std::io::Result<T>, what: &'static str) -> Result<Option<T>> {
+    match r {
+        Err(e) if reader_gone(&e) => Ok(None),
+        r => r.map(Some).context(what),
+    }
+}
+
+/// Prints the symbolizers' warnings (a module missing or of another build, say), once each.
+fn warn_symbols<'a>(syms: impl IntoIterator<Item = &'a dep_dcfg_out::program::symbols::Symbolizer>) {
+    for w in syms.into_iter().flat_map(|s| s.warnings()) {
+        eprintln!("dep: warning: {w}");
     }
 }
 
@@ -386,12 +408,11 @@ fn recover(profile: &std::path::Path, truth: bool, format: &str, output: Option<
     };
     pb.finish_and_clear();
     match r {
-        Err(dep_recover::RecoverError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
+        Err(dep_recover::RecoverError::Output(e)) if reader_gone(&e) => return Ok(ExitCode::SUCCESS),
         r => r?,
     }
-    match out.flush() {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
-        r => r.context("writing output")?,
+    if written(out.flush(), "writing output")?.is_none() {
+        return Ok(ExitCode::SUCCESS);
     }
     check_truncated(&p)?;
     Ok(ExitCode::SUCCESS)
@@ -452,42 +473,20 @@ fn edges(profile: &std::path::Path, json: bool, truth: bool, output: Option<&std
     } else {
         edges::write_text(&mut out, &threads, &sym)
     };
-    match r.and_then(|_| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
-        r => r.context("writing output")?,
+    if written(r.and_then(|_| out.flush()), "writing output")?.is_none() {
+        return Ok(ExitCode::SUCCESS);
     }
-    for w in sym.warnings() {
-        eprintln!("dep: warning: {w}");
-    }
+    warn_symbols([&sym]);
     check_truncated(&p)?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The profile and the profiles of its forked children and exec'd images (PROFILE.1, ...).
-fn process_profiles(profile: &std::path::Path) -> Vec<PathBuf> {
-    let mut all = vec![profile.to_path_buf()];
-    for n in 1.. {
-        let p = PathBuf::from(format!("{}.{n}", profile.display()));
-        if !p.exists() {
-            break;
-        }
-        all.push(p);
-    }
-    all
 }
 
 fn dcfg(profile: &std::path::Path, output: &std::path::Path, trace: Option<&std::path::Path>) -> Result<ExitCode> {
     use dep_dcfg_out::dcfg::{write_dcfg, write_trace, Ids, Process};
     use dep_dcfg_out::program::symbols::Symbolizer;
-    let mut profiles: Vec<dep_profile::container::Profile> = Vec::new();
-    for p in process_profiles(profile) {
-        let child = dep_profile::container::Profile::open(&p)?;
-        // A child's parent is one of the processes before it; anything else is a stale file.
-        if !profiles.is_empty() && !child.meta.parent.as_ref().is_some_and(|l| profiles.iter().any(|q| q.meta.pid == l.parent_pid)) {
-            eprintln!("dep: warning: {}: not a child of {}; left out", p.display(), profile.display());
-            continue;
-        }
-        profiles.push(child);
+    let (profiles, strays) = dep_profile::container::open_family(profile)?;
+    for p in strays {
+        eprintln!("dep: warning: {}: not a child of {}; left out", p.display(), profile.display());
     }
     let recs: Vec<dep_recover::Recovery> = profiles.iter().map(|p| dep_recover::Recovery::new(p, 0)).collect();
     let chunks: u64 = recs.iter().map(|r| r.chunks().len() as u64).sum();
@@ -507,9 +506,7 @@ fn dcfg(profile: &std::path::Path, output: &std::path::Path, trace: Option<&std:
         out.flush().with_context(|| format!("writing {}", t.display()))?;
     }
     pb.finish_and_clear();
-    for w in syms.iter().flat_map(|s| s.warnings()) {
-        eprintln!("dep: warning: {w}");
-    }
+    warn_symbols(&syms);
     for p in &profiles {
         check_truncated(p)?;
     }
@@ -552,9 +549,7 @@ fn wet(
     if s.unplanned > 0 {
         eprintln!("dep: warning: {} blocks had no decodable code in the block table; their instructions are not in the trace", s.unplanned);
     }
-    for w in syms.warnings() {
-        eprintln!("dep: warning: {w}");
-    }
+    warn_symbols([&syms]);
     check_truncated(&p)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -569,9 +564,7 @@ fn callgrind(profile: &std::path::Path, output: &std::path::Path, separate_threa
     let rec = dep_recover::Recovery::new(&p, 0);
     let syms = dep_dcfg_out::program::symbols::Symbolizer::new(&p.modules);
     write_profile(&rec, &syms, &Options { separate_threads, dump_instr }, output)?;
-    for w in syms.warnings() {
-        eprintln!("dep: warning: {w}");
-    }
+    warn_symbols([&syms]);
     check_truncated(&p)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -597,11 +590,7 @@ fn races(
     let analysed = started.elapsed().as_secs_f64();
     let mut report = Report::new(&a, &syms);
     report.potential = potential;
-    let n = report.write(json, &mut out);
-    let n = match n {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
-        r => r.context("writing the race report")?,
-    };
+    let Some(n) = written(report.write(json, &mut out), "writing the race report")? else { return Ok(ExitCode::SUCCESS) };
     out.flush().context("writing the race report")?;
     if summary {
         let s = a.stats;
@@ -617,9 +606,7 @@ fn races(
             started.elapsed().as_secs_f64()
         );
     }
-    for w in syms.warnings() {
-        eprintln!("dep: warning: {w}");
-    }
+    warn_symbols([&syms]);
     check_truncated(&p)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -644,10 +631,8 @@ fn dcfg_check(dcfg: &std::path::Path, trace: &std::path::Path, blocks: bool) -> 
         }
     })
     .with_context(|| format!("{}", trace.display()))?;
-    match werr {
-        Some(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
-        Some(e) => return Err(e).context("writing output"),
-        None => {}
+    if written(werr.map_or(Ok(()), Err), "writing output")?.is_none() {
+        return Ok(ExitCode::SUCCESS);
     }
     out.flush().context("writing output")?;
     eprintln!(

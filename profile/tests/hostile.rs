@@ -167,3 +167,28 @@ fn writer_refuses_sections_readers_would_refuse() {
         .unwrap_err();
     assert!(e.to_string().contains("DEP_c section"), "{e}");
 }
+
+/// A profile's family is its forked and exec'd children's profiles, PROFILE.1, ...; one
+/// whose parent is none of the processes before it (a file left from another run) is left
+/// out and named, and the numbering ends at the first missing file.
+#[test]
+fn a_family_keeps_its_children_and_names_strays() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("f.dep");
+    let write = |path: &std::path::Path, pid: u32, parent: Option<u32>| {
+        let mut w = ProfileWriter::new(std::fs::File::create(path).unwrap(), Width::W64, 1).unwrap();
+        let parent = parent.map(|parent_pid| ParentLink { how: "fork".into(), parent_pid });
+        w.meta(&Metadata { pid, parent, ..meta(2696) }).unwrap();
+        w.flush().unwrap();
+    };
+    let numbered = |n: u32| std::path::PathBuf::from(format!("{}.{n}", base.display()));
+    write(&base, 10, None);
+    write(&numbered(1), 11, Some(10));
+    write(&numbered(2), 12, Some(99));
+    write(&numbered(3), 13, Some(11));
+    write(&numbered(5), 15, Some(10));
+    let (kept, strays) = open_family(&base).unwrap();
+    assert_eq!(kept.iter().map(|p| p.meta.pid).collect::<Vec<_>>(), [10, 11, 13]);
+    assert_eq!(strays, [numbered(2)]);
+    assert_eq!(family_paths(&base).len(), 4, "the numbering ends at .4, missing");
+}

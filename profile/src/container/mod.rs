@@ -9,6 +9,7 @@
 //! ```
 
 pub mod chunk;
+pub mod family;
 pub mod meta;
 pub mod reader;
 pub mod truncation;
@@ -18,6 +19,7 @@ pub use chunk::{
     ChunkData, ChunkError, ChunkView, Codec, Decompression, Encoder as ChunkEncoder, Section, CHUNK_HEADER_LEN, PACKED_VALUES_LEVEL,
     ZSTD_MAX_RATIO,
 };
+pub use family::{family_paths, open_family};
 pub use meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ModuleEventKind, ParentLink, ThreadEvent, ThreadEventKind, MAX_XSAVE_SIZE};
 pub use reader::{ChunkRef, Profile, Spawn, ThreadInfo};
 pub use writer::ProfileWriter;
