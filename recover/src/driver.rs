@@ -164,7 +164,12 @@ impl<'a> Events<'a> {
     /// (false: it stopped).
     pub fn chunk<S: Sink>(&self, c: &ChunkRef, sink: &mut S) -> Result<bool, S::Error> {
         self.check()?;
-        Ok(self.rec.feed(c, self.source, &mut Buffers::default(), sink)? == Fed::All)
+        self.chunk_with(c, &mut Buffers::default(), sink)
+    }
+
+    /// [`chunk`](Self::chunk) with buffers kept from one chunk to the next.
+    pub(crate) fn chunk_with<S: Sink>(&self, c: &ChunkRef, buf: &mut Buffers, sink: &mut S) -> Result<bool, S::Error> {
+        Ok(self.rec.feed(c, self.source, buf, sink)? == Fed::All)
     }
 
     /// Sends every event to one sink on the calling thread: threads one after another,
@@ -410,7 +415,11 @@ impl<'a> Events<'a> {
             }
             return Ok(());
         }
-        let (job_tx, job_rx) = crossbeam::channel::bounded::<usize>(workers * 2);
+        // Every chunk queued at once (an index each); results wait in a short queue, which
+        // a consumer that fails drops, and with it the workers.
+        let (job_tx, job_rx) = crossbeam::channel::unbounded::<usize>();
+        (0..chunks.len()).for_each(|k| job_tx.send(k).expect("the receiver is alive"));
+        drop(job_tx);
         let (res_tx, res_rx) = crossbeam::channel::bounded::<(usize, Result<T, S::Error>)>(workers * 2);
         crossbeam::thread::scope(|s| {
             for _ in 0..workers {
@@ -424,15 +433,7 @@ impl<'a> Events<'a> {
                     }
                 });
             }
-            drop((job_rx, res_tx));
-            let chunks = &chunks;
-            let feeder = s.spawn(move |_| {
-                for k in 0..chunks.len() {
-                    if job_tx.send(k).is_err() {
-                        break;
-                    }
-                }
-            });
+            drop(res_tx);
             let mut result = Ok(());
             for (k, r) in res_rx.iter() {
                 if let Err(e) = r.and_then(|t| consume(&chunks[k], t)) {
@@ -441,9 +442,8 @@ impl<'a> Events<'a> {
                 }
                 (self.progress)(1);
             }
-            // Ends the feeder and the workers: their channels close with the receiver.
+            // Ends the workers: their results have nowhere to go.
             drop(res_rx);
-            let _ = feeder.join();
             result
         })
         .expect("recovery worker panicked")

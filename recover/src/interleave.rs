@@ -10,7 +10,7 @@
 //! turn ends is the consumer's: it reads a batch from its own cursor and answers
 //! [`Turn::Yield`] with the number the thread's next turn starts at.
 
-use crate::driver::Events;
+use crate::driver::{Buffers, Events};
 use crate::error::RecoverError;
 use crate::sink::Sink;
 use std::cmp::Reverse;
@@ -72,8 +72,10 @@ impl Events<'_> {
                     .name(format!("dep-thread-{t}"))
                     .spawn_scoped(s, move || -> Result<(), S::Error> {
                         let mut sink = make(t as u32, Sender(tx));
+                        // One set of decompression buffers for all the thread's chunks.
+                        let mut buf = Buffers::default();
                         for c in &info.chunks {
-                            if !events.chunk(c, &mut sink)? {
+                            if !events.chunk_with(c, &mut buf, &mut sink)? {
                                 break;
                             }
                         }

@@ -31,8 +31,7 @@
 use crate::driver::Recovery;
 use crate::edges::{Edge, EdgeKind, Edges};
 use crate::error::RecoverError;
-use crate::events::Source;
-use crate::events::{BlockEvent, Marker, MemEvent};
+use crate::events::{BlockEvent, Marker, MemEvent, Source};
 use crate::plans::Plans;
 use crate::sink::Sink;
 use dep_profile::container::{Profile, ProfileError, Section};
