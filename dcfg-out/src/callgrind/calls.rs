@@ -1,19 +1,16 @@
 //! The call stack, rebuilt from the chunks' call events in order, and the totals a profile
 //! file is written from.
 //!
-//! As Callgrind does it: a call pushes a frame; a return pops to the frame whose return
-//! address it reaches (so a return that skips frames, after a longjmp or an exception,
-//! closes them all), and one that reaches none pops nothing; a jump into another
-//! function's entry is a call (a tail call) returning where its caller's frame returns,
-//! so the return that ends the chain closes both; a signal handler runs in a frame of its
-//! own, closed with everything above it by sigreturn, and its cost is not part of the
-//! inclusive cost of the calls it interrupted; frames still open when the thread ends are
-//! closed there. Closing a frame counts one call on its arc (call site, callee);
+//! The stack is the one every output shares ([`crate::program::calls`], Callgrind's
+//! rules); what is Callgrind's own is what closing a frame counts. A signal handler's cost
+//! is not part of the inclusive cost of the calls it interrupted; frames still open when
+//! the thread ends are closed there. Closing a frame counts one call on its arc (call site, callee);
 //! its inclusive cost, the cost between the call and the return, is added only if no
 //! other activation of the callee is still on the stack, so that recursion is not counted
 //! twice (Callgrind's "calls" are the non-recursive ones for cost).
 
 use super::costs::{CallEvent, ChunkCosts, Cost, Tables};
+use crate::program::calls::{self, CallStack, FrameKind, Reach, Transition, NO_RETURN};
 use rustc_hash::FxHashMap;
 
 /// A call arc's count and inclusive cost.
@@ -39,16 +36,17 @@ pub struct Totals {
     pub total: Cost,
 }
 
-/// A call on the stack: its site, callee entry block, return address, the running cost
-/// when it was made, or a signal handler's frame.
+/// What a frame keeps: the call's site and callee entry block (0 for a signal handler's)
+/// and the running cost when it was made.
 #[derive(Clone, Copy, Debug)]
-pub struct Frame {
+pub struct Call {
     site: u64,
     callee: u32,
-    ret: u64,
     at: Cost,
-    signal: bool,
 }
+
+/// A frame of the call stack.
+pub type Frame = calls::Frame<Call>;
 
 /// Calls closed within a chunk: (site, callee block) -> (count, inclusive cost to add
 /// when no outer activation of the callee is on the thread's stack).
@@ -72,7 +70,7 @@ pub enum Op {
 /// own frames, so the result is the same as replaying every event in order.
 #[derive(Default, Debug)]
 pub struct Local {
-    frames: Vec<Frame>,
+    stack: CallStack<Call>,
     depth: FxHashMap<u32, u32>,
     arcs: LocalArcs,
     pub ops: Vec<Op>,
@@ -82,21 +80,10 @@ fn sub(a: Cost, b: Cost) -> Cost {
     [a[0] - b[0], a[1] - b[1], a[2] - b[2]]
 }
 
-/// What a return to `to` closes, the same for a chunk's own frames and a thread's: the
-/// innermost frame above the innermost signal handler's whose return address it is, with
-/// the tail calls beneath it that return there too. Returns where the handler's frames
-/// begin (None without a handler) and the first frame to close (None: no frame matches).
-fn return_to(frames: &[Frame], to: u64) -> (Option<usize>, Option<usize>) {
-    let floor = frames.iter().rposition(|f| f.signal).map(|k| k + 1);
-    let lo = floor.unwrap_or(0);
-    let k = frames[lo..].iter().rposition(|f| f.ret == to).map(|k| {
-        let mut k = k + lo;
-        while k > lo && frames[k - 1].ret == to {
-            k -= 1;
-        }
-        k
-    });
-    (floor, k)
+fn shift(frames: &mut [Frame], d: Cost) {
+    for g in frames {
+        g.data.at = add(g.data.at, d);
+    }
 }
 
 impl Local {
@@ -105,80 +92,75 @@ impl Local {
         if !self.arcs.is_empty() {
             self.ops.push(Op::Arcs(std::mem::take(&mut self.arcs)));
         }
-        for f in self.frames.drain(..) {
+        for f in self.stack.take() {
             self.ops.push(Op::Push(f));
         }
         self.depth.clear();
     }
 
     fn close(&mut self, f: Frame, now: Cost, t: &Tables) {
-        if f.signal {
-            let d = sub(now, f.at);
-            for g in &mut self.frames {
-                g.at = add(g.at, d);
-            }
+        if f.kind == FrameKind::Signal {
+            let d = sub(now, f.data.at);
+            shift(self.stack.frames_mut(), d);
             self.ops.push(Op::Shift(d));
             return;
         }
-        let func = t.func[f.callee as usize];
+        let func = t.exits.func[f.data.callee as usize];
         let d = self.depth.entry(func).or_default();
         *d = d.saturating_sub(1);
-        let a = self.arcs.entry((f.site, f.callee)).or_default();
+        let a = self.arcs.entry((f.data.site, f.data.callee)).or_default();
         a.0 += 1;
         if *d == 0 {
-            a.1 = add(a.1, sub(now, f.at));
+            a.1 = add(a.1, sub(now, f.data.at));
         }
     }
 
-    fn push(&mut self, f: Frame, t: &Tables) {
-        *self.depth.entry(t.func[f.callee as usize]).or_default() += 1;
-        self.frames.push(f);
+    /// Counts a frame pushed, and closes those a full stack dropped.
+    fn pushed(&mut self, callee: u32, dropped: Vec<Frame>, now: Cost, t: &Tables) {
+        *self.depth.entry(t.exits.func[callee as usize]).or_default() += 1;
+        for f in dropped {
+            self.close(f, now, t);
+        }
     }
 
     fn pop_to(&mut self, k: usize, now: Cost, t: &Tables) {
-        while self.frames.len() > k {
-            let f = self.frames.pop().expect("len > k");
+        while let Some(f) = self.stack.pop_above(k) {
             self.close(f, now, t);
         }
+    }
+
+    /// Hands event `e` on to the thread's stack, after every local frame.
+    fn beyond(&mut self, e: CallEvent) {
+        self.flush();
+        self.ops.push(Op::Event(e));
     }
 
     /// Takes one event of the chunk.
     pub fn event(&mut self, e: CallEvent, t: &Tables) {
         match e {
-            CallEvent::Call { site, ret, to, cost } => self.push(Frame { site, callee: to, ret, at: cost, signal: false }, t),
-            CallEvent::TailJump { site, to, cost } => match self.frames.last() {
-                Some(top) => {
-                    let ret = if top.signal { u64::MAX } else { top.ret };
-                    self.push(Frame { site, callee: to, ret, at: cost, signal: false }, t)
-                }
-                None => {
-                    self.flush();
-                    self.ops.push(Op::Event(e));
-                }
+            CallEvent::Flow(Transition::Call { site, ret, to }, cost) => {
+                let dropped = self.stack.call(ret, Call { site, callee: to, at: cost });
+                self.pushed(to, dropped, cost, t);
+            }
+            CallEvent::Flow(Transition::TailCall { site, to }, cost) => match self.stack.tail_call(Call { site, callee: to, at: cost }) {
+                Some(dropped) => self.pushed(to, dropped, cost, t),
+                None => self.beyond(e),
             },
-            CallEvent::Return { to, cost } => {
-                match return_to(&self.frames, to) {
-                    (_, Some(k)) => self.pop_to(k, cost, t),
-                    // Confined above a handler of this chunk: nothing to pop.
-                    (Some(_), None) => {}
-                    (None, None) => {
-                        self.flush();
-                        self.ops.push(Op::Event(e));
-                    }
+            CallEvent::Flow(Transition::Return { to }, cost) => match self.stack.return_to(to) {
+                Reach::Frame(k) => self.pop_to(k, cost, t),
+                Reach::Confined => {}
+                Reach::Beyond => self.beyond(e),
+            },
+            CallEvent::Signal(cost) => {
+                for f in self.stack.signal(Call { site: 0, callee: 0, at: cost }) {
+                    self.close(f, cost, t);
                 }
             }
-            CallEvent::Signal { cost } => self.frames.push(Frame { site: 0, callee: 0, ret: u64::MAX, at: cost, signal: true }),
-            CallEvent::SignalReturn { cost } => match self.frames.iter().rposition(|f| f.signal) {
+            CallEvent::SignalReturn(cost) => match self.stack.handler() {
                 Some(k) => self.pop_to(k, cost, t),
-                None => {
-                    self.flush();
-                    self.ops.push(Op::Event(e));
-                }
+                None => self.beyond(e),
             },
-            CallEvent::End { .. } => {
-                self.flush();
-                self.ops.push(Op::Event(e));
-            }
+            CallEvent::End(_) => self.beyond(e),
         }
     }
 
@@ -191,7 +173,7 @@ impl Local {
 /// One thread's call stack between chunks.
 #[derive(Default)]
 pub struct Stack {
-    frames: Vec<Frame>,
+    stack: CallStack<Call>,
     /// Activations on the stack per function id.
     depth: Vec<u32>,
     /// The thread's cost before the next chunk.
@@ -206,68 +188,92 @@ fn add(a: Cost, b: Cost) -> Cost {
 
 impl Stack {
     fn close(&mut self, f: Frame, now: Cost, t: &Tables, arcs: &mut FxHashMap<(u64, u32), Arc>) {
-        if f.signal {
+        if f.kind == FrameKind::Signal {
             // A handler's cost is its own, not that of the calls it interrupted (Callgrind
             // runs a handler on a call stack of its own): they start that much later.
-            let d = sub(now, f.at);
-            for g in &mut self.frames {
-                g.at = add(g.at, d);
-            }
+            shift(self.stack.frames_mut(), sub(now, f.data.at));
             return;
         }
-        let func = t.func[f.callee as usize] as usize;
+        let func = t.exits.func[f.data.callee as usize] as usize;
         let d = self.depth.get_mut(func).map_or(0, |d| {
             *d = d.saturating_sub(1);
             *d
         });
-        let arc = arcs.entry((f.site, f.callee)).or_default();
+        let arc = arcs.entry((f.data.site, f.data.callee)).or_default();
         arc.count += 1;
         if d == 0 {
-            arc.cost = add(arc.cost, sub(now, f.at));
+            arc.cost = add(arc.cost, sub(now, f.data.at));
         }
     }
 
-    fn push(&mut self, f: Frame, t: &Tables) {
-        let func = t.func[f.callee as usize] as usize;
+    /// Counts an activation of the function frame `f` calls.
+    fn count(&mut self, f: &Frame, t: &Tables) {
+        if f.kind == FrameKind::Signal {
+            return;
+        }
+        let func = t.exits.func[f.data.callee as usize] as usize;
         if func < u32::MAX as usize {
             if self.depth.len() <= func {
                 self.depth.resize(func + 1, 0);
             }
             self.depth[func] += 1;
         }
-        self.frames.push(f);
+    }
+
+    fn push(&mut self, f: Frame, now: Cost, t: &Tables, arcs: &mut FxHashMap<(u64, u32), Arc>) {
+        self.count(&f, t);
+        for g in self.stack.push(f) {
+            self.close(g, now, t, arcs);
+        }
     }
 
     fn pop_to(&mut self, k: usize, now: Cost, t: &Tables, arcs: &mut FxHashMap<(u64, u32), Arc>) {
-        while self.frames.len() > k {
-            let f = self.frames.pop().expect("len > k");
+        while let Some(f) = self.stack.pop_above(k) {
             self.close(f, now, t, arcs);
         }
     }
 
     fn apply(&mut self, e: CallEvent, t: &Tables, arcs: &mut FxHashMap<(u64, u32), Arc>) {
         match e {
-            CallEvent::Call { site, ret, to, cost } => {
-                self.push(Frame { site, callee: to, ret, at: add(self.base, cost), signal: false }, t)
+            CallEvent::Flow(Transition::Call { site, ret, to }, cost) => {
+                let now = add(self.base, cost);
+                self.push(calls::Frame { ret, kind: FrameKind::Call, data: Call { site, callee: to, at: now } }, now, t, arcs)
             }
-            CallEvent::TailJump { site, to, cost } => {
-                let ret = self.frames.last().filter(|f| !f.signal).map_or(u64::MAX, |f| f.ret);
-                self.push(Frame { site, callee: to, ret, at: add(self.base, cost), signal: false }, t)
+            CallEvent::Flow(Transition::TailCall { site, to }, cost) => {
+                let now = add(self.base, cost);
+                let call = Call { site, callee: to, at: now };
+                match self.stack.tail_call(call) {
+                    Some(dropped) => {
+                        let f = *self.stack.top().expect("pushed");
+                        self.count(&f, t);
+                        for g in dropped {
+                            self.close(g, now, t, arcs);
+                        }
+                    }
+                    // The thread's first frame: it returns nowhere a return can reach.
+                    None => self.push(calls::Frame { ret: NO_RETURN, kind: FrameKind::TailCall, data: call }, now, t, arcs),
+                }
             }
-            CallEvent::Return { to, cost } => {
-                if let (_, Some(k)) = return_to(&self.frames, to) {
+            CallEvent::Flow(Transition::Return { to }, cost) => {
+                if let Reach::Frame(k) = self.stack.return_to(to) {
                     self.pop_to(k, add(self.base, cost), t, arcs);
                 }
             }
-            CallEvent::Signal { cost } => {
-                self.frames.push(Frame { site: 0, callee: 0, ret: u64::MAX, at: add(self.base, cost), signal: true })
+            CallEvent::Signal(cost) => {
+                let now = add(self.base, cost);
+                self.push(
+                    calls::Frame { ret: NO_RETURN, kind: FrameKind::Signal, data: Call { site: 0, callee: 0, at: now } },
+                    now,
+                    t,
+                    arcs,
+                )
             }
-            CallEvent::SignalReturn { cost } => {
-                if let Some(k) = self.frames.iter().rposition(|f| f.signal) {
+            CallEvent::SignalReturn(cost) => {
+                if let Some(k) = self.stack.handler() {
                     self.pop_to(k, add(self.base, cost), t, arcs);
                 }
             }
-            CallEvent::End { cost } => self.pop_to(0, add(self.base, cost), t, arcs),
+            CallEvent::End(cost) => self.pop_to(0, add(self.base, cost), t, arcs),
         }
     }
 
@@ -275,8 +281,8 @@ impl Stack {
     pub fn chunk(&mut self, c: &mut ChunkCosts, t: &Tables, tot: &mut Totals) {
         if let (Some(last), Some(first)) = (self.carry, c.first) {
             *tot.trans.entry((last, first)).or_default() += 1;
-            if let Some(e) = t.transition(last, first, [0; 3]) {
-                self.apply(e, t, &mut tot.arcs);
+            if let Some(tr) = t.exits.transition(last, first) {
+                self.apply(CallEvent::Flow(tr, [0; 3]), t, &mut tot.arcs);
             }
         }
         for op in std::mem::take(&mut c.local.ops) {
@@ -285,25 +291,18 @@ impl Stack {
                     for ((site, callee), (n, cost)) in arcs {
                         let a = tot.arcs.entry((site, callee)).or_default();
                         a.count += n;
-                        let func = t.func[callee as usize] as usize;
+                        let func = t.exits.func[callee as usize] as usize;
                         if self.depth.get(func).copied().unwrap_or(0) == 0 {
                             a.cost = add(a.cost, cost);
                         }
                     }
                 }
                 Op::Push(mut f) => {
-                    f.at = add(self.base, f.at);
-                    if f.signal {
-                        self.frames.push(f);
-                    } else {
-                        self.push(f, t);
-                    }
+                    f.data.at = add(self.base, f.data.at);
+                    let now = f.data.at;
+                    self.push(f, now, t, &mut tot.arcs);
                 }
-                Op::Shift(d) => {
-                    for g in &mut self.frames {
-                        g.at = add(g.at, d);
-                    }
-                }
+                Op::Shift(d) => shift(self.stack.frames_mut(), d),
                 Op::Event(e) => self.apply(e, t, &mut tot.arcs),
             }
         }
@@ -331,7 +330,7 @@ impl Stack {
         self.base = add(self.base, c.cost);
         tot.total = add(tot.total, c.cost);
         if c.seen_block {
-            self.carry = c.carry.last;
+            self.carry = c.flow.last;
         }
     }
 

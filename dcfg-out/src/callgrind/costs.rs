@@ -4,7 +4,8 @@
 //! and returned from within the chunk (calls.rs's `Local`), with what is left for the
 //! thread's call stack, which is rebuilt chunk after chunk.
 
-use dep_profile::semantics::{Access, Flow, Special};
+use crate::program::calls::{BlockExits, CallFlow, Exit, Transition};
+use dep_profile::semantics::{Access, Special};
 use dep_recover::events::{BlockEvent, Marker, MemEvent, Run};
 use dep_recover::plans::Plans;
 use dep_recover::{RecoverError, Sink};
@@ -25,16 +26,12 @@ pub struct Tables {
     /// Per block: prefix sums of static reads and writes (len instructions + 1 each), at
     /// `first[b] + b`.
     prefix: Vec<(u64, u64)>,
-    /// Per block: how it leaves when it runs whole.
-    pub exit: Vec<Exit>,
-    /// Per block: whether a function symbol starts at it, and its function's index.
-    pub entry: Vec<bool>,
-    pub func: Vec<u32>,
+    /// Per block: how it leaves, whether a function starts at it, its function, and
+    /// whether it is PLT code (whose cost Callgrind, with `--skip-plt=yes`, its default,
+    /// charges to the instruction that called or jumped into it).
+    pub exits: BlockExits,
     /// Per block: whether an instruction's references must be counted one by one.
     has_dynamic: Vec<bool>,
-    /// Per block: whether it is PLT code, whose cost Callgrind (`--skip-plt=yes`, its
-    /// default) charges to the instruction that called or jumped into it.
-    pub plt: Vec<bool>,
     /// Per block: its whole cost, and [`KIND_*`] bits for the fast path.
     full: Vec<(u64, u64, u64)>,
     kind: Vec<u8>,
@@ -49,26 +46,9 @@ const KIND_ENTRY: u8 = 4;
 /// The block is PLT code, or has instructions whose references are counted one by one.
 const KIND_SLOW: u8 = 8;
 
-/// How a block leaves, for the call stack and jump counts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Exit {
-    Call {
-        site: u64,
-        ret: u64,
-    },
-    Return,
-    /// A jump: conditional (with its target), unconditional or indirect.
-    Jump {
-        site: u64,
-        conditional: Option<u64>,
-    },
-    Other,
-}
-
 impl Tables {
-    /// `func(addr)` names the function a block start is in, `entry(addr)` says whether
-    /// one starts there.
-    pub fn build(plans: &Plans, func: &dyn Fn(u64) -> u32, entry: &dyn Fn(u64) -> bool, plt: &dyn Fn(u64) -> bool) -> Tables {
+    /// The tables of `plans`' blocks, which leave as `exits` says.
+    pub fn build(plans: &Plans, exits: BlockExits) -> Tables {
         let n = plans.len();
         let mut t = Tables {
             first: Vec::with_capacity(n + 1),
@@ -77,11 +57,8 @@ impl Tables {
             writes: Vec::new(),
             dynamic: Vec::new(),
             prefix: Vec::new(),
-            exit: Vec::with_capacity(n),
-            entry: Vec::with_capacity(n),
-            func: Vec::with_capacity(n),
+            exits,
             has_dynamic: Vec::with_capacity(n),
-            plt: Vec::with_capacity(n),
             full: Vec::with_capacity(n),
             kind: Vec::with_capacity(n),
         };
@@ -89,11 +66,7 @@ impl Tables {
             t.first.push(t.pc.len() as u32);
             let Some(p) = plans.get_plan(b) else {
                 t.prefix.push((0, 0));
-                t.exit.push(Exit::Other);
-                t.entry.push(false);
-                t.func.push(u32::MAX);
                 t.has_dynamic.push(false);
-                t.plt.push(false);
                 t.full.push((0, 0, 0));
                 t.kind.push(KIND_SLOW);
                 continue;
@@ -116,29 +89,18 @@ impl Tables {
                 w += wi as u64;
                 t.prefix.push((r, w));
             }
-            let last = p.insns.last();
-            t.exit.push(match last.map(|i| (i.flow, i.pc, i.pc + i.len as u64)) {
-                Some((Flow::Call { .. } | Flow::IndirectCall, site, ret)) => Exit::Call { site, ret },
-                Some((Flow::Return, _, _)) => Exit::Return,
-                Some((Flow::Jump { target, conditional }, site, _)) => Exit::Jump { site, conditional: conditional.then_some(target) },
-                Some((Flow::IndirectJump, site, _)) => Exit::Jump { site, conditional: None },
-                _ => Exit::Other,
-            });
-            t.entry.push(entry(p.addr));
-            t.func.push(func(p.addr));
             t.has_dynamic.push(p.insns.iter().any(|i| matches!(i.special, Special::Rep(_) | Special::Gather(_))));
-            t.plt.push(plt(p.addr));
             t.full.push((p.insns.len() as u64, r, w));
-            let exit = *t.exit.last().expect("pushed");
-            let mut k = match exit {
+            let bi = b as usize;
+            let mut k = match t.exits.exit[bi] {
                 Exit::Call { .. } | Exit::Return => KIND_CALL_RET,
                 Exit::Jump { .. } => KIND_JUMP,
                 Exit::Other => 0,
             };
-            if *t.entry.last().expect("pushed") {
+            if t.exits.entry[bi] {
                 k |= KIND_ENTRY;
             }
-            if *t.plt.last().expect("pushed") || *t.has_dynamic.last().expect("pushed") {
+            if t.exits.plt[bi] || *t.has_dynamic.last().expect("pushed") {
                 k |= KIND_SLOW;
             }
             t.kind.push(k);
@@ -159,21 +121,6 @@ impl Tables {
         (self.reads[k], self.writes[k])
     }
 
-    /// The call-stack event of control going from block `p`, run whole, to block `b` with
-    /// the running cost `cost`: a call, a return, a tail call (a jump into another
-    /// function's entry), or none.
-    #[inline]
-    pub fn transition(&self, p: u32, b: u32, cost: Cost) -> Option<CallEvent> {
-        match self.exit[p as usize] {
-            Exit::Call { site, ret } => Some(CallEvent::Call { site, ret, to: b, cost }),
-            Exit::Return => Some(CallEvent::Return { to: self.pc[self.first[b as usize] as usize], cost }),
-            Exit::Jump { site, .. } if self.entry[b as usize] && self.func[b as usize] != self.func[p as usize] => {
-                Some(CallEvent::TailJump { site, to: b, cost })
-            }
-            Exit::Jump { .. } | Exit::Other => None,
-        }
-    }
-
     /// Instructions of block `b`.
     #[inline]
     pub fn len(&self, b: u32) -> u32 {
@@ -184,40 +131,11 @@ impl Tables {
 /// An event that moves the call stack, with the running cost where it happens.
 #[derive(Clone, Copy, Debug)]
 pub enum CallEvent {
-    /// A call from `site` returning to `ret` entered block `to`.
-    Call {
-        site: u64,
-        ret: u64,
-        to: u32,
-        cost: Cost,
-    },
-    /// A return reached `to` (an address).
-    Return {
-        to: u64,
-        cost: Cost,
-    },
-    /// A jump from `site` into another function's entry, block `to` (a tail call).
-    TailJump {
-        site: u64,
-        to: u32,
-        cost: Cost,
-    },
-    Signal {
-        cost: Cost,
-    },
-    SignalReturn {
-        cost: Cost,
-    },
-    End {
-        cost: Cost,
-    },
-}
-
-/// How the chunk before left off, for the transition into this chunk's first block.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Carry {
-    /// The last block, when it ran whole and no marker followed it.
-    pub last: Option<u32>,
+    /// Control passed between blocks as a call, a return or a tail call.
+    Flow(Transition, Cost),
+    Signal(Cost),
+    SignalReturn(Cost),
+    End(Cost),
 }
 
 /// One chunk's contribution.
@@ -243,11 +161,10 @@ pub struct ChunkCosts {
     pub first: Option<u32>,
     /// Whether the chunk had any block or flow-breaking marker.
     pub seen_block: bool,
-    pub carry: Carry,
+    /// The flow between blocks, up to the chunk's last block.
+    pub flow: CallFlow,
     /// Cost of PLT code, charged to the call or jump that entered it: site -> cost.
     pub plt_cost: FxHashMap<u64, Cost>,
-    /// In PLT code entered by the call (ret Some) or jump at this site.
-    in_plt: Option<(u64, Option<u64>)>,
 }
 
 /// A chunk's dense arrays (whole runs, successors), handed on for reuse.
@@ -258,7 +175,7 @@ impl ChunkCosts {
     /// if there are some.
     pub fn new(blocks: usize, spare: Option<Spare>) -> ChunkCosts {
         let (whole, next) = spare.unwrap_or_else(|| (vec![0; blocks], vec![(u32::MAX, 0); blocks]));
-        ChunkCosts { whole, next, ..Default::default() }
+        ChunkCosts { whole, next, flow: CallFlow::skipping_plt(), ..Default::default() }
     }
 
     /// Counts a transition from block `p` to block `id`.
@@ -309,33 +226,15 @@ impl CostSink<'_> {
             c.seen_block = true;
             c.first = Some(id);
         }
-        let plt = self.t.plt[id as usize];
-        if let Some(p) = c.carry.last {
+        if let Some(p) = c.flow.last {
             c.count_transition(p, id);
-            match (c.in_plt, self.t.exit[p as usize]) {
-                // Leaving PLT code: the call (or jump) that entered it goes here.
-                (Some((site, ret)), _) if !plt => {
-                    c.in_plt = None;
-                    match ret {
-                        Some(ret) => c.local.event(CallEvent::Call { site, ret, to: id, cost: c.cost }, self.t),
-                        None => c.local.event(CallEvent::TailJump { site, to: id, cost: c.cost }, self.t),
-                    }
-                }
-                (Some(_), _) => {}
-                (None, Exit::Call { site, ret }) if plt => c.in_plt = Some((site, Some(ret))),
-                (None, Exit::Jump { site, .. }) if plt => c.in_plt = Some((site, None)),
-                (None, _) => {
-                    if let Some(e) = self.t.transition(p, id, c.cost) {
-                        c.local.event(e, self.t);
-                    }
-                }
-            }
-        } else {
-            c.in_plt = None;
+        }
+        if let Some(tr) = c.flow.block(&self.t.exits, id, whole) {
+            c.local.event(CallEvent::Flow(tr, c.cost), self.t);
         }
         let (r, w) = self.t.static_refs(id, executed);
-        match c.in_plt {
-            Some((site, _)) if plt => {
+        match c.flow.plt_site(&self.t.exits, id) {
+            Some(site) => {
                 let k = c.plt_cost.entry(site).or_default();
                 k[0] += executed as u64;
                 k[1] += r;
@@ -347,7 +246,6 @@ impl CostSink<'_> {
         c.cost[0] += executed as u64;
         c.cost[1] += r;
         c.cost[2] += w;
-        c.carry.last = whole.then_some(id);
     }
 
     /// Counts block `b`'s references of instructions whose accesses vary per execution.
@@ -378,21 +276,21 @@ impl Sink for CostSink<'_> {
 
     fn block(&mut self, b: &BlockEvent) -> Result<bool, Self::Error> {
         match b.id {
-            Some(id) if (id as usize) < self.t.exit.len() => {
+            Some(id) if (id as usize) < self.t.exits.len() => {
                 let n = self.t.len(id);
                 let executed = b.executed.min(n);
                 self.enter(id, executed, !b.interrupted && executed == n);
             }
             _ => {
                 self.c.seen_block = true;
-                self.c.carry.last = None;
+                self.c.flow.break_flow();
             }
         }
         Ok(true)
     }
 
     fn refs(&mut self, b: &BlockEvent, refs: &[MemEvent]) -> Result<bool, Self::Error> {
-        if let Some(id) = b.id.filter(|&id| (id as usize) < self.t.exit.len()) {
+        if let Some(id) = b.id.filter(|&id| (id as usize) < self.t.exits.len()) {
             self.dynamic_refs(id, refs);
         }
         Ok(true)
@@ -401,9 +299,9 @@ impl Sink for CostSink<'_> {
     fn marker(&mut self, _: u32, m: Marker) -> Result<bool, Self::Error> {
         let c = &mut self.c;
         let ev = match m {
-            Marker::Signal(_) => Some(CallEvent::Signal { cost: c.cost }),
-            Marker::SignalReturn => Some(CallEvent::SignalReturn { cost: c.cost }),
-            Marker::ThreadEnd => Some(CallEvent::End { cost: c.cost }),
+            Marker::Signal(_) => Some(CallEvent::Signal(c.cost)),
+            Marker::SignalReturn => Some(CallEvent::SignalReturn(c.cost)),
+            Marker::ThreadEnd => Some(CallEvent::End(c.cost)),
             Marker::ThreadStart => None,
             Marker::ChunkStart(_) | Marker::Sync { .. } | Marker::Call { .. } | Marker::Return { .. } => return Ok(true),
         };
@@ -411,7 +309,7 @@ impl Sink for CostSink<'_> {
             c.local.event(e, self.t);
         }
         c.seen_block = true;
-        c.carry.last = None;
+        c.flow.break_flow();
         Ok(true)
     }
 
@@ -423,21 +321,21 @@ impl Sink for CostSink<'_> {
             let id = b.id;
             let c = &mut self.c;
             let kid = t.kind[id as usize];
-            let fast = match c.carry.last {
-                Some(p) if c.in_plt.is_none() && kid & KIND_SLOW == 0 => {
+            let fast = match c.flow.last {
+                Some(p) if c.flow.plt.is_none() && kid & KIND_SLOW == 0 => {
                     let kp = t.kind[p as usize];
                     kp & KIND_CALL_RET == 0 && (kp & KIND_JUMP == 0 || kid & KIND_ENTRY == 0) && b.executed as u32 == t.len(id)
                 }
                 _ => false,
             };
             if fast {
-                c.count_transition(c.carry.last.expect("fast"), id);
+                c.count_transition(c.flow.last.expect("fast"), id);
                 c.whole[id as usize] += 1;
                 let f = t.full[id as usize];
                 c.cost[0] += f.0;
                 c.cost[1] += f.1;
                 c.cost[2] += f.2;
-                c.carry.last = Some(id);
+                c.flow.last = Some(id);
                 continue;
             }
             let n = t.len(id);

@@ -11,6 +11,7 @@ pub mod calls;
 pub mod costs;
 pub mod write;
 
+use crate::program::calls::BlockExits;
 use crate::program::symbols::Symbolizer;
 use calls::{Stack, Totals};
 use costs::{ChunkCosts, CostSink, Tables};
@@ -46,18 +47,7 @@ pub struct Written {
 /// Writes `rec`'s profile as Callgrind profile `output` (or one file per thread).
 pub fn write_profile(rec: &Recovery, symbols: &Symbolizer, opts: &Options, output: &Path) -> Result<Written, CallgrindError> {
     let plans = &rec.plans;
-    // Each block's function: the symbol naming its first address, interned.
-    let mut fn_ids: FxHashMap<String, u32> = FxHashMap::default();
-    let mut by_addr: FxHashMap<u64, u32> = FxHashMap::default();
-    for b in 0..plans.len() as u32 {
-        if let Some(p) = plans.get_plan(b) {
-            let k = fn_ids.len() as u32;
-            let id = *fn_ids.entry(symbols.symbol(p.addr)).or_insert(k);
-            by_addr.insert(p.addr, id);
-        }
-    }
-    let tables =
-        Tables::build(plans, &|a| by_addr.get(&a).copied().unwrap_or(u32::MAX), &|a| symbols.is_function_start(a), &|a| symbols.in_plt(a));
+    let tables = Tables::build(plans, BlockExits::build(plans, symbols));
 
     let threads = rec.profile.threads.len().max(1);
     // Stacks and per-thread totals go by the thread's position in the table: a profile's

@@ -10,7 +10,8 @@
 //! a function.
 
 use super::calls::Totals;
-use super::costs::{Cost, Exit, Tables};
+use super::costs::{Cost, Tables};
+use crate::program::calls::Exit;
 use crate::program::symbols::Symbolizer;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -134,8 +135,8 @@ pub fn write(tables: &Tables, tot: &Totals, symbols: &Symbolizer, h: &Header, ou
     let mut jumps: BTreeMap<u64, Vec<(u64, u64, Option<u64>)>> = BTreeMap::new();
     let whole = |b: u32| tot.whole.get(b as usize).copied().unwrap_or(0);
     for (&(from, to), &n) in &tot.trans {
-        if let Exit::Jump { site, conditional } = tables.exit[from as usize] {
-            if tables.func[from as usize] != tables.func[to as usize] {
+        if let Exit::Jump { site, conditional } = tables.exits.exit[from as usize] {
+            if tables.exits.func[from as usize] != tables.exits.func[to as usize] {
                 continue;
             }
             let target = entry(to);

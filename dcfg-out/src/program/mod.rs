@@ -1,7 +1,9 @@
 //! Program structure every output shares: names and lines for addresses (`symbols`), read
-//! from module files checked against the profile (`module_file`), and dominators and loops
-//! of control-flow graphs (`dominators`).
+//! from module files checked against the profile (`module_file`), dominators and loops
+//! of control-flow graphs (`dominators`), and calls and returns with the call stack they
+//! build (`calls`).
 
+pub mod calls;
 pub mod dominators;
 pub mod module_file;
 pub mod symbols;

@@ -15,6 +15,7 @@
 use super::clock::Clocks;
 use super::feed::{Class, Ev};
 use super::shadow::{access_end, granules, At, Shadow, Slot, SLOTS};
+use crate::program::calls::{CallStack, Reach, Transition, NO_RETURN};
 use dep_profile::calls::{Func, LockOp};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -100,16 +101,16 @@ struct Thread {
     held: Vec<(u64, bool)>,
     locks: u32,
     calls: Vec<Pending>,
-    /// Return addresses of the calls under way (the program's call stack, as far as seen),
-    /// each with whether it returns into the C runtime's code.
-    frames: Vec<(u64, bool)>,
-    push_next: u64,
+    /// The program's call stack, as far as seen: each frame with whether it returns into
+    /// the C runtime's code.
+    frames: CallStack<bool>,
     /// Lowest and highest address reached through rsp.
     stack: (u64, u64),
     ended: bool,
 }
 
-/// Frames kept per thread; deeper recursion forgets the oldest.
+/// Frames kept per thread (only the innermost is looked at); deeper recursion forgets the
+/// outer half.
 const MAX_FRAMES: usize = 4096;
 
 /// The analysis state of all threads.
@@ -169,8 +170,7 @@ impl<'a> Engine<'a> {
                     held: Vec::new(),
                     locks: 0,
                     calls: Vec::new(),
-                    frames: Vec::new(),
-                    push_next: 0,
+                    frames: CallStack::with_limit(MAX_FRAMES),
                     stack: (u64::MAX, 0),
                     ended: false,
                 }
@@ -378,7 +378,18 @@ impl<'a> Engine<'a> {
     pub fn event(&mut self, t: usize, ev: Ev) {
         self.own(t);
         match ev {
-            Ev::Block { addr, call_ret } => self.block(t, addr, call_ret),
+            Ev::Block { addr } => self.block(t, addr),
+            Ev::Flow(tr) => self.flow(t, tr),
+            Ev::Signal => {
+                // A handler is the kernel's call, not the runtime's.
+                let _ = self.threads[t].frames.signal(false);
+            }
+            Ev::SignalReturn => {
+                let frames = &mut self.threads[t].frames;
+                if let Some(k) = frames.handler() {
+                    while frames.pop_above(k).is_some() {}
+                }
+            }
             Ev::Access { pc, addr, size, write, class } => self.access(t, pc, addr, size, write, class),
             Ev::Sync(seq) => self.sync(t, seq),
             Ev::Release(a) => {
@@ -396,7 +407,26 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn block(&mut self, t: usize, addr: u64, call_ret: u64) {
+    fn flow(&mut self, t: usize, tr: Transition) {
+        let frames = &mut self.threads[t].frames;
+        match tr {
+            Transition::Call { ret, .. } => {
+                let runtime = self.in_runtime(ret);
+                let _ = self.threads[t].frames.call(ret, runtime);
+            }
+            Transition::TailCall { .. } => {
+                let runtime = frames.top().is_some_and(|f| f.data);
+                let _ = frames.tail_call(runtime);
+            }
+            Transition::Return { to } => {
+                if let Reach::Frame(k) = frames.return_to(to) {
+                    while frames.pop_above(k).is_some() {}
+                }
+            }
+        }
+    }
+
+    fn block(&mut self, t: usize, addr: u64) {
         let th = &mut self.threads[t];
         if !th.calls.is_empty() {
             if let Some(i) = th.calls.iter().rposition(|p| p.ret == addr) {
@@ -407,20 +437,6 @@ impl<'a> Engine<'a> {
                 }
             }
         }
-        let push = std::mem::take(&mut self.threads[t].push_next);
-        let runtime = push != 0 && self.in_runtime(push);
-        let th = &mut self.threads[t];
-        if push != 0 {
-            if th.frames.len() >= MAX_FRAMES {
-                th.frames.remove(0);
-            }
-            th.frames.push((push, runtime));
-        }
-        let n = th.frames.len();
-        if let Some(i) = th.frames[n.saturating_sub(8)..].iter().rposition(|&(r, _)| r == addr) {
-            th.frames.truncate(n.saturating_sub(8) + i);
-        }
-        th.push_next = call_ret;
     }
 
     fn call(&mut self, t: usize, func: u16, args: [u64; 2], ret: u64) {
@@ -543,7 +559,8 @@ impl<'a> Engine<'a> {
         if class == Class::Stack {
             th.stack = (th.stack.0.min(addr), th.stack.1.max(access_end(addr, size)));
         }
-        let (caller, caller_runtime) = th.frames.last().copied().unwrap_or((0, true));
+        // A handler's frame (or a tail call's above one) returns nowhere: no caller to name.
+        let (caller, caller_runtime) = th.frames.top().map_or((0, true), |f| (if f.ret == NO_RETURN { 0 } else { f.ret }, f.data));
         // The runtime's code called by the runtime: its own internals, ordered by its own
         // locks (which make no happens-before here).
         let internal = class == Class::Runtime && caller_runtime;
@@ -712,7 +729,7 @@ mod tests {
         e.event(1, Ev::End);
         e.sync(0, 3);
         e.event(0, call(Func::Join, 0x7000, 0x99));
-        e.event(0, Ev::Block { addr: 0x99, call_ret: 0 });
+        e.event(0, Ev::Block { addr: 0x99 });
         e.event(0, read(0x1000, 0x30));
         assert!(e.races.is_empty(), "{:?}", e.races);
     }
@@ -727,7 +744,7 @@ mod tests {
             e.event(1, ret(Func::MutexLock, 0));
             e.event(1, write(0x1000, 0x10));
             e.event(1, call(Func::MutexUnlock, l, 0x51));
-            e.event(1, Ev::Block { addr: 0x51, call_ret: 0 });
+            e.event(1, Ev::Block { addr: 0x51 });
             e.event(2, call(Func::MutexTrylock, l, 0x60));
             e.event(2, ret(Func::MutexTrylock, result));
             e.event(2, write(0x1000, 0x20));
@@ -752,7 +769,7 @@ mod tests {
         e.event(2, call(Func::MutexLock, l, 0x60));
         e.event(2, ret(Func::MutexLock, 0));
         e.event(2, call(Func::MutexUnlock, l, 0x61));
-        e.event(2, Ev::Block { addr: 0x61, call_ret: 0 });
+        e.event(2, Ev::Block { addr: 0x61 });
         e.event(2, write(0x1000, 0x20));
         let r: Vec<&Race> = e.races.values().collect();
         assert_eq!(r.len(), 1);
@@ -849,7 +866,7 @@ mod tests {
             peak = peak.max(e.clock_components());
             for &k in &kids {
                 e.event(0, call(Func::Join, tls(k), 0x99));
-                e.event(0, Ev::Block { addr: 0x99, call_ret: 0 });
+                e.event(0, Ev::Block { addr: 0x99 });
             }
             e.event(0, Ev::Acquire(0x9000));
             e.event(0, read(0x10_0000 + 8 * kids[0] as u64, 0x20));

@@ -9,6 +9,8 @@ use dep_recover::events::{BlockEvent, Marker, MemEvent};
 use dep_recover::plans::Plans;
 use dep_recover::{RecoverError, Sink};
 
+use crate::program::calls::{BlockExits, CallFlow, Transition};
+
 /// What an access is to the analysis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Class {
@@ -40,11 +42,16 @@ pub enum Code {
 /// One event of a thread, in its execution order.
 #[derive(Clone, Copy, Debug)]
 pub enum Ev {
-    /// A block begins; `call_ret` is the return address if it ends with a call, else 0.
+    /// A block begins.
     Block {
         addr: u64,
-        call_ret: u64,
     },
+    /// Control passed from the block before as a call, a return or a tail call.
+    Flow(Transition),
+    /// A signal handler starts.
+    Signal,
+    /// A signal handler returned (through sigreturn).
+    SignalReturn,
     Access {
         pc: u64,
         addr: u64,
@@ -81,8 +88,10 @@ const RUNTIME: u8 = 16;
 
 /// Per-instruction facts of every block of the table, computed once.
 pub struct Facts {
-    /// Per block id: flags per instruction, and the return address if it ends with a call.
-    blocks: Vec<(Box<[u8]>, u64)>,
+    /// Per block id: flags per instruction.
+    blocks: Vec<Box<[u8]>>,
+    /// How each block leaves: calls and returns.
+    exits: BlockExits,
 }
 
 fn insn_flags(i: &Insn) -> u8 {
@@ -100,9 +109,9 @@ fn insn_flags(i: &Insn) -> u8 {
 }
 
 impl Facts {
-    /// The facts of every block `plans` can decode; `code` says whose code is at an address.
-    pub fn new(plans: &Plans, blocks: usize, code: &dyn Fn(u64) -> Code) -> Facts {
-        use dep_profile::semantics::Flow;
+    /// The facts of every block `plans` can decode; `code` says whose code is at an address,
+    /// `exits` how each block leaves.
+    pub fn new(plans: &Plans, blocks: usize, code: &dyn Fn(u64) -> Code, exits: BlockExits) -> Facts {
         let blocks = (0..blocks as u32)
             .map(|id| match plans.get_plan(id) {
                 Some(p) => {
@@ -111,21 +120,16 @@ impl Facts {
                         Some(Code::Runtime) => RUNTIME,
                         _ => 0,
                     };
-                    let flags: Box<[u8]> = p.insns.iter().map(|i| insn_flags(i) | extra).collect();
-                    let ret = match p.insns.last() {
-                        Some(l) if matches!(l.flow, Flow::Call { .. } | Flow::IndirectCall) => l.pc + l.len as u64,
-                        _ => 0,
-                    };
-                    (flags, ret)
+                    p.insns.iter().map(|i| insn_flags(i) | extra).collect()
                 }
-                None => (Box::default(), 0),
+                None => Box::default(),
             })
             .collect();
-        Facts { blocks }
+        Facts { blocks, exits }
     }
 
-    fn flags(&self, id: Option<u32>) -> (&[u8], u64) {
-        id.and_then(|id| self.blocks.get(id as usize)).map_or((&[], 0), |(f, r)| (&f[..], *r))
+    fn flags(&self, id: Option<u32>) -> &[u8] {
+        id.and_then(|id| self.blocks.get(id as usize)).map_or(&[], |f| &f[..])
     }
 }
 
@@ -162,6 +166,8 @@ pub struct Feed<'f, F: FnMut(Vec<Ev>) -> Sent> {
     /// Where the block's last record stood ([`Marker::place`]; a call record stands with
     /// the record before it).
     last_place: u32,
+    /// The flow between the thread's blocks, for calls and returns.
+    flow: CallFlow,
 }
 
 /// What handing events on comes to: `Err(Gone)` when the receiver is gone (it failed, and
@@ -177,7 +183,7 @@ const BATCH: usize = 4096;
 impl<'f, F: FnMut(Vec<Ev>) -> Sent> Feed<'f, F> {
     /// A feed sending batches to `out`.
     pub fn new(facts: &'f Facts, out: F) -> Self {
-        Feed { facts, out, batch: Vec::with_capacity(BATCH), flags: &[], open: false, cur: None, last_place: 0 }
+        Feed { facts, out, batch: Vec::with_capacity(BATCH), flags: &[], open: false, cur: None, last_place: 0, flow: CallFlow::default() }
     }
 
     fn push(&mut self, e: Ev) -> Sent {
@@ -196,7 +202,9 @@ impl<'f, F: FnMut(Vec<Ev>) -> Sent> Feed<'f, F> {
             Marker::Return { func, value } => Some(Ev::Return { func, value }),
             Marker::ThreadStart => Some(Ev::Start),
             Marker::ThreadEnd => Some(Ev::End),
-            Marker::Signal(_) | Marker::SignalReturn | Marker::ChunkStart(_) => None,
+            Marker::Signal(_) => Some(Ev::Signal),
+            Marker::SignalReturn => Some(Ev::SignalReturn),
+            Marker::ChunkStart(_) => None,
         }
     }
 
@@ -247,8 +255,17 @@ impl<'f, F: FnMut(Vec<Ev>) -> Sent> Feed<'f, F> {
 impl<F: FnMut(Vec<Ev>) -> Sent> Feed<'_, F> {
     fn on_block(&mut self, b: &BlockEvent) -> Sent {
         self.close_block()?;
-        let (flags, call_ret) = self.facts.flags(b.id);
-        self.push(Ev::Block { addr: b.addr, call_ret: if b.interrupted { 0 } else { call_ret } })?;
+        let flags = self.facts.flags(b.id);
+        let planned = b.plan.map(|p| (b.id, p.insns.len() as u32));
+        match planned {
+            Some((Some(id), n)) => {
+                if let Some(tr) = self.flow.block(&self.facts.exits, id, !b.interrupted && b.executed >= n) {
+                    self.push(Ev::Flow(tr))?;
+                }
+            }
+            _ => self.flow.break_flow(),
+        }
+        self.push(Ev::Block { addr: b.addr })?;
         self.flags = flags;
         self.open = true;
         self.last_place = 0;
@@ -297,6 +314,9 @@ impl<F: FnMut(Vec<Ev>) -> Sent> Feed<'_, F> {
             }
             _ => self.close_block()?,
         }
+        if matches!(m, Marker::Signal(_) | Marker::SignalReturn | Marker::ThreadStart | Marker::ThreadEnd) {
+            self.flow.break_flow();
+        }
         match Self::marker_ev(m) {
             Some(e) => self.push(e),
             None => Ok(()),
@@ -340,7 +360,7 @@ mod tests {
     #[test]
     fn a_block_streams_in_order() {
         // Block 0: instruction 0 a rep string, 1 an atomic, 2 a plain store.
-        let facts = Facts { blocks: vec![(vec![0, ATOMIC, 0].into_boxed_slice(), 0)] };
+        let facts = Facts { blocks: vec![vec![0, ATOMIC, 0].into_boxed_slice()], exits: BlockExits::default() };
         let mut sent: Vec<Vec<Ev>> = Vec::new();
         let out = std::cell::Cell::new(0usize);
         let mut feed = Feed::new(&facts, |b| {

@@ -18,6 +18,7 @@ pub mod feed;
 pub mod report;
 pub mod shadow;
 
+use crate::program::calls::BlockExits;
 use dep_recover::events::{BlockEvent, Marker, MemEvent};
 use dep_recover::Sink;
 use dep_recover::{RecoverError, Recovery, Source, Turn};
@@ -103,7 +104,7 @@ pub fn analyse(rec: &Recovery, symbols: &crate::program::symbols::Symbolizer, re
         Some((path, _)) if feed::is_runtime(path) => Code::Runtime,
         _ => Code::Program,
     };
-    let facts = Facts::new(&rec.plans, rec.profile.blocks().len(), &code);
+    let facts = Facts::new(&rec.plans, rec.profile.blocks().len(), &code, BlockExits::build(&rec.plans, symbols));
     let (atomic, syncs) = first_pass(rec)?;
     let spawns: Vec<Option<(u32, u64, u64)>> = threads.iter().map(|t| t.spawn.map(|s| (s.parent, s.seq, s.tls))).collect();
     let runtime: Vec<(u64, u64)> = rec

@@ -9,20 +9,16 @@
 //! innermost one for everything up to there): a loop's header depends on its previous
 //! iteration's instance, and the stack does not grow with iterations. An instance with no
 //! open region in its frame depends on what the frame's call (or interrupted instruction,
-//! for a handler) depended on. A return pops to the frame whose return address it reaches,
-//! skipping frames a longjmp or an exception left behind; a return that matches no frame
-//! pops nothing.
+//! for a handler) depended on. Frames open and close as the call stack every output
+//! shares says ([`crate::program::calls`]).
 
 use super::shadow::{Def, NONE};
+use crate::program::calls::{CallStack, Reach, Transition};
 
-/// The return address of a signal handler's frame (no code address is all ones).
-const SIGNAL: u64 = u64::MAX;
-/// Frames kept at most; deeper ones drop the outermost (a program that leaves calls
-/// through longjmp forever must not grow this without bound).
-const MAX_FRAMES: usize = 1 << 20;
-
+/// What a frame keeps.
+#[derive(Clone, Copy, Debug)]
 struct Frame {
-    ret: u64,
+    /// What the call (or the interrupted instruction) depended on.
     base: Def,
     /// Stack entries below this frame's.
     floor: u32,
@@ -33,13 +29,13 @@ struct Frame {
 pub struct Control {
     /// Open regions: the branch instance and the node that closes it.
     stack: Vec<(Def, u32)>,
-    frames: Vec<Frame>,
+    frames: CallStack<Frame>,
 }
 
 impl Control {
     #[inline]
     fn floor(&self) -> usize {
-        self.frames.last().map_or(0, |f| f.floor as usize)
+        self.frames.top().map_or(0, |f| f.data.floor as usize)
     }
 
     /// Execution enters node `node`: the regions it closes end.
@@ -57,7 +53,7 @@ impl Control {
         if self.stack.len() > self.floor() {
             self.stack.last().map_or(NONE, |e| e.0)
         } else {
-            self.frames.last().map_or(NONE, |f| f.base)
+            self.frames.top().map_or(NONE, |f| f.data.base)
         }
     }
 
@@ -75,42 +71,59 @@ impl Control {
         self.stack.push((d, ipdom));
     }
 
-    /// A call whose instance depended on `base` returns to `ret`.
-    pub fn call(&mut self, ret: u64, base: Def) {
-        if self.frames.len() >= MAX_FRAMES {
-            let drop = self.frames.len() / 2;
-            let cut = self.frames[drop].floor as usize;
-            self.frames.drain(..drop);
-            self.stack.drain(..cut);
-            for f in &mut self.frames {
-                f.floor -= cut as u32;
+    /// Control passed between blocks as `tr` says; the call or jump depended on `base`.
+    pub fn flow(&mut self, tr: Transition, base: Def) {
+        let frame = Frame { base, floor: self.stack.len() as u32 };
+        let dropped = match tr {
+            Transition::Call { ret, .. } => self.frames.call(ret, frame),
+            Transition::TailCall { .. } => match self.frames.tail_call(frame) {
+                Some(dropped) => dropped,
+                // The thread's outermost code: its regions stay as they are.
+                None => return,
+            },
+            Transition::Return { to } => {
+                if let Reach::Frame(k) = self.frames.return_to(to) {
+                    self.pop_to(k);
+                }
+                return;
             }
-        }
-        self.frames.push(Frame { ret, base, floor: self.stack.len() as u32 });
-    }
-
-    /// A return reached `to`.
-    pub fn ret(&mut self, to: u64) {
-        if let Some(k) = self.frames.iter().rposition(|f| f.ret == to) {
-            self.pop_to(k);
-        }
+        };
+        self.dropped(!dropped.is_empty());
     }
 
     /// A signal handler starts; what was interrupted depended on `base`.
     pub fn signal(&mut self, base: Def) {
-        self.call(SIGNAL, base);
+        let dropped = self.frames.signal(Frame { base, floor: self.stack.len() as u32 });
+        self.dropped(!dropped.is_empty());
     }
 
     /// A signal handler returned (through sigreturn).
     pub fn sigreturn(&mut self) {
-        if let Some(k) = self.frames.iter().rposition(|f| f.ret == SIGNAL) {
+        if let Some(k) = self.frames.handler() {
             self.pop_to(k);
         }
     }
 
+    /// The stack dropped its outer frames: their regions go too.
+    fn dropped(&mut self, any: bool) {
+        if !any {
+            return;
+        }
+        let cut = self.frames.frames()[0].data.floor;
+        self.stack.drain(..cut as usize);
+        for f in self.frames.frames_mut() {
+            f.data.floor -= cut;
+        }
+    }
+
     fn pop_to(&mut self, k: usize) {
-        self.stack.truncate(self.frames[k].floor as usize);
-        self.frames.truncate(k);
+        let mut floor = None;
+        while let Some(f) = self.frames.pop_above(k) {
+            floor = Some(f.data.floor);
+        }
+        if let Some(floor) = floor {
+            self.stack.truncate(floor as usize);
+        }
     }
 }
 
@@ -124,14 +137,14 @@ mod tests {
         assert_eq!(c.current(), NONE);
         c.branch(1, 10); // if, closed by node 10
         assert_eq!(c.current(), 1);
-        c.call(0x400, c.current());
+        c.flow(Transition::Call { site: 0x3fb, ret: 0x400, to: 7 }, c.current());
         assert_eq!(c.current(), 1, "a callee depends on what its call did");
         c.branch(2, 20);
         c.branch(3, 20); // next iteration of a loop: replaces
         assert_eq!(c.current(), 3);
         c.enter(10); // node 10 of another frame closes nothing here
         assert_eq!(c.current(), 3);
-        c.ret(0x400);
+        c.flow(Transition::Return { to: 0x400 }, NONE);
         assert_eq!(c.current(), 1);
         c.enter(10);
         assert_eq!(c.current(), NONE);

@@ -14,6 +14,7 @@ use super::shadow::{self, id_of, inst_of, pack, At, Def, Flags, Memory, Register
 use super::statics::{Statics, NO_NODE};
 use super::store::Store;
 use super::values::{revealed, Values};
+use crate::program::calls::{BlockExits, CallFlow};
 use dep_profile::semantics::{Access, Flow, Insn, Special};
 use dep_recover::events::{BlockEvent, Marker, MemEvent};
 use dep_recover::plans::Plans;
@@ -45,8 +46,6 @@ struct Cur {
     id: u32,
     inst: u64,
     def: Def,
-    /// Its control dependence.
-    cd: Def,
     /// First memory port (relative to the instruction's first segment).
     mem_port: u32,
     reads: u32,
@@ -74,8 +73,8 @@ struct Thread {
     cur: Option<Cur>,
     /// The graph node last entered.
     node: u32,
-    /// A return left the last block: its target resolves frames.
-    ret_pending: bool,
+    /// The flow between its blocks, for calls and returns.
+    flow: CallFlow,
     /// The control dependence of the last instance.
     last_cd: Def,
 }
@@ -95,7 +94,7 @@ impl Thread {
             next: 0,
             cur: None,
             node: NO_NODE,
-            ret_pending: false,
+            flow: CallFlow::default(),
             last_cd: NONE,
         }
     }
@@ -118,6 +117,7 @@ pub enum EngineError {
 /// The dependence engine over a whole trace.
 pub struct Engine<'a> {
     st: &'a Statics,
+    exits: &'a BlockExits,
     plans: &'a Plans,
     /// Instances so far, per static instruction.
     pub counts: Vec<u64>,
@@ -139,9 +139,10 @@ pub struct Engine<'a> {
 }
 
 impl<'a> Engine<'a> {
-    pub fn new(st: &'a Statics, plans: &'a Plans, out: Out) -> Self {
+    pub fn new(st: &'a Statics, exits: &'a BlockExits, plans: &'a Plans, out: Out) -> Self {
         Engine {
             st,
+            exits,
             plans,
             counts: vec![0; st.insns.len()],
             out,
@@ -185,13 +186,17 @@ impl<'a> Engine<'a> {
     pub fn block(&mut self, b: &BlockEvent) -> Result<(), EngineError> {
         self.thread(b.thread)?;
         self.finish_block()?;
-        if self.t.ret_pending {
-            self.t.cd.ret(b.addr);
-            self.t.ret_pending = false;
-        }
         self.t.block = match b.id.and_then(|id| self.plans.get_plan(id).map(|p| (id, p))) {
-            Some((id, p)) => Some((id, b.executed.min(p.insns.len() as u32))),
+            Some((id, p)) => {
+                let n = p.insns.len() as u32;
+                // The call or jump that left the last block is its last instance.
+                if let Some(tr) = self.t.flow.block(self.exits, id, !b.interrupted && b.executed >= n) {
+                    self.t.cd.flow(tr, self.t.last_cd);
+                }
+                Some((id, b.executed.min(n)))
+            }
             None => {
+                self.t.flow.break_flow();
                 self.unplanned += 1;
                 None
             }
@@ -256,15 +261,19 @@ impl<'a> Engine<'a> {
                 self.t.seg = self.segs.len() as u32 - 1;
                 self.t.seg_start = seq;
             }
-            Marker::ThreadStart | Marker::ThreadEnd => self.finish_block()?,
+            Marker::ThreadStart | Marker::ThreadEnd => {
+                self.finish_block()?;
+                self.t.flow.break_flow();
+            }
             Marker::Signal(_) => {
                 self.finish_block()?;
+                self.t.flow.break_flow();
                 self.t.cd.signal(self.t.last_cd);
             }
             Marker::SignalReturn => {
                 self.finish_block()?;
+                self.t.flow.break_flow();
                 self.t.cd.sigreturn();
-                self.t.ret_pending = false;
             }
         }
         Ok(())
@@ -353,7 +362,7 @@ impl<'a> Engine<'a> {
             port += 1;
         }
         self.scratch = scratch;
-        self.t.cur = Some(Cur { idx: i, id, inst, def, cd, mem_port: port, reads: 0, writes: 0, events: 0 });
+        self.t.cur = Some(Cur { idx: i, id, inst, def, mem_port: port, reads: 0, writes: 0, events: 0 });
         Ok(())
     }
 
@@ -442,8 +451,6 @@ impl<'a> Engine<'a> {
                     self.t.cd.branch(c.def, self.st.ipdom[n as usize]);
                 }
             }
-            Flow::Call { .. } | Flow::IndirectCall => self.t.cd.call(insn.pc + insn.len as u64, c.cd),
-            Flow::Return => self.t.ret_pending = true,
             _ => {}
         }
         Ok(())

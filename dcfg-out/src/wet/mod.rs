@@ -16,6 +16,7 @@ pub mod store;
 pub mod text;
 pub mod values;
 
+use crate::program::calls::BlockExits;
 use crate::program::symbols::Symbolizer;
 use dep_recover::events::{BlockEvent, Marker, MemEvent};
 use dep_recover::Sink;
@@ -91,7 +92,8 @@ pub fn write(
         Some(cap) => Out::History { ring: VecDeque::with_capacity(cap.min(1 << 24)), cap },
         None => Out::Store(store::Store::new(st.segs as usize, opts.memory)),
     };
-    let mut engine = Engine::new(&st, &rec.plans, sink);
+    let exits = BlockExits::build(&rec.plans, symbols);
+    let mut engine = Engine::new(&st, &exits, &rec.plans, sink);
     let started = std::time::Instant::now();
     run_pipelined(rec, &mut engine)?;
     let engine_secs = started.elapsed().as_secs_f64();

@@ -1,0 +1,487 @@
+//! Calls and returns: how control passing from one block to the next moves the call stack
+//! ([`BlockExits`], [`CallFlow`]), and the stack itself ([`CallStack`]), one definition for
+//! every output that follows calls (Callgrind's costs, WET's control dependence, the race
+//! detector's callers), so that the same return closes the same frames in all of them.
+//!
+//! The rules are Callgrind's: a call pushes a frame; a return pops to the innermost frame
+//! whose return address it reaches (a return that skips frames, after a longjmp or an
+//! exception, closes them all), and one that reaches none pops nothing; a jump into
+//! another function's entry is a call (a tail call) returning where the frame it leaves
+//! returns, so the return that ends the chain closes both; PLT code belongs to the call
+//! (or jump) that entered it, so a call through a stub is one call, to where the stub
+//! leads; a signal handler runs in a frame of its own, returns inside it reach only the
+//! frames above it, and sigreturn closes it with everything above it. A stack holding
+//! only part of a thread's frames (a chunk's, recovered in parallel) says where a
+//! transition reaches below it, for the thread's stack to finish.
+
+use dep_profile::semantics::Flow;
+use dep_recover::plans::Plans;
+use rustc_hash::FxHashMap;
+
+use super::symbols::Symbolizer;
+
+/// The return address of frames no return reaches (a signal handler's, a tail call's above
+/// one): no code address is all ones.
+pub const NO_RETURN: u64 = u64::MAX;
+
+/// Frames a stack keeps at most: a program that leaves calls by longjmp forever must not
+/// grow it without bound. The outer half goes when it is full.
+pub const MAX_FRAMES: usize = 1 << 20;
+
+/// How a block leaves when it runs whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// A call at `site` that returns to `ret`.
+    Call {
+        site: u64,
+        ret: u64,
+    },
+    Return,
+    /// A jump at `site`: conditional (with its target), unconditional or indirect.
+    Jump {
+        site: u64,
+        conditional: Option<u64>,
+    },
+    Other,
+}
+
+/// What control passing from a block run whole into the next does to the call stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transition {
+    /// A call at `site`, returning to `ret`, entered block `to`.
+    Call { site: u64, ret: u64, to: u32 },
+    /// A return reached address `to`.
+    Return { to: u64 },
+    /// A jump at `site` into another function's entry, block `to`.
+    TailCall { site: u64, to: u32 },
+}
+
+/// Per block id of a profile's block table: how it leaves, whether a function starts at it,
+/// its function, and whether it is PLT code.
+#[derive(Default)]
+pub struct BlockExits {
+    pub exit: Vec<Exit>,
+    pub entry: Vec<bool>,
+    /// The function's index (blocks named by the same symbol share one), `u32::MAX` for
+    /// blocks with no plan.
+    pub func: Vec<u32>,
+    pub plt: Vec<bool>,
+    /// The address of each block's first instruction.
+    pub addr: Vec<u64>,
+    /// Function names by index.
+    pub names: Vec<String>,
+}
+
+impl BlockExits {
+    /// The exits of every block `plans` can decode; functions are named by `symbols`.
+    pub fn build(plans: &Plans, symbols: &Symbolizer) -> BlockExits {
+        let n = plans.len();
+        let mut ids: FxHashMap<String, u32> = FxHashMap::default();
+        let mut names = Vec::new();
+        let mut e = BlockExits {
+            exit: Vec::with_capacity(n),
+            entry: Vec::with_capacity(n),
+            func: Vec::with_capacity(n),
+            plt: Vec::with_capacity(n),
+            addr: Vec::with_capacity(n),
+            names: Vec::new(),
+        };
+        for b in 0..n as u32 {
+            let Some(p) = plans.get_plan(b) else {
+                e.exit.push(Exit::Other);
+                e.entry.push(false);
+                e.func.push(u32::MAX);
+                e.plt.push(false);
+                e.addr.push(0);
+                continue;
+            };
+            e.exit.push(match p.insns.last().map(|i| (i.flow, i.pc, i.pc + i.len as u64)) {
+                Some((Flow::Call { .. } | Flow::IndirectCall, site, ret)) => Exit::Call { site, ret },
+                Some((Flow::Return, _, _)) => Exit::Return,
+                Some((Flow::Jump { target, conditional }, site, _)) => Exit::Jump { site, conditional: conditional.then_some(target) },
+                Some((Flow::IndirectJump, site, _)) => Exit::Jump { site, conditional: None },
+                _ => Exit::Other,
+            });
+            e.entry.push(symbols.is_function_start(p.addr));
+            let name = symbols.symbol(p.addr);
+            let next = ids.len() as u32;
+            let id = *ids.entry(name).or_insert_with_key(|name| {
+                names.push(name.clone());
+                next
+            });
+            e.func.push(id);
+            e.plt.push(symbols.in_plt(p.addr));
+            e.addr.push(p.addr);
+        }
+        e.names = names;
+        e
+    }
+
+    /// Blocks in the table.
+    pub fn len(&self) -> usize {
+        self.exit.len()
+    }
+
+    /// Whether the table has no blocks.
+    pub fn is_empty(&self) -> bool {
+        self.exit.is_empty()
+    }
+
+    /// What control going from block `p`, run whole, into block `b` does to the stack.
+    #[inline]
+    pub fn transition(&self, p: u32, b: u32) -> Option<Transition> {
+        let (p, b) = (p as usize, b as usize);
+        match *self.exit.get(p)? {
+            Exit::Call { site, ret } => Some(Transition::Call { site, ret, to: b as u32 }),
+            Exit::Return => Some(Transition::Return { to: *self.addr.get(b)? }),
+            Exit::Jump { site, .. } if *self.entry.get(b)? && self.func[b] != self.func[p] => {
+                Some(Transition::TailCall { site, to: b as u32 })
+            }
+            Exit::Jump { .. } | Exit::Other => None,
+        }
+    }
+}
+
+/// One thread's flow between blocks: the last block, if it ran whole and nothing broke the
+/// flow since, and the PLT code under way.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CallFlow {
+    /// The last block, when it ran whole and no marker came after it.
+    pub last: Option<u32>,
+    /// In PLT code entered by the call (with its return address) or jump at this site.
+    pub plt: Option<(u64, Option<u64>)>,
+    /// Whether PLT code is part of the call that entered it (Callgrind's `--skip-plt`,
+    /// which charges its cost to the call site): the call is made when the stub is left,
+    /// to where it leads. Otherwise a call through a stub is a call to the stub and a tail
+    /// call from it, both closed by the same return.
+    skip_plt: bool,
+}
+
+impl CallFlow {
+    /// A flow that folds PLT code into the call that entered it.
+    pub fn skipping_plt() -> CallFlow {
+        CallFlow { skip_plt: true, ..CallFlow::default() }
+    }
+
+    /// Block `b` begins (and runs whole or not): the transition into it, if any.
+    #[inline]
+    pub fn block(&mut self, exits: &BlockExits, b: u32, whole: bool) -> Option<Transition> {
+        let t = match self.last {
+            Some(p) => self.step(exits, p, b),
+            None => {
+                self.plt = None;
+                None
+            }
+        };
+        self.last = whole.then_some(b);
+        t
+    }
+
+    fn step(&mut self, exits: &BlockExits, p: u32, b: u32) -> Option<Transition> {
+        if !self.skip_plt {
+            return exits.transition(p, b);
+        }
+        let plt = exits.plt.get(b as usize).copied().unwrap_or(false);
+        match (self.plt, exits.exit.get(p as usize).copied().unwrap_or(Exit::Other)) {
+            // Leaving PLT code: the call (or jump) that entered it goes here.
+            (Some((site, ret)), _) if !plt => {
+                self.plt = None;
+                Some(match ret {
+                    Some(ret) => Transition::Call { site, ret, to: b },
+                    None => Transition::TailCall { site, to: b },
+                })
+            }
+            (Some(_), _) => None,
+            (None, Exit::Call { site, ret }) if plt => {
+                self.plt = Some((site, Some(ret)));
+                None
+            }
+            (None, Exit::Jump { site, .. }) if plt => {
+                self.plt = Some((site, None));
+                None
+            }
+            (None, _) => exits.transition(p, b),
+        }
+    }
+
+    /// A block with no plan, or a marker that breaks the flow (a signal, sigreturn, a
+    /// thread's start or end): no transition into what comes next.
+    #[inline]
+    pub fn break_flow(&mut self) {
+        self.last = None;
+    }
+
+    /// The site whose cost PLT block `b` is, if it is PLT code entered by a call or jump.
+    #[inline]
+    pub fn plt_site(&self, exits: &BlockExits, b: u32) -> Option<u64> {
+        self.plt.filter(|_| exits.plt.get(b as usize).copied().unwrap_or(false)).map(|(site, _)| site)
+    }
+}
+
+/// What kind of frame a stack entry is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameKind {
+    Call,
+    TailCall,
+    Signal,
+}
+
+/// A frame: the address that returns from it, its kind, and what its owner keeps in it.
+#[derive(Clone, Copy, Debug)]
+pub struct Frame<T> {
+    pub ret: u64,
+    pub kind: FrameKind,
+    pub data: T,
+}
+
+/// What a return reaches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// The frames from this index up close.
+    Frame(usize),
+    /// No frame above the innermost signal handler's: nothing closes.
+    Confined,
+    /// No frame and no handler: nothing here closes, and a stack holding only part of the
+    /// thread's frames hands the return on.
+    Beyond,
+}
+
+/// A call stack under Callgrind's rules (see the module's comment).
+#[derive(Clone, Debug)]
+pub struct CallStack<T> {
+    frames: Vec<Frame<T>>,
+    limit: usize,
+}
+
+impl<T> Default for CallStack<T> {
+    fn default() -> Self {
+        CallStack { frames: Vec::new(), limit: MAX_FRAMES }
+    }
+}
+
+impl<T> CallStack<T> {
+    /// A stack that keeps at most `limit` frames (at least 2).
+    pub fn with_limit(limit: usize) -> CallStack<T> {
+        CallStack { frames: Vec::new(), limit: limit.max(2) }
+    }
+
+    /// The frames, outermost first.
+    pub fn frames(&self) -> &[Frame<T>] {
+        &self.frames
+    }
+
+    /// The frames, outermost first, to update what their owner keeps in them.
+    pub fn frames_mut(&mut self) -> &mut [Frame<T>] {
+        &mut self.frames
+    }
+
+    /// The innermost frame.
+    pub fn top(&self) -> Option<&Frame<T>> {
+        self.frames.last()
+    }
+
+    /// Frames on the stack.
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Whether no frame is open.
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    /// Pushes a frame; when the stack is full, its outer half goes first and is returned,
+    /// outermost first (empty, without allocating, otherwise).
+    #[must_use]
+    pub fn push(&mut self, f: Frame<T>) -> Vec<Frame<T>> {
+        let dropped = if self.frames.len() >= self.limit { self.frames.drain(..self.frames.len() / 2).collect() } else { Vec::new() };
+        self.frames.push(f);
+        dropped
+    }
+
+    /// A call that returns to `ret`.
+    #[must_use]
+    pub fn call(&mut self, ret: u64, data: T) -> Vec<Frame<T>> {
+        self.push(Frame { ret, kind: FrameKind::Call, data })
+    }
+
+    /// A tail call: a frame returning where the innermost one does (nowhere above a signal
+    /// handler's). None, pushing nothing, where the stack is empty: the frame it leaves is
+    /// below this stack.
+    #[must_use]
+    pub fn tail_call(&mut self, data: T) -> Option<Vec<Frame<T>>> {
+        let top = self.frames.last()?;
+        let ret = if top.kind == FrameKind::Signal { NO_RETURN } else { top.ret };
+        Some(self.push(Frame { ret, kind: FrameKind::TailCall, data }))
+    }
+
+    /// A signal handler starts.
+    #[must_use]
+    pub fn signal(&mut self, data: T) -> Vec<Frame<T>> {
+        self.push(Frame { ret: NO_RETURN, kind: FrameKind::Signal, data })
+    }
+
+    /// The innermost signal handler's frame.
+    pub fn handler(&self) -> Option<usize> {
+        self.frames.iter().rposition(|f| f.kind == FrameKind::Signal)
+    }
+
+    /// What a return to `to` closes: the innermost frame above the innermost handler's
+    /// whose return address it is, with the frames its tail calls replaced (whose return
+    /// address they took). A recursive call from the same site has the same return
+    /// address, but only the innermost activation returns.
+    pub fn return_to(&self, to: u64) -> Reach {
+        let floor = self.handler().map(|k| k + 1);
+        let lo = floor.unwrap_or(0);
+        match self.frames[lo..].iter().rposition(|f| f.ret == to) {
+            Some(k) => {
+                let mut k = k + lo;
+                while k > lo && self.frames[k].kind == FrameKind::TailCall {
+                    k -= 1;
+                }
+                Reach::Frame(k)
+            }
+            None if floor.is_some() => Reach::Confined,
+            None => Reach::Beyond,
+        }
+    }
+
+    /// Takes every frame, outermost first, leaving the stack empty.
+    pub fn take(&mut self) -> Vec<Frame<T>> {
+        std::mem::take(&mut self.frames)
+    }
+
+    /// Pops the innermost frame if the stack holds more than `k`: closing everything from
+    /// frame `k` up is `while let Some(f) = stack.pop_above(k) { ... }`, innermost first.
+    #[inline]
+    pub fn pop_above(&mut self, k: usize) -> Option<Frame<T>> {
+        if self.frames.len() > k {
+            self.frames.pop()
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn closed<T: Copy>(s: &mut CallStack<T>, k: usize) -> Vec<T> {
+        std::iter::from_fn(|| s.pop_above(k)).map(|f| f.data).collect()
+    }
+
+    #[test]
+    fn return_closes_the_innermost_matching_frame_and_what_a_longjmp_left() {
+        let mut s = CallStack::default();
+        assert!(s.call(0x10, 'a').is_empty());
+        assert!(s.call(0x20, 'b').is_empty());
+        assert!(s.call(0x30, 'c').is_empty());
+        assert_eq!(s.return_to(0x99), Reach::Beyond);
+        // A return to a's return address, from c (b and c were left by a longjmp).
+        let Reach::Frame(k) = s.return_to(0x10) else { panic!("reaches a") };
+        assert_eq!(closed(&mut s, k), vec!['c', 'b', 'a']);
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn recursion_closes_the_innermost_activation() {
+        let mut s = CallStack::default();
+        for d in 0..3 {
+            assert!(s.call(0x40, d).is_empty());
+        }
+        assert_eq!(s.return_to(0x40), Reach::Frame(2));
+        // A recursive activation that tail-calls: the return closes it and the tail call.
+        assert!(s.tail_call(3).is_some());
+        assert_eq!(s.return_to(0x40), Reach::Frame(2));
+    }
+
+    #[test]
+    fn tail_calls_return_with_the_frame_they_leave() {
+        let mut s = CallStack::default();
+        assert!(s.tail_call('x').is_none(), "no frame to leave: it is below this stack");
+        assert!(s.call(0x10, 'a').is_empty());
+        assert!(s.tail_call('t').is_some());
+        assert!(s.tail_call('u').is_some());
+        assert_eq!(s.frames()[2].ret, 0x10);
+        assert_eq!(s.return_to(0x10), Reach::Frame(0));
+    }
+
+    #[test]
+    fn handlers_confine_returns_and_sigreturn_closes_them() {
+        let mut s = CallStack::default();
+        assert!(s.call(0x10, 'a').is_empty());
+        assert!(s.signal('s').is_empty());
+        assert_eq!(s.return_to(0x10), Reach::Confined, "a return in the handler does not reach the interrupted frames");
+        let t = s.tail_call('t').expect("a frame is open");
+        assert!(t.is_empty());
+        assert_eq!(s.top().map(|f| f.ret), Some(NO_RETURN), "a tail call from a handler returns nowhere");
+        assert!(s.call(0x50, 'h').is_empty());
+        assert_eq!(s.return_to(0x50), Reach::Frame(3));
+        let k = s.handler().expect("a handler is open");
+        assert_eq!(closed(&mut s, k), vec!['h', 't', 's']);
+        assert_eq!(s.return_to(0x10), Reach::Frame(0));
+    }
+
+    #[test]
+    fn a_full_stack_drops_its_outer_half() {
+        let mut s = CallStack::with_limit(4);
+        for d in 0..4u64 {
+            assert!(s.call(d, d).is_empty());
+        }
+        let dropped: Vec<u64> = s.call(4, 4).into_iter().map(|f| f.data).collect();
+        assert_eq!(dropped, vec![0, 1]);
+        assert_eq!(s.frames().iter().map(|f| f.data).collect::<Vec<_>>(), vec![2, 3, 4]);
+        assert_eq!(s.return_to(0), Reach::Beyond);
+    }
+
+    fn exits() -> BlockExits {
+        // 0: main, calls the PLT stub 1; 1: the stub, jumps to 2; 2: f's entry, jumps to g
+        // (3, a tail call); 3: g, returns; 4: main again; 5: main, jumps within main (4).
+        BlockExits {
+            exit: vec![
+                Exit::Call { site: 0x100, ret: 0x105 },
+                Exit::Jump { site: 0x200, conditional: None },
+                Exit::Jump { site: 0x300, conditional: None },
+                Exit::Return,
+                Exit::Jump { site: 0x105, conditional: Some(0x120) },
+                Exit::Jump { site: 0x130, conditional: None },
+            ],
+            entry: vec![true, true, true, true, false, false],
+            func: vec![0, 1, 2, 3, 0, 0],
+            plt: vec![false, true, false, false, false, false],
+            addr: vec![0x100, 0x200, 0x300, 0x400, 0x105, 0x120],
+            names: vec!["main".into(), "f@plt".into(), "f".into(), "g".into()],
+        }
+    }
+
+    #[test]
+    fn flow_through_plt_stubs_is_a_call_and_a_tail_call() {
+        let e = exits();
+        let mut f = CallFlow::default();
+        assert_eq!(f.block(&e, 0, true), None);
+        assert_eq!(f.block(&e, 1, true), Some(Transition::Call { site: 0x100, ret: 0x105, to: 1 }));
+        assert_eq!(f.plt_site(&e, 1), None);
+        assert_eq!(f.block(&e, 2, true), Some(Transition::TailCall { site: 0x200, to: 2 }));
+        assert_eq!(f.block(&e, 3, true), Some(Transition::TailCall { site: 0x300, to: 3 }));
+        assert_eq!(f.block(&e, 4, true), Some(Transition::Return { to: 0x105 }));
+    }
+
+    #[test]
+    fn flow_folds_plt_stubs_into_the_call_and_finds_tail_calls() {
+        let e = exits();
+        let mut f = CallFlow::skipping_plt();
+        assert_eq!(f.block(&e, 0, true), None);
+        assert_eq!(f.block(&e, 1, true), None, "entering the stub");
+        assert_eq!(f.plt_site(&e, 1), Some(0x100));
+        assert_eq!(f.block(&e, 2, true), Some(Transition::Call { site: 0x100, ret: 0x105, to: 2 }));
+        assert_eq!(f.plt_site(&e, 2), None);
+        assert_eq!(f.block(&e, 3, true), Some(Transition::TailCall { site: 0x300, to: 3 }));
+        assert_eq!(f.block(&e, 4, true), Some(Transition::Return { to: 0x105 }));
+        assert_eq!(f.block(&e, 5, true), None, "a jump within a function");
+        assert_eq!(f.block(&e, 4, false), None);
+        assert_eq!(f.block(&e, 5, true), None, "the block before was cut short");
+        f.break_flow();
+        assert_eq!(f.block(&e, 0, true), None);
+    }
+}
