@@ -147,3 +147,60 @@ fn a_thread_left_out_of_the_trace_is_refused() {
     let e = check(good_dcfg(), t).unwrap_err();
     assert!(matches!(e, CheckError::Thread { thread: 0, .. }), "{e}");
 }
+
+/// Each kind of damage is refused with the variant naming it, so a script can tell a
+/// malformed document from counts that disagree or a trace that does not follow the graph.
+#[test]
+fn each_damage_is_named_by_its_variant() {
+    // Edge 2 ran four times, not five: node 3's COUNT of 6 disagrees with its edges.
+    let d = dcfg([json!([1]), json!([4]), json!([1])], json!([6]), json!(6));
+    let e = check(d, good_trace()).unwrap_err();
+    assert!(matches!(&e, CheckError::Counts { what, .. } if what == "process 7"), "{e}");
+
+    let mut d = good_dcfg();
+    d["PROCESSES"][1][1]["EDGES"].as_array_mut().unwrap()[3][0] = json!(2);
+    let e = check(d, good_trace()).unwrap_err();
+    assert!(matches!(e, CheckError::Duplicate { item: "edge", id: 2, .. }), "{e}");
+
+    let mut d = good_dcfg();
+    d["PROCESSES"][1][1]["EDGES"][2][2] = json!(9);
+    let e = check(d, good_trace()).unwrap_err();
+    assert!(matches!(e, CheckError::UnknownNode { edge: 2, node: 9, .. }), "{e}");
+
+    let mut d = good_dcfg();
+    d["PROCESSES"][1][1]["EDGES"][2][3] = json!(40);
+    let e = check(d, good_trace()).unwrap_err();
+    assert!(matches!(e, CheckError::UnknownEdgeType { edge: 2, ty: 40, .. }), "{e}");
+
+    let mut d = good_dcfg();
+    d["PROCESSES"][1][1]["INSTR_COUNT"] = json!("six");
+    let e = check(d, good_trace()).unwrap_err();
+    assert!(matches!(&e, CheckError::NotInteger(v) if v == "\"six\""), "{e}");
+    let mut d = good_dcfg();
+    d["PROCESSES"][1][1]["INSTR_COUNT"] = json!(-6);
+    assert!(matches!(check(d, good_trace()).unwrap_err(), CheckError::NotUnsigned(_)));
+
+    let mut d = good_dcfg();
+    d["PROCESSES"][1][1]["EDGES"] = json!({"EDGE_ID": 1});
+    let e = check(d, good_trace()).unwrap_err();
+    assert!(matches!(e, CheckError::Shape { problem: "is not a table", .. }), "{e}");
+
+    let mut d = good_dcfg();
+    d["PROCESSES"][1][1]["EDGES"][0][0] = json!("ID");
+    let e = check(d, good_trace()).unwrap_err();
+    assert!(matches!(&e, CheckError::MissingColumn { column, .. } if column == "EDGE_ID"), "{e}");
+
+    let mut t = good_trace();
+    t["PROCESSES"][1][0] = json!(8);
+    assert!(matches!(check(good_dcfg(), t).unwrap_err(), CheckError::UnknownProcess { .. }));
+
+    // Edge 1 (START -> 3) again after edge 2: it leaves START, not node 3.
+    let t = trace(json!([[1, "", [2]], [2, "0", [2]], [2, "1", [1]]]), json!(0), json!(7), json!(1), "C");
+    let e = check(good_dcfg(), t).unwrap_err();
+    assert!(matches!(e, CheckError::Discontinuous { thread: 0, edge: 1, src: 1, reached: 3, .. }), "{e}");
+
+    // A decoded edge the graph lacks.
+    let t = trace(json!([[1, "", [2]], [2, "0", [2]], [2, "1", [5]]]), json!(0), json!(7), json!(1), "C");
+    let e = check(good_dcfg(), t).unwrap_err();
+    assert!(matches!(e, CheckError::UnknownEdge { thread: 0, edge: 5, .. }), "{e}");
+}

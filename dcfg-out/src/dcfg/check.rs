@@ -5,7 +5,7 @@
 //! hex strings, as the spec asks.
 
 use crate::dcfg::seqcode::BitReader;
-use crate::dcfg::transitions::Table;
+use crate::dcfg::transitions::{Table, TableError};
 use crate::program::dominators::DomTree;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -13,9 +13,46 @@ use std::collections::{HashMap, HashSet};
 /// What is wrong with a DCFG or DCFG-trace.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckError {
-    /// A table, value or count that does not agree with the rest.
-    #[error("{0}")]
-    Invalid(String),
+    /// A value that should be an integer (a number or a C-style string) is not.
+    #[error("{0} is not an integer")]
+    NotInteger(String),
+    /// A number that is negative or not whole.
+    #[error("{0} is not a non-negative integer")]
+    NotUnsigned(String),
+    /// A part of the document that is not shaped as the format says.
+    #[error("{what} {problem}")]
+    Shape { what: String, problem: &'static str },
+    /// A table row without a column the format requires.
+    #[error("{what}: a row has no {column}")]
+    MissingColumn { what: String, column: String },
+    /// A node or edge id defined twice.
+    #[error("{what}: {item} id {id} is used twice")]
+    Duplicate { what: String, item: &'static str, id: u64 },
+    /// An edge whose type is not among the EDGE_TYPES.
+    #[error("{what}: edge {edge} has unknown type {ty}")]
+    UnknownEdgeType { what: String, edge: u64, ty: u64 },
+    /// An edge naming a node that is not defined.
+    #[error("{what}: edge {edge} names node {node}, which is not defined")]
+    UnknownNode { what: String, edge: u64, node: u64 },
+    /// Counts that do not agree with each other (node and edge counts, instruction counts).
+    #[error("{what}: {detail}")]
+    Counts { what: String, detail: String },
+    /// A routine whose nodes, dominator tree or loops are inconsistent.
+    #[error("{what}: {detail}")]
+    Routine { what: String, detail: String },
+    /// A trace process the DCFG has no (further) process for.
+    #[error("{what}: not in the DCFG")]
+    UnknownProcess { what: String },
+    /// A transition table the trace's sequences cannot be decoded with, or a sequence that
+    /// does not decode.
+    #[error("{what}: {source}")]
+    Decode { what: String, source: TableError },
+    /// A decoded edge that is not in the DCFG.
+    #[error("{what} thread {thread}: edge {edge} is not in the DCFG")]
+    UnknownEdge { what: String, thread: u64, edge: u64 },
+    /// A decoded edge that does not leave the node the edge before it reached.
+    #[error("{what} thread {thread}: edge {edge} leaves node {src}, the last edge reached {reached}")]
+    Discontinuous { what: String, thread: u64, edge: u64, src: u64, reached: u64 },
     /// Counts whose sum or product does not fit 64 bits.
     #[error("{0}: counts overflow 64 bits")]
     Overflow(String),
@@ -30,38 +67,46 @@ pub enum CheckError {
     Thread { what: String, thread: u64, why: &'static str },
 }
 
-fn err<T>(msg: impl Into<String>) -> Result<T, CheckError> {
-    Err(CheckError::Invalid(msg.into()))
+fn shape(what: impl Into<String>, problem: &'static str) -> CheckError {
+    CheckError::Shape { what: what.into(), problem }
+}
+
+fn disagree<T>(what: &str, detail: String) -> Result<T, CheckError> {
+    Err(CheckError::Counts { what: what.to_string(), detail })
+}
+
+fn routine(what: &str, detail: String) -> CheckError {
+    CheckError::Routine { what: what.to_string(), detail }
 }
 
 /// An integer: a JSON number or a C-style string ("0x400000", "12").
 pub fn int(v: &Value) -> Result<u64, CheckError> {
     match v {
-        Value::Number(n) => n.as_u64().ok_or_else(|| CheckError::Invalid(format!("{n} is not a non-negative integer"))),
+        Value::Number(n) => n.as_u64().ok_or_else(|| CheckError::NotUnsigned(n.to_string())),
         Value::String(s) => {
             let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
                 Some(h) => u64::from_str_radix(h, 16),
                 None => s.parse(),
             };
-            r.map_err(|_| CheckError::Invalid(format!("{s:?} is not an integer")))
+            r.map_err(|_| CheckError::NotInteger(format!("{s:?}")))
         }
-        _ => err(format!("{v} is not an integer")),
+        _ => Err(CheckError::NotInteger(v.to_string())),
     }
 }
 
 /// A table (spec 1.2.2): its rows, each a map from header to value.
 pub fn table<'a>(v: &'a Value, what: &str) -> Result<Vec<HashMap<&'a str, &'a Value>>, CheckError> {
-    let rows = v.as_array().ok_or_else(|| CheckError::Invalid(format!("{what} is not a table")))?;
-    let Some((head, rows)) = rows.split_first() else { return err(format!("{what} has no header")) };
+    let rows = v.as_array().ok_or_else(|| shape(what, "is not a table"))?;
+    let Some((head, rows)) = rows.split_first() else { return Err(shape(what, "has no header")) };
     let head: Vec<&str> = head
         .as_array()
         .and_then(|h| h.iter().map(|c| c.as_str()).collect::<Option<Vec<_>>>())
-        .ok_or_else(|| CheckError::Invalid(format!("{what}: the header is not a row of strings")))?;
+        .ok_or_else(|| shape(what, "has a header that is not a row of strings"))?;
     rows.iter()
         .map(|r| {
-            let r = r.as_array().ok_or_else(|| CheckError::Invalid(format!("{what}: a row is not an array")))?;
+            let r = r.as_array().ok_or_else(|| shape(what, "has a row that is not an array"))?;
             if r.len() > head.len() {
-                return err(format!("{what}: a row is longer than the header"));
+                return Err(shape(what, "has a row longer than its header"));
             }
             Ok(head.iter().copied().zip(r).collect())
         })
@@ -90,7 +135,7 @@ fn id32(v: &Value, what: &str) -> Result<u32, CheckError> {
 }
 
 fn col<'a>(row: &HashMap<&str, &'a Value>, c: &str, what: &str) -> Result<&'a Value, CheckError> {
-    row.get(c).copied().ok_or_else(|| CheckError::Invalid(format!("{what}: a row has no {c}")))
+    row.get(c).copied().ok_or_else(|| CheckError::MissingColumn { what: what.to_string(), column: c.to_string() })
 }
 
 /// A node of a checked process.
@@ -136,8 +181,7 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
     let mut types: HashMap<u64, String> = HashMap::new();
     if let Some(t) = doc.get("EDGE_TYPES") {
         for r in table(t, "EDGE_TYPES")? {
-            let name =
-                col(&r, "EDGE_TYPE", "EDGE_TYPES")?.as_str().ok_or_else(|| CheckError::Invalid("EDGE_TYPE is not a string".into()))?;
+            let name = col(&r, "EDGE_TYPE", "EDGE_TYPES")?.as_str().ok_or_else(|| shape("EDGE_TYPE", "is not a string"))?;
             types.insert(int(col(&r, "EDGE_TYPE_ID", "EDGE_TYPES")?)?, name.to_string());
         }
     }
@@ -148,7 +192,7 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
             special.insert(int(col(&r, "NODE_ID", "SPECIAL_NODES")?)?, name);
         }
     }
-    let procs = doc.get("PROCESSES").ok_or_else(|| CheckError::Invalid("no PROCESSES".into()))?;
+    let procs = doc.get("PROCESSES").ok_or_else(|| shape("the DCFG", "has no PROCESSES"))?;
     let mut out = Vec::new();
     for pr in table(procs, "PROCESSES")? {
         let pid = int(col(&pr, "PROCESS_ID", "PROCESSES")?)?;
@@ -161,7 +205,7 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
         let per_total = sum(&per, &format!("{what} INSTR_COUNT_PER_THREAD"))?;
         if let Some(total) = data.get("INSTR_COUNT") {
             if int(total)? != per_total {
-                return err(format!("{what}: INSTR_COUNT {} is not the sum of INSTR_COUNT_PER_THREAD", int(total)?));
+                return disagree(&what, format!("INSTR_COUNT {} is not the sum of INSTR_COUNT_PER_THREAD", int(total)?));
             }
         }
         let mut nodes: HashMap<u64, NodeData> = HashMap::new();
@@ -179,7 +223,7 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
                             count: r.get("COUNT").map(|c| int(c)).transpose()?.unwrap_or(0),
                         };
                         if special.contains_key(&id) || nodes.insert(id, n).is_some() {
-                            return err(format!("{what}: node id {id} is used twice"));
+                            return Err(CheckError::Duplicate { what, item: "node", id });
                         }
                     }
                 }
@@ -196,7 +240,7 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
                                 let head = int(col(&l, "LOOP_HEAD_NODE_ID", "LOOPS")?)?;
                                 let members = col(&l, "LOOP_NODE_IDS", "LOOPS")?
                                     .as_array()
-                                    .ok_or_else(|| CheckError::Invalid("LOOP_NODE_IDS is not an array".into()))?
+                                    .ok_or_else(|| shape("LOOP_NODE_IDS", "is not an array"))?
                                     .iter()
                                     .map(int)
                                     .collect::<Result<Vec<_>, _>>()?;
@@ -220,16 +264,16 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
                 let e = EdgeData {
                     src: int(col(&r, "SOURCE_NODE_ID", "EDGES")?)?,
                     dst: int(col(&r, "TARGET_NODE_ID", "EDGES")?)?,
-                    ty: types.get(&t).cloned().ok_or_else(|| CheckError::Invalid(format!("{what}: edge {id} has unknown type {t}")))?,
+                    ty: types.get(&t).cloned().ok_or_else(|| CheckError::UnknownEdgeType { what: what.clone(), edge: id, ty: t })?,
                     per_thread: per,
                 };
                 for end in [e.src, e.dst] {
                     if !nodes.contains_key(&end) && !special.contains_key(&end) {
-                        return err(format!("{what}: edge {id} names node {end}, which is not defined"));
+                        return Err(CheckError::UnknownNode { what, edge: id, node: end });
                     }
                 }
                 if edges.insert(id, e).is_some() {
-                    return err(format!("{what}: edge id {id} is used twice"));
+                    return Err(CheckError::Duplicate { what, item: "edge", id });
                 }
             }
         }
@@ -246,7 +290,7 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
             if let Some(n) = nodes.get(&e.src) {
                 for (t, c) in e.per_thread.iter().enumerate() {
                     if t >= per_thread_instrs.len() {
-                        return err(format!("{what}: edge counts for thread {t}, which INSTR_COUNT_PER_THREAD lacks"));
+                        return disagree(&what, format!("edge counts for thread {t}, which INSTR_COUNT_PER_THREAD lacks"));
                     }
                     per_thread_instrs[t] = add(per_thread_instrs[t], mul(n.instrs, *c, &ovf)?, &ovf)?;
                 }
@@ -255,16 +299,19 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
         for (id, n) in &nodes {
             let (i, o) = (inc.get(id).copied().unwrap_or(0), outg.get(id).copied().unwrap_or(0));
             if i != n.count || o != n.count {
-                return err(format!("{what}: node {id} has COUNT {} but {i} incoming and {o} outgoing edge executions", n.count));
+                return disagree(&what, format!("node {id} has COUNT {} but {i} incoming and {o} outgoing edge executions", n.count));
             }
         }
         let ovf = format!("{what} NUM_INSTRS x COUNT");
         let total = nodes.values().try_fold(0u64, |s, n| add(s, mul(n.instrs, n.count, &ovf)?, &ovf))?;
         if total != per_total {
-            return err(format!("{what}: NUM_INSTRS x COUNT sums to {total}, INSTR_COUNT is {per_total}"));
+            return disagree(&what, format!("NUM_INSTRS x COUNT sums to {total}, INSTR_COUNT is {per_total}"));
         }
         if per_thread_instrs != per {
-            return err(format!("{what}: instructions per thread from the edges {per_thread_instrs:?}, INSTR_COUNT_PER_THREAD {per:?}"));
+            return disagree(
+                &what,
+                format!("instructions per thread from the edges {per_thread_instrs:?}, INSTR_COUNT_PER_THREAD {per:?}"),
+            );
         }
         // Routines: every node in exactly one; the IDOM tree rooted at the entry; loop heads
         // dominate their loops.
@@ -274,29 +321,26 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
             let mut idom = vec![None; idoms.len()];
             for (i, (n, d)) in idoms.iter().enumerate() {
                 if !seen.insert(*n) {
-                    return err(format!("{what}: node {n} is in two routines"));
+                    return Err(routine(&what, format!("node {n} is in two routines")));
                 }
-                let d = *local.get(d).ok_or_else(|| CheckError::Invalid(format!("{what}: node {n}'s IDOM {d} is outside its routine")))?;
+                let d = *local.get(d).ok_or_else(|| routine(&what, format!("node {n}'s IDOM {d} is outside its routine")))?;
                 idom[i] = Some(d);
                 if (*n == *entry) != (d == i) {
-                    return err(format!("{what}: routine {entry}: node {n} has IDOM {}", idoms[d].0));
+                    return Err(routine(&what, format!("routine {entry}: node {n} has IDOM {}", idoms[d].0)));
                 }
             }
-            let root =
-                *local.get(entry).ok_or_else(|| CheckError::Invalid(format!("{what}: routine entry {entry} is not among its nodes")))?;
+            let root = *local.get(entry).ok_or_else(|| routine(&what, format!("routine entry {entry} is not among its nodes")))?;
             // Every IDOM chain reaches the entry without a cycle; then dominance is two
             // comparisons (a walk per loop member would be quadratic on long chains).
             let tree = DomTree::new(&idom, root).map_err(|stray| {
-                CheckError::Invalid(format!("{what}: routine {entry}: the IDOM chain of node {} does not reach the entry", idoms[stray].0))
+                routine(&what, format!("routine {entry}: the IDOM chain of node {} does not reach the entry", idoms[stray].0))
             })?;
             for (head, members) in lps {
-                let h = *local.get(head).ok_or_else(|| CheckError::Invalid(format!("{what}: loop head {head} is outside its routine")))?;
+                let h = *local.get(head).ok_or_else(|| routine(&what, format!("loop head {head} is outside its routine")))?;
                 for m in members {
-                    let mi = *local
-                        .get(m)
-                        .ok_or_else(|| CheckError::Invalid(format!("{what}: loop {head}: node {m} is outside its routine")))?;
+                    let mi = *local.get(m).ok_or_else(|| routine(&what, format!("loop {head}: node {m} is outside its routine")))?;
                     if !tree.dominates(h, mi) {
-                        return err(format!("{what}: loop head {head} does not dominate its node {m}"));
+                        return Err(routine(&what, format!("loop head {head} does not dominate its node {m}")));
                     }
                 }
                 report.loops += 1;
@@ -305,7 +349,7 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
         }
         if !routines_of.is_empty() {
             if let Some(n) = nodes.keys().find(|n| !seen.contains(n)) {
-                return err(format!("{what}: node {n} is in no routine"));
+                return Err(routine(&what, format!("node {n} is in no routine")));
             }
         }
         report.processes += 1;
@@ -325,7 +369,7 @@ pub fn read_trace(
     report: &mut Report,
     mut block: impl FnMut(u64, u64, u64, u64),
 ) -> Result<(), CheckError> {
-    let rows = doc.get("PROCESSES").ok_or_else(|| CheckError::Invalid("the trace has no PROCESSES".into()))?;
+    let rows = doc.get("PROCESSES").ok_or_else(|| shape("the trace", "has no PROCESSES"))?;
     // An exec'd image keeps its process id: the k-th row of a pid pairs with the k-th.
     let mut by_pid: HashMap<u64, std::collections::VecDeque<&ProcessData>> = HashMap::new();
     for p in procs {
@@ -334,7 +378,7 @@ pub fn read_trace(
     for pr in table(rows, "trace PROCESSES")? {
         let pid = int(col(&pr, "PROCESS_ID", "trace PROCESSES")?)?;
         let what = format!("trace of process {pid}");
-        let p = by_pid.get_mut(&pid).and_then(|q| q.pop_front()).ok_or_else(|| CheckError::Invalid(format!("{what}: not in the DCFG")))?;
+        let p = by_pid.get_mut(&pid).and_then(|q| q.pop_front()).ok_or_else(|| CheckError::UnknownProcess { what: what.clone() })?;
         // Each thread's edge executions, which bound its chunks' EDGE_COUNTs.
         let mut thread_edges = vec![0u64; p.instr_per_thread.len()];
         for e in p.edges.values() {
@@ -354,11 +398,11 @@ pub fn read_trace(
                 let code = col(&r, "TRANSITION_CODE", "TRANSITION_TABLE")?.as_str().unwrap_or("\u{0}");
                 let next = col(&r, "NEXT_EDGE_IDS", "TRANSITION_TABLE")?
                     .as_array()
-                    .ok_or_else(|| CheckError::Invalid("NEXT_EDGE_IDS is not an array".into()))?
+                    .ok_or_else(|| shape("NEXT_EDGE_IDS", "is not an array"))?
                     .iter()
                     .map(|v| id32(v, &format!("{what} NEXT_EDGE_IDS")))
                     .collect::<Result<Vec<_>, _>>()?;
-                t.add(cur, code, next).map_err(|e| CheckError::Invalid(format!("{what}: {e}")))?;
+                t.add(cur, code, next).map_err(|source| CheckError::Decode { what: what.clone(), source })?;
             }
         }
         let rows = match pr.get("THREAD_DATA") {
@@ -386,9 +430,10 @@ pub fn read_trace(
                     continue;
                 }
                 if preceding != expect_preceding {
-                    return err(format!(
-                        "{what} thread {tid}: PRECEDING_INSTR_COUNT {preceding}, the chunks before hold {expect_preceding}"
-                    ));
+                    return disagree(
+                        &format!("{what} thread {tid}"),
+                        format!("PRECEDING_INSTR_COUNT {preceding}, the chunks before hold {expect_preceding}"),
+                    );
                 }
                 // Decoding reads no bits through rows of empty codes: only the DCFG's counts
                 // bound a chunk's edges.
@@ -407,15 +452,18 @@ pub fn read_trace(
                         return;
                     }
                     let Some(ed) = p.edges.get(&(e as u64)) else {
-                        failure = Some(CheckError::Invalid(format!("{what} thread {tid}: edge {e} is not in the DCFG")));
+                        failure = Some(CheckError::UnknownEdge { what: what.clone(), thread: tid, edge: e as u64 });
                         return;
                     };
                     if let Some(prev) = last_dst {
                         if ed.src != prev {
-                            failure = Some(CheckError::Invalid(format!(
-                                "{what} thread {tid}: edge {e} leaves node {}, the last edge reached {prev}",
-                                ed.src
-                            )));
+                            failure = Some(CheckError::Discontinuous {
+                                what: what.clone(),
+                                thread: tid,
+                                edge: e as u64,
+                                src: ed.src,
+                                reached: prev,
+                            });
                             return;
                         }
                     }
@@ -429,14 +477,15 @@ pub fn read_trace(
                     }
                     last_dst = Some(ed.dst);
                 })
-                .map_err(|e| CheckError::Invalid(format!("{what} thread {tid}: {e}")))?;
+                .map_err(|source| CheckError::Decode { what: format!("{what} thread {tid}"), source })?;
                 if let Some(f) = failure {
                     return Err(f);
                 }
                 if chunk_instrs != instrs {
-                    return err(format!(
-                        "{what} thread {tid}: a chunk's INSTR_COUNT is {instrs}, its edges' source nodes hold {chunk_instrs}"
-                    ));
+                    return disagree(
+                        &format!("{what} thread {tid}"),
+                        format!("a chunk's INSTR_COUNT is {instrs}, its edges' source nodes hold {chunk_instrs}"),
+                    );
                 }
                 expect_preceding = add(expect_preceding, instrs, &format!("{what} thread {tid} INSTR_COUNT"))?;
                 report.decoded_edges = report.decoded_edges.saturating_add(n);
@@ -451,12 +500,13 @@ pub fn read_trace(
             });
             if let Some(id) = wrong {
                 let (got, want) = (counts.get(&id).copied().unwrap_or(0), want(&id));
-                return err(format!("{what} thread {tid}: edge {id} decoded {got} times, COUNT_PER_THREAD says {want}"));
+                return disagree(&format!("{what} thread {tid}"), format!("edge {id} decoded {got} times, COUNT_PER_THREAD says {want}"));
             }
             if expect_preceding != p.instr_per_thread.get(tid as usize).copied().unwrap_or(0) {
-                return err(format!(
-                    "{what} thread {tid}: the chunks hold {expect_preceding} instructions, INSTR_COUNT_PER_THREAD another count"
-                ));
+                return disagree(
+                    &format!("{what} thread {tid}"),
+                    format!("the chunks hold {expect_preceding} instructions, INSTR_COUNT_PER_THREAD another count"),
+                );
             }
         }
         // A thread the DCFG saw run but the trace leaves out would pass unchecked.
