@@ -131,7 +131,7 @@ fn dump_chunk(p: &Profile, v: &ChunkView, out: &mut dyn Write, opts: DumpOptions
     writeln!(out, "    context (* = current): {}", ctx.join(" "))?;
     let limit = opts.max_items.unwrap_or(usize::MAX);
 
-    let tags = v.decompress(Section::Tags).map_err(err)?;
+    let tags = v.decompress(Section::Tags).map_err(|e| err(e.to_string()))?;
     writeln!(out, "    DEP_c: {} bytes", tags.len())?;
     let mut dec = TagDecoder::new(width, &tags, v.hi()).map_err(|e| err(e.to_string()))?;
     let mut n = 0usize;
@@ -157,7 +157,7 @@ fn dump_chunk(p: &Profile, v: &ChunkView, out: &mut dyn Write, opts: DumpOptions
         writeln!(out, "      ... {} more items", n - limit)?;
     }
 
-    let vals = v.decompress(Section::Values).map_err(err)?;
+    let vals = v.decompress(Section::Values).map_err(|e| err(e.to_string()))?;
     writeln!(out, "    DEP_m: {} bytes", vals.len())?;
     let mut r = ValueReader::new(width, &vals);
     let total = vals.len() / width.bytes();
@@ -172,7 +172,7 @@ fn dump_chunk(p: &Profile, v: &ChunkView, out: &mut dyn Write, opts: DumpOptions
         writeln!(out, "      ... {} more values", total - limit)?;
     }
 
-    let tr = v.decompress(Section::Truth).map_err(err)?;
+    let tr = v.decompress(Section::Truth).map_err(|e| err(e.to_string()))?;
     if !tr.is_empty() {
         writeln!(out, "    truth: {} bytes", tr.len())?;
         let recs = truth::records(&tr).map_err(|e| err(e.to_string()))?;

@@ -1,6 +1,8 @@
 //! [`RecoverError`]: why a recovery run failed. Every sink's error type converts from it.
 
-use dep_profile::container::ProfileError;
+use dep_profile::container::{ProfileError, SectionError};
+use dep_profile::tags::TagError;
+use dep_profile::truth::TruthError;
 
 /// Errors of a recovery run.
 #[derive(Debug, thiserror::Error)]
@@ -28,8 +30,18 @@ pub enum RecoverError {
 /// Where and why recovery failed, inside one chunk.
 #[derive(Debug, thiserror::Error)]
 pub enum ChunkFault {
-    #[error("{0}")]
-    Stream(String),
+    /// A section does not decompress.
+    #[error(transparent)]
+    Section(#[from] SectionError),
+    /// The tag stream does not decode.
+    #[error("tag word {word}: {err}")]
+    Tags { word: usize, err: TagError },
+    /// The truth stream does not parse.
+    #[error(transparent)]
+    Truth(#[from] TruthError),
+    /// The truth stream's rep string records are out of order or implausible.
+    #[error("truth record {record}: {problem}")]
+    TruthRep { record: usize, problem: RepProblem },
     #[error("tag word {word}: block {addr:#x} version {version} is not in the block table")]
     UnknownBlock { word: usize, addr: u64, version: u32 },
     #[error("tag word {word}: block {addr:#x} cannot be decoded: {why}")]
@@ -38,6 +50,29 @@ pub enum ChunkFault {
     ValuesExhausted { word: usize, offset: usize, addr: u64 },
     #[error("value stream has {left} bytes left over after the last block")]
     ValuesLeftOver { left: usize },
-    #[error("tag word {word}: {what}")]
-    Malformed { word: usize, what: String },
+    /// An interruption record with no block before it.
+    #[error("tag word {word}: interruption record without a block before it")]
+    StrayInterruption { word: usize },
+    /// A chunk start record whose number is not the chunk's.
+    #[error("tag word {word}: chunk start record says {record}, header says {header}")]
+    ChunkStart { word: usize, record: u32, header: u32 },
+    /// A record naming an instruction past its block's end.
+    #[error("tag word {word}: block {addr:#x} has {insns} instructions, {record} at {at}")]
+    BeyondBlock { word: usize, addr: u64, insns: u32, record: &'static str, at: u32 },
+    /// A rep string whose pointer moved further than any rep string can.
+    #[error("tag word {word}: rep string at {pc:#x} would move {bytes} bytes (pointer {pre:#x} -> {post:#x})")]
+    RepTooLong { word: usize, pc: u64, bytes: u64, pre: u64, post: u64 },
+}
+
+/// What is wrong with a truth stream's rep string records.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RepProblem {
+    #[error("a rep string starts before the last one ended")]
+    StartInside,
+    #[error("a rep string operand outside a rep string")]
+    OperandOutside,
+    #[error("a rep string end without its start")]
+    EndWithoutStart,
+    #[error("rep string at {pc:#x} made {iterations} iterations")]
+    TooMany { pc: u64, iterations: u64 },
 }

@@ -25,7 +25,7 @@ pub use adapters::{ByThread, Tee};
 pub use counts::Counts;
 pub use driver::{Events, Recovery};
 pub use edge_counts::{Depth, EdgeCounts};
-pub use error::{ChunkFault, RecoverError};
+pub use error::{ChunkFault, RecoverError, RepProblem};
 pub use events::{Begin, BlockEvent, Marker, MemEvent, Part, Run, RunBlock, Source};
 pub use interleave::Turn;
 pub use plans::Engine;

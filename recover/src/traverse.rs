@@ -70,8 +70,8 @@ pub fn recover_chunk<S: Sink>(
     scratch: &mut Scratch,
     sink: &mut S,
 ) -> Result<(), Halt<S::Error>> {
-    chunk.decompress_into(Section::Tags, &mut scratch.tags, &mut scratch.dec).map_err(ChunkFault::Stream)?;
-    chunk.decompress_into(Section::Values, &mut scratch.values, &mut scratch.dec).map_err(ChunkFault::Stream)?;
+    chunk.decompress_into(Section::Tags, &mut scratch.tags, &mut scratch.dec).map_err(ChunkFault::from)?;
+    chunk.decompress_into(Section::Values, &mut scratch.values, &mut scratch.dec).map_err(ChunkFault::from)?;
     let mut vals = [0u64; SLOTS];
     vals[..NUM_REGS].copy_from_slice(&chunk.regs());
     let mut w = Walker {
@@ -82,7 +82,7 @@ pub fn recover_chunk<S: Sink>(
         mask: if width == Width::W32 { 0xffff_ffff } else { u64::MAX },
         batch: std::mem::take(&mut scratch.batch),
     };
-    let mut tags = TagDecoder::new(width, &scratch.tags, chunk.hi()).map_err(|e| ChunkFault::Stream(e.to_string()))?;
+    let mut tags = TagDecoder::new(width, &scratch.tags, chunk.hi()).map_err(|err| ChunkFault::Tags { word: 0, err })?;
     let mut version = 0u32;
     let mut pending: Option<TagItem> = None;
     let mut cache = PlanCache::new();
@@ -107,7 +107,7 @@ pub fn recover_chunk<S: Sink>(
             None => match tags.next_item() {
                 Ok(Some(i)) => i,
                 Ok(None) => break,
-                Err(e) => return Err(ChunkFault::Malformed { word, what: e.to_string() }.into()),
+                Err(err) => return Err(ChunkFault::Tags { word, err }.into()),
             },
         };
         match item {
@@ -115,7 +115,7 @@ pub fn recover_chunk<S: Sink>(
                 let (id, stop) = block_at(plans, &mut cache, &mut tags, addr, version, word, &mut pending, &mut records)?;
                 w.block(plans, id, version, stop, &records, sink).map_err(|f| match f {
                     StepFault::Exhausted(offset) => Halt::Fault(ChunkFault::ValuesExhausted { word, offset, addr }),
-                    StepFault::Implausible(what) => Halt::Fault(ChunkFault::Malformed { word, what }),
+                    StepFault::RepTooLong { pc, bytes, pre, post } => Halt::Fault(ChunkFault::RepTooLong { word, pc, bytes, pre, post }),
                     StepFault::Halt(h) => h,
                 })?;
                 version = 0;
@@ -225,12 +225,10 @@ enum Control {
 fn control(e: Escape, chunk: &ChunkView, word: usize) -> Result<Control, ChunkFault> {
     Ok(match e {
         Escape::CodeVersion { version } => Control::Version(version),
-        Escape::Interrupted { .. } => {
-            return Err(ChunkFault::Malformed { word, what: "interruption record without a block before it".into() })
-        }
+        Escape::Interrupted { .. } => return Err(ChunkFault::StrayInterruption { word }),
         Escape::ChunkStart { seq } => {
             if seq != chunk.seq() {
-                return Err(ChunkFault::Malformed { word, what: format!("chunk start record says {seq}, header says {}", chunk.seq()) });
+                return Err(ChunkFault::ChunkStart { word, record: seq, header: chunk.seq() });
             }
             Control::Marker(Marker::ChunkStart(seq))
         }
@@ -286,10 +284,7 @@ fn block_at(
         match if tags.at_escape() { tags.next_item() } else { Ok(None) } {
             Ok(Some(TagItem::Escape(Escape::Interrupted { insn }))) if stop.is_none() => {
                 if insn as u32 >= n {
-                    return Err(ChunkFault::Malformed {
-                        word,
-                        what: format!("block {addr:#x} has {n} instructions, interrupted at {insn}"),
-                    });
+                    return Err(ChunkFault::BeyondBlock { word, addr, insns: n, record: "interrupted", at: insn as u32 });
                 }
                 stop = Some(insn);
             }
@@ -297,10 +292,7 @@ fn block_at(
                 let m = sync_marker(at, seq);
                 if let Marker::Sync { insn: Some(k), .. } = m {
                     if k as u32 >= n {
-                        return Err(ChunkFault::Malformed {
-                            word,
-                            what: format!("block {addr:#x} has {n} instructions, sync record at {k}"),
-                        });
+                        return Err(ChunkFault::BeyondBlock { word, addr, insns: n, record: "sync record", at: k as u32 });
                     }
                 }
                 last = m.place().unwrap_or(u32::MAX);
@@ -315,7 +307,7 @@ fn block_at(
                 *pending = next;
                 break;
             }
-            Err(e) => return Err(ChunkFault::Malformed { word: tags.word_offset(), what: e.to_string() }),
+            Err(err) => return Err(ChunkFault::Tags { word: tags.word_offset(), err }),
         }
     }
     // Stable: records of one place keep their order.
@@ -332,8 +324,8 @@ pub fn walk_blocks<S: Sink>(
     scratch: &mut Scratch,
     sink: &mut S,
 ) -> Result<(), Halt<S::Error>> {
-    chunk.decompress_into(Section::Tags, &mut scratch.tags, &mut scratch.dec).map_err(ChunkFault::Stream)?;
-    let mut tags = TagDecoder::new(width, &scratch.tags, chunk.hi()).map_err(|e| ChunkFault::Stream(e.to_string()))?;
+    chunk.decompress_into(Section::Tags, &mut scratch.tags, &mut scratch.dec).map_err(ChunkFault::from)?;
+    let mut tags = TagDecoder::new(width, &scratch.tags, chunk.hi()).map_err(|err| ChunkFault::Tags { word: 0, err })?;
     let thread = chunk.thread();
     let (mut version, mut pending, mut cache) = (0u32, None, PlanCache::new());
     let mut records = Vec::new();
@@ -349,7 +341,7 @@ pub fn walk_blocks<S: Sink>(
             None => match tags.next_item() {
                 Ok(Some(i)) => i,
                 Ok(None) => return Ok(()),
-                Err(e) => return Err(ChunkFault::Malformed { word, what: e.to_string() }.into()),
+                Err(err) => return Err(ChunkFault::Tags { word, err }.into()),
             },
         };
         match item {
@@ -374,7 +366,13 @@ pub fn walk_blocks<S: Sink>(
 
 enum StepFault<E> {
     Exhausted(usize),
-    Implausible(String),
+    /// A rep string moved more bytes than any can.
+    RepTooLong {
+        pc: u64,
+        bytes: u64,
+        pre: u64,
+        post: u64,
+    },
     Halt(Halt<E>),
 }
 
@@ -761,10 +759,7 @@ impl Walker<'_> {
                 let (dir, bytes) =
                     if delta == 0 || delta <= mask / 2 { (1i64, delta) } else { (-1i64, mask.wrapping_sub(delta).wrapping_add(1) & mask) };
                 if bytes > MAX_REP_BYTES {
-                    return Err(StepFault::Implausible(format!(
-                        "rep string at {:#x} would move {bytes} bytes (pointer {pre:#x} -> {post:#x})",
-                        insn.pc
-                    )));
+                    return Err(StepFault::RepTooLong { pc: insn.pc, bytes, pre, post });
                 }
                 let count = bytes / rep.elem as u64 + interrupted_here as u64;
                 // Each reference advances linearly from its start address; only a

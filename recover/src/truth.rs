@@ -1,5 +1,6 @@
 //! Replays a chunk's truth stream as events, so recovered and observed traces render alike.
 
+use crate::error::RepProblem;
 use crate::events::{BlockEvent, MemEvent};
 use crate::plans::Plans;
 use crate::sink::Sink;
@@ -14,11 +15,8 @@ use dep_profile::BlockPlan;
 /// the same instruction count; references carry their instruction's index in that plan, or
 /// 0 where the block has none.
 pub fn replay_chunk<S: Sink>(plans: &Plans, chunk: &ChunkView, buf: &mut Vec<u8>, sink: &mut S) -> Result<(), Halt<S::Error>> {
-    chunk.decompress_into(Section::Truth, buf, &mut Decompression::default()).map_err(ChunkFault::Stream)?;
-    let recs: Vec<TruthRecord> = truth::records(buf)
-        .map_err(|e| ChunkFault::Stream(e.to_string()))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| ChunkFault::Stream(e.to_string()))?;
+    chunk.decompress_into(Section::Truth, buf, &mut Decompression::default()).map_err(ChunkFault::from)?;
+    let recs: Vec<TruthRecord> = truth::records(buf).map_err(ChunkFault::from)?.collect::<Result<_, _>>().map_err(ChunkFault::from)?;
     let thread = chunk.thread();
     let mut batch: Vec<MemEvent> = Vec::new();
     // Where each block's run of references ends: at the next block or interruption record.
@@ -51,7 +49,7 @@ pub fn replay_chunk<S: Sink>(plans: &Plans, chunk: &ChunkView, buf: &mut Vec<u8>
             }
             TruthKind::Interrupted => {}
             TruthKind::Rep | TruthKind::RepRead | TruthKind::RepWrite | TruthKind::RepEnd => {
-                let ended = rep.record(r, index(plan, r.pc)).map_err(|what| ChunkFault::Stream(format!("truth record {i}: {what}")))?;
+                let ended = rep.record(r, index(plan, r.pc)).map_err(|problem| ChunkFault::TruthRep { record: i, problem })?;
                 if let Some((count, operands)) = ended {
                     // Expanded in batches: a rep string can make billions of references.
                     for k in 0..count {
@@ -108,18 +106,18 @@ const MAX_REP_ITERATIONS: u64 = 1 << 40;
 
 impl RepReplay {
     /// Takes a rep record; at the string's end, its iteration count and operands.
-    fn record(&mut self, r: &TruthRecord, insn: u16) -> Result<Option<(u64, Vec<RepOperand>)>, String> {
+    fn record(&mut self, r: &TruthRecord, insn: u16) -> Result<Option<(u64, Vec<RepOperand>)>, RepProblem> {
         match r.kind {
             TruthKind::Rep => {
                 if self.open.is_some() {
-                    return Err("a rep string starts before the last one ended".into());
+                    return Err(RepProblem::StartInside);
                 }
                 self.open = Some((r.pc, r.size, insn));
                 self.operands.clear();
             }
             TruthKind::RepRead | TruthKind::RepWrite => {
                 if self.open.is_none() || self.operands.len() >= 2 {
-                    return Err("a rep string operand outside a rep string".into());
+                    return Err(RepProblem::OperandOutside);
                 }
                 let access = if r.kind == TruthKind::RepRead { Access::Read } else { Access::Write };
                 let (pc, size, insn) = self.open.expect("checked above");
@@ -127,9 +125,9 @@ impl RepReplay {
                 self.operands.push(RepOperand { first, stride: r.addr as i64 });
             }
             TruthKind::RepEnd => {
-                let (pc, _, _) = self.open.take().ok_or("a rep string end without its start")?;
+                let (pc, _, _) = self.open.take().ok_or(RepProblem::EndWithoutStart)?;
                 if r.addr > MAX_REP_ITERATIONS {
-                    return Err(format!("rep string at {pc:#x} made {} iterations", r.addr));
+                    return Err(RepProblem::TooMany { pc, iterations: r.addr });
                 }
                 return Ok(Some((r.addr, std::mem::take(&mut self.operands))));
             }

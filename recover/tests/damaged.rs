@@ -47,7 +47,7 @@ fn inconsistent_streams_are_named() {
     std::fs::write(&path, sample(3)).unwrap();
     let p = Profile::open(&path).unwrap();
     let out = dir.path().join("bad.dep");
-    rewrite(&p, &out, |t, seq, _, values| {
+    rewrite(&p, &out, |t, seq, _, values, _| {
         if t == 0 && seq == 0 && values.len() >= 8 {
             values.truncate(values.len() - 8);
         }
@@ -65,8 +65,37 @@ fn inconsistent_streams_are_named() {
     assert!(err.contains("thread 0 chunk 0") && (err.contains("exhausted") || err.contains("left over")), "{err}");
 }
 
+/// A truth stream whose rep string records are out of order is refused naming the record
+/// and what is wrong with it.
+#[test]
+fn rep_records_out_of_order_are_named() {
+    use dep_profile::truth::{TruthKind, TruthRecord};
+    use dep_recover::RepProblem;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.dep");
+    std::fs::write(&path, sample(4)).unwrap();
+    let p = Profile::open(&path).unwrap();
+    let out = dir.path().join("bad.dep");
+    rewrite(&p, &out, |t, seq, _, _, truth| {
+        if t == 0 && seq == 0 {
+            let mut end = Vec::new();
+            TruthRecord { kind: TruthKind::RepEnd, size: 1, pc: 0x1000, addr: 3 }.write(&mut end);
+            truth.splice(0..0, end);
+        }
+    });
+    let bad = Profile::open(&out).unwrap();
+    let err = Recovery::new(&bad, 1).events(Source::Truth).run(&mut Counts::default()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RecoverError::Chunk { thread: 0, seq: 0, fault: ChunkFault::TruthRep { record: 0, problem: RepProblem::EndWithoutStart }, .. }
+        ),
+        "{err:?}"
+    );
+}
+
 /// Rewrites a profile with each chunk's decompressed streams passed through `f` (valid checksums).
-fn rewrite(p: &Profile, out: &std::path::Path, mut f: impl FnMut(u32, u32, &mut Vec<u8>, &mut Vec<u8>)) {
+fn rewrite(p: &Profile, out: &std::path::Path, mut f: impl FnMut(u32, u32, &mut Vec<u8>, &mut Vec<u8>, &mut Vec<u8>)) {
     use dep_profile::container::{ChunkData, ProfileWriter, Section};
     let mut w = ProfileWriter::new(std::fs::File::create(out).unwrap(), p.width, 1).unwrap();
     w.meta(&p.meta).unwrap();
@@ -78,8 +107,8 @@ fn rewrite(p: &Profile, out: &std::path::Path, mut f: impl FnMut(u32, u32, &mut 
             let view = p.chunk(c).unwrap();
             let mut tags = view.decompress(Section::Tags).unwrap();
             let mut values = view.decompress(Section::Values).unwrap();
-            f(t.index, c.seq, &mut tags, &mut values);
-            let truth = view.decompress(Section::Truth).unwrap();
+            let mut truth = view.decompress(Section::Truth).unwrap();
+            f(t.index, c.seq, &mut tags, &mut values, &mut truth);
             w.chunk(&ChunkData {
                 thread: t.index,
                 seq: c.seq,
@@ -108,7 +137,7 @@ proptest! {
         std::fs::write(&src, sample(seed)).unwrap();
         let p = Profile::open(&src).unwrap();
         let out = dir.path().join("x.dep");
-        rewrite(&p, &out, |_, _, tags, values| {
+        rewrite(&p, &out, |_, _, tags, values, _| {
             for (i, x) in &edits {
                 if !tags.is_empty() { let i = i.index(tags.len()); tags[i] ^= x | 1; }
             }

@@ -70,6 +70,22 @@ pub enum ChunkError {
     Hi { hi: u64, bits: u8 },
 }
 
+/// Why a section of a chunk does not decompress.
+#[derive(Debug, Error)]
+pub enum SectionError {
+    /// The chunk's header names no codec this reader knows for the section.
+    #[error(transparent)]
+    Layout(#[from] ChunkError),
+    #[error("starting a zstd decompressor: {0}")]
+    Context(std::io::Error),
+    #[error("{} section does not decompress: {err}", section.name())]
+    Zstd { section: Section, err: std::io::Error },
+    #[error("{} section decompresses to {got} bytes, header says {raw}", section.name())]
+    Size { section: Section, got: usize, raw: u64 },
+    #[error("{} section: {err}", section.name())]
+    Unpack { section: Section, err: packing::PackError },
+}
+
 /// zstd level of packed DEP_m: packing leaves little for a stronger level to find, and a
 /// fast level decompresses about twice as fast (FORMAT.md has the measurement).
 pub const PACKED_VALUES_LEVEL: i32 = -3;
@@ -319,7 +335,7 @@ impl<'a> ChunkView<'a> {
 
     /// Decompresses a section into `out` (cleared first), unpacking it if it is packed;
     /// `dec.packed` is scratch space for that. `parse` bounded the raw length reserved here.
-    pub fn decompress_into(&self, s: Section, out: &mut Vec<u8>, dec: &mut Decompression) -> Result<(), String> {
+    pub fn decompress_into(&self, s: Section, out: &mut Vec<u8>, dec: &mut Decompression) -> Result<(), SectionError> {
         let width = self.width;
         out.clear();
         let (raw, _) = self.lens(s);
@@ -328,22 +344,22 @@ impl<'a> ChunkView<'a> {
         }
         let Decompression { zstd, packed: mid } = dec;
         // A zstd context is made once, when a compressed section first needs one.
-        let zstd = || -> Result<&mut zstd::bulk::Decompressor<'static>, String> {
+        let zstd = || -> Result<&mut zstd::bulk::Decompressor<'static>, SectionError> {
             match zstd {
                 Some(d) => Ok(d),
-                none => Ok(none.insert(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?)),
+                none => Ok(none.insert(zstd::bulk::Decompressor::new().map_err(SectionError::Context)?)),
             }
         };
-        let undo = |e: std::io::Error| format!("{} section does not decompress: {e}", s.name());
+        let undo = |err: std::io::Error| SectionError::Zstd { section: s, err };
         let unpack = |packed: &[u8], out: &mut Vec<u8>| {
-            packing::unpack(packed, width.bytes(), raw as usize, out).map_err(|e| format!("{} section: {e}", s.name()))
+            packing::unpack(packed, width.bytes(), raw as usize, out).map_err(|err| SectionError::Unpack { section: s, err })
         };
-        match self.codec(s).map_err(|e| e.to_string())? {
+        match self.codec(s)? {
             Codec::Zstd => {
                 out.reserve(raw as usize);
                 let n = zstd()?.decompress_to_buffer(self.compressed(s), out).map_err(undo)?;
                 if n as u64 != raw {
-                    return Err(format!("{} section decompresses to {n} bytes, header says {raw}", s.name()));
+                    return Err(SectionError::Size { section: s, got: n, raw });
                 }
             }
             Codec::PackedZstd => {
@@ -361,7 +377,7 @@ impl<'a> ChunkView<'a> {
     }
 
     /// Decompresses a section.
-    pub fn decompress(&self, s: Section) -> Result<Vec<u8>, String> {
+    pub fn decompress(&self, s: Section) -> Result<Vec<u8>, SectionError> {
         let mut v = Vec::new();
         self.decompress_into(s, &mut v, &mut Decompression::default())?;
         Ok(v)

@@ -16,8 +16,8 @@ pub mod truncation;
 pub mod writer;
 
 pub use chunk::{
-    ChunkData, ChunkError, ChunkView, Codec, Decompression, Encoder as ChunkEncoder, Section, CHUNK_HEADER_LEN, PACKED_VALUES_LEVEL,
-    ZSTD_MAX_RATIO,
+    ChunkData, ChunkError, ChunkView, Codec, Decompression, Encoder as ChunkEncoder, Section, SectionError, CHUNK_HEADER_LEN,
+    PACKED_VALUES_LEVEL, ZSTD_MAX_RATIO,
 };
 pub use family::{family_paths, open_family};
 pub use meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ModuleEventKind, ParentLink, ThreadEvent, ThreadEventKind, MAX_XSAVE_SIZE};
