@@ -153,4 +153,27 @@ mod tests {
         c.sigreturn();
         assert_eq!(c.current(), NONE);
     }
+
+    /// A tail call's code depends on what the jump depended on, and the return that ends the
+    /// chain closes its regions with the caller's call; inside a signal handler a return
+    /// reaches only the handler's frames.
+    #[test]
+    fn tail_calls_and_handlers_follow_the_shared_stack() {
+        let mut c = Control::default();
+        c.branch(1, 10);
+        c.flow(Transition::Call { site: 0x3fb, ret: 0x400, to: 7 }, c.current());
+        c.branch(2, 20);
+        c.flow(Transition::TailCall { site: 0x500, to: 8 }, c.current());
+        assert_eq!(c.current(), 2, "the tail-called code depends on the jump's region");
+        c.branch(3, 30);
+        assert_eq!(c.current(), 3);
+        c.flow(Transition::Return { to: 0x400 }, NONE);
+        assert_eq!(c.current(), 1, "the return closed the tail call and the call");
+        c.signal(c.current());
+        c.branch(4, 40);
+        c.flow(Transition::Return { to: 0x999 }, NONE);
+        assert_eq!(c.current(), 4, "a return matching no handler frame closes nothing");
+        c.sigreturn();
+        assert_eq!(c.current(), 1);
+    }
 }
