@@ -95,11 +95,13 @@ impl BlockExits {
                 e.addr.push(0);
                 continue;
             };
-            e.exit.push(match p.insns.last().map(|i| (i.flow, i.pc, i.pc + i.len as u64)) {
-                Some((Flow::Call { .. } | Flow::IndirectCall, site, ret)) => Exit::Call { site, ret },
-                Some((Flow::Return, _, _)) => Exit::Return,
-                Some((Flow::Jump { target, conditional }, site, _)) => Exit::Jump { site, conditional: conditional.then_some(target) },
-                Some((Flow::IndirectJump, site, _)) => Exit::Jump { site, conditional: None },
+            // The flow is the block's exit as recover::edges classifies every edge.
+            let last = p.insns.last().map_or((p.addr, p.addr), |i| (i.pc, i.pc + i.len as u64));
+            e.exit.push(match plans.exit(b) {
+                Some((Flow::Call { .. } | Flow::IndirectCall, _)) => Exit::Call { site: last.0, ret: last.1 },
+                Some((Flow::Return, _)) => Exit::Return,
+                Some((Flow::Jump { target, conditional }, _)) => Exit::Jump { site: last.0, conditional: conditional.then_some(target) },
+                Some((Flow::IndirectJump, _)) => Exit::Jump { site: last.0, conditional: None },
                 _ => Exit::Other,
             });
             e.entry.push(symbols.is_function_start(p.addr));
