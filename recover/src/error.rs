@@ -1,5 +1,6 @@
 //! [`RecoverError`]: why a recovery run failed. Every sink's error type converts from it.
 
+use dep_profile::blocks::BlockError;
 use dep_profile::container::{ProfileError, SectionError};
 use dep_profile::tags::TagError;
 use dep_profile::truth::TruthError;
@@ -45,7 +46,7 @@ pub enum ChunkFault {
     #[error("tag word {word}: block {addr:#x} version {version} is not in the block table")]
     UnknownBlock { word: usize, addr: u64, version: u32 },
     #[error("tag word {word}: block {addr:#x} cannot be decoded: {why}")]
-    BadBlock { word: usize, addr: u64, why: String },
+    BadBlock { word: usize, addr: u64, why: BlockError },
     #[error("tag word {word}: value stream exhausted at byte {offset} (block {addr:#x})")]
     ValuesExhausted { word: usize, offset: usize, addr: u64 },
     #[error("value stream has {left} bytes left over after the last block")]

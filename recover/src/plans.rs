@@ -1,6 +1,7 @@
 //! The block table pre-decoded once into plans (paper section 6.2's pre-decoding).
 
 use crate::flat::FlatPlans;
+use dep_profile::blocks::BlockError;
 use dep_profile::container::Profile;
 use dep_profile::{BlockPlan, Semantics};
 use rustc_hash::FxHashMap;
@@ -30,7 +31,7 @@ impl Engine {
 
 /// Every block of a profile, decoded, looked up by address and version.
 pub struct Plans {
-    plans: Vec<Result<BlockPlan, String>>,
+    plans: Vec<Result<BlockPlan, BlockError>>,
     index: FxHashMap<(u64, u32), u32>,
     /// The same plans laid out for the recovery loop, indexed alike.
     pub flat: FlatPlans,
@@ -56,16 +57,14 @@ impl Plans {
         let blocks = p.blocks();
         let machine = p.machine();
         let per = blocks.len().div_ceil(workers.max(1)).max(1);
-        let mut plans: Vec<Result<BlockPlan, String>> = Vec::with_capacity(blocks.len());
-        let parts: Vec<Vec<Result<BlockPlan, String>>> = crossbeam::thread::scope(|s| {
+        let mut plans: Vec<Result<BlockPlan, BlockError>> = Vec::with_capacity(blocks.len());
+        let parts: Vec<Vec<Result<BlockPlan, BlockError>>> = crossbeam::thread::scope(|s| {
             let handles: Vec<_> = blocks
                 .chunks(per)
                 .map(|part| {
                     s.spawn(move |_| {
                         let mut sem = Semantics::new(machine);
-                        part.iter()
-                            .map(|b| BlockPlan::build(&mut sem, b.addr, p.code(b), Some(b.insn_count as usize)).map_err(|e| e.to_string()))
-                            .collect()
+                        part.iter().map(|b| BlockPlan::build(&mut sem, b.addr, p.code(b), Some(b.insn_count as usize))).collect()
                     })
                 })
                 .collect();
@@ -227,5 +226,5 @@ impl Default for PlanCache {
 #[derive(Debug)]
 pub enum PlanMiss<'a> {
     NotInTable,
-    Undecodable(&'a str),
+    Undecodable(&'a BlockError),
 }

@@ -272,7 +272,7 @@ fn block_at(
     let id = match cache.find(plans, addr, version) {
         Ok(p) => p,
         Err(PlanMiss::NotInTable) => return Err(ChunkFault::UnknownBlock { word, addr, version }),
-        Err(PlanMiss::Undecodable(why)) => return Err(ChunkFault::BadBlock { word, addr, why: why.to_string() }),
+        Err(PlanMiss::Undecodable(why)) => return Err(ChunkFault::BadBlock { word, addr, why: why.clone() }),
     };
     // An interrupted block is followed by the record saying where it stopped, and by the
     // sync and call records of its instructions, before or after that record.

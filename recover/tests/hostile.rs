@@ -2,7 +2,7 @@
 //! which recovery's tables once used to mean "empty"), on every engine, are an error naming
 //! the block, never a crash or a block the table does not hold.
 
-use dep_profile::container::{ChunkData, Profile, ProfileWriter, Section};
+use dep_profile::container::{BlockEntry, ChunkData, Profile, ProfileWriter, Section};
 use dep_profile::simulate::{random_code, random_path, write_profile, Rng};
 use dep_profile::tags::{CTL_SET_HI, ESC};
 use dep_profile::Machine;
@@ -21,6 +21,11 @@ fn sample(seed: u64) -> Vec<u8> {
 
 /// Rewrites `src` with its first chunk's tags and H-tag replaced, keeping its blocks if told.
 fn hostile(src: &[u8], dir: &std::path::Path, hi: u64, tags: &[u16], blocks: bool) -> Profile {
+    hostile_with(src, dir, hi, tags, blocks, &[])
+}
+
+/// [`hostile`] with `extra` blocks added to the table.
+fn hostile_with(src: &[u8], dir: &std::path::Path, hi: u64, tags: &[u16], blocks: bool, extra: &[BlockEntry]) -> Profile {
     let path = dir.join("src.dep");
     std::fs::write(&path, src).unwrap();
     let p = Profile::open(&path).unwrap();
@@ -31,6 +36,9 @@ fn hostile(src: &[u8], dir: &std::path::Path, hi: u64, tags: &[u16], blocks: boo
         for b in p.blocks() {
             w.block(&p.block_entry(b)).unwrap();
         }
+    }
+    for b in extra {
+        w.block(b).unwrap();
     }
     let t = &p.threads[0];
     let view = p.chunk(&t.chunks[0]).unwrap();
@@ -111,6 +119,24 @@ fn damaged_records_are_named_by_their_variant() {
                 Err(Halt::Fault(f)) if named(&f) => {}
                 other => panic!("{e:?} {tags:x?}: got {other:?}"),
             }
+        }
+    }
+}
+
+/// A block whose table entry does not decode (two nops the table says are five
+/// instructions) is refused where a tag names it, with the decoder's reason.
+#[test]
+fn a_block_that_does_not_decode_is_named() {
+    use dep_profile::blocks::BlockError;
+    let dir = tempfile::tempdir().unwrap();
+    let bad = BlockEntry { addr: 0x1234, version: 0, insn_count: 5, code: vec![0x90, 0x90] };
+    let p = hostile_with(&sample(5), dir.path(), 0, &[0x1234], true, &[bad]);
+    for e in ENGINES {
+        let plans = Plans::build_with(&p, 1, e);
+        let view = p.chunk(&p.threads[0].chunks[0]).unwrap();
+        match recover_chunk(p.width, &plans, &view, &mut Scratch::default(), &mut Counts::default()) {
+            Err(Halt::Fault(ChunkFault::BadBlock { addr: 0x1234, why: BlockError::Count { found: 2, expected: 5, .. }, .. })) => {}
+            other => panic!("{e:?}: got {other:?}"),
         }
     }
 }
