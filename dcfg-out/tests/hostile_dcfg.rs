@@ -199,8 +199,9 @@ fn each_damage_is_named_by_its_variant() {
     let e = check(good_dcfg(), t).unwrap_err();
     assert!(matches!(e, CheckError::Discontinuous { thread: 0, edge: 1, src: 1, reached: 3, .. }), "{e}");
 
-    // A decoded edge the graph lacks.
-    let t = trace(json!([[1, "", [2]], [2, "0", [2]], [2, "1", [5]]]), json!(0), json!(7), json!(1), "C");
+    // A decoded edge the graph lacks (and no row to go on from it: the first problem found
+    // is the one named).
+    let t = trace(json!([[1, "", [5]]]), json!(0), json!(7), json!(1), "");
     let e = check(good_dcfg(), t).unwrap_err();
     assert!(matches!(e, CheckError::UnknownEdge { thread: 0, edge: 5, .. }), "{e}");
 }

@@ -447,7 +447,7 @@ pub fn read_trace(
                 let mut bits = BitReader::new(seq, &dict);
                 let mut chunk_instrs = 0u64;
                 let mut failure: Option<CheckError> = None;
-                t.decode(first, n, &mut bits, |e| {
+                let decoded_chunk = t.decode(first, n, &mut bits, |e| {
                     if failure.is_some() {
                         return;
                     }
@@ -476,11 +476,13 @@ pub fn read_trace(
                         block(pid, tid, dst.addr, dst.instrs);
                     }
                     last_dst = Some(ed.dst);
-                })
-                .map_err(|source| CheckError::Decode { what: format!("{what} thread {tid}"), source })?;
+                });
+                // The first problem found is the one named: an edge the graph lacks stops the
+                // sequence making sense before the decoder runs out of rows or bits.
                 if let Some(f) = failure {
                     return Err(f);
                 }
+                decoded_chunk.map_err(|source| CheckError::Decode { what: format!("{what} thread {tid}"), source })?;
                 if chunk_instrs != instrs {
                     return disagree(
                         &format!("{what} thread {tid}"),
