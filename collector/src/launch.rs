@@ -18,10 +18,12 @@ pub enum RecordError {
     NoDynamoRio(String),
     #[error("cannot find the DEP client (libdep_client.so) in {0}: run scripts/install.sh (or `cargo build --release --workspace` in the checkout), or set DEP_CLIENT to the file")]
     NoClient(String),
-    #[error("cannot write {0}: {1}")]
-    Output(String, String),
-    #[error("{0}")]
-    Io(String),
+    #[error("cannot write {}: {err}", path.display())]
+    Output { path: PathBuf, err: std::io::Error },
+    #[error("{what}: {err}")]
+    Io { what: String, err: std::io::Error },
+    #[error("no program given")]
+    NoProgram,
 }
 
 /// How to record.
@@ -79,7 +81,7 @@ impl Install {
     /// `dep` in `<prefix>/bin` (scripts/install.sh); cargo's target directory next to the
     /// executable. So an installed `dep` keeps working when the checkout moves or is cleaned.
     pub fn find() -> Result<Install, RecordError> {
-        let exe = std::fs::read_link("/proc/self/exe").map_err(|e| RecordError::Io(format!("/proc/self/exe: {e}")))?;
+        let exe = std::fs::read_link("/proc/self/exe").map_err(|err| RecordError::Io { what: "/proc/self/exe".into(), err })?;
         let dir = exe.parent().unwrap_or(Path::new("/")).to_path_buf();
         let installed = dir.parent().map(|p| p.join("lib/dep"));
         let cargo: Vec<PathBuf> = [Some(dir.clone()), dir.parent().map(Path::to_path_buf)].into_iter().flatten().collect();
@@ -192,19 +194,19 @@ fn unwrap_scripts(mut app: PathBuf, mut args: Vec<String>) -> Result<(PathBuf, V
 
 /// Runs the program under DynamoRIO with the DEP client and collects its profiles.
 pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
-    let prog = opts.program.first().ok_or_else(|| RecordError::Io("no program given".into()))?;
+    let prog = opts.program.first().ok_or(RecordError::NoProgram)?;
     let app = resolve_program(prog).ok_or_else(|| RecordError::NotFound(prog.clone()))?;
     let install = Install::find()?;
     let (app, args) = unwrap_scripts(app, opts.program[1..].to_vec())?;
     if !opts.discard {
         // Fail before running anything if the profile cannot be written.
-        std::fs::File::create(&opts.output).map_err(|e| RecordError::Output(opts.output.display().to_string(), e.to_string()))?;
+        std::fs::File::create(&opts.output).map_err(|err| RecordError::Output { path: opts.output.clone(), err })?;
     }
 
     let sock = std::env::temp_dir().join(format!("dep-{}-{}.sock", std::process::id(), crate::receive::now_ns() % 1_000_000));
     let _ = std::fs::remove_file(&sock);
-    let listener =
-        std::os::unix::net::UnixListener::bind(&sock).map_err(|e| RecordError::Io(format!("cannot listen on {}: {e}", sock.display())))?;
+    let listener = std::os::unix::net::UnixListener::bind(&sock)
+        .map_err(|err| RecordError::Io { what: format!("cannot listen on {}", sock.display()), err })?;
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     let receiver = Receiver::new(&opts.output, opts.discard, opts.level, opts.compression, workers);
     let stop = Arc::new(AtomicBool::new(false));
@@ -273,7 +275,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
         Err(e) => {
             stop.store(true, Ordering::Release);
             let _ = std::fs::remove_file(&sock);
-            return Err(RecordError::Io(format!("cannot start DynamoRIO: {e}")));
+            return Err(RecordError::Io { what: "cannot start DynamoRIO".into(), err: e });
         }
     };
 
@@ -322,4 +324,31 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
         warnings.push("no process connected: nothing was recorded (did DynamoRIO fail to start the program?)".into());
     }
     Ok(RecordOutcome { status, profiles, counts, warnings })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(program: &[&str], output: &Path) -> RecordOptions {
+        RecordOptions {
+            output: output.to_path_buf(),
+            truth: false,
+            discard: false,
+            sync: true,
+            level: 1,
+            compression: Compression::default(),
+            program: program.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// What cannot start is refused by variant before anything runs.
+    #[test]
+    fn what_cannot_start_is_named_by_variant() {
+        let out = std::env::temp_dir().join(format!("dep-launch-test-{}.dep", std::process::id()));
+        assert!(matches!(record(&opts(&[], &out)), Err(RecordError::NoProgram)));
+        let missing = format!("dep-no-such-program-{}", std::process::id());
+        assert!(matches!(record(&opts(&[&missing], &out)), Err(RecordError::NotFound(p)) if p == missing));
+        assert!(!out.exists(), "nothing was written");
+    }
 }

@@ -5,7 +5,7 @@
 //! compression falls behind.
 
 use crate::launch::Compression;
-use crate::sink::ProfileSink;
+use crate::sink::{ProfileSink, SinkError};
 use crate::wire::{self, ChunkHeader};
 use dep_profile::container::{ChunkData, ChunkEncoder, Metadata, RecordKind};
 use dep_profile::Width;
@@ -15,6 +15,31 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+/// Why the launcher stopped reading a process's stream.
+#[derive(Debug, thiserror::Error)]
+pub enum ReceiveError {
+    #[error("malformed frame from the client (kind {kind}, {len} bytes)")]
+    FrameTooLong { kind: u32, len: u64 },
+    #[error("the client's stream ends inside a frame")]
+    Truncated,
+    #[error("reading from the client: {0}")]
+    Read(std::io::Error),
+    #[error("bad hello: {0}")]
+    Hello(serde_json::Error),
+    #[error("bad width {0} in hello")]
+    Width(u8),
+    #[error("bad module record: {0}")]
+    Module(serde_json::Error),
+    #[error("malformed chunk frame from the client")]
+    Chunk,
+    #[error("compression pool stopped")]
+    PoolStopped,
+    #[error("unknown frame kind {0} from the client")]
+    UnknownFrame(u32),
+    /// The process's profile file could not be started.
+    #[error(transparent)]
+    Profile(#[from] SinkError),
+}
 /// What one connection (one process image) produced.
 #[derive(Debug, Default, Clone)]
 pub struct ConnResult {
@@ -161,7 +186,7 @@ impl Receiver {
         let mut writer = None;
         let r = self.read_conn(&mut s, &mut res, &mut writer);
         if let Err(e) = r {
-            res.errors.push(e);
+            res.errors.push(e.to_string());
             // The program goes on sending: reading on keeps its writes from failing.
             drain(&mut s);
         } else {
@@ -182,7 +207,7 @@ impl Receiver {
         results.push(res);
     }
 
-    fn read_conn(&self, s: &mut UnixStream, res: &mut ConnResult, writer: &mut Option<Writer>) -> Result<(), String> {
+    fn read_conn(&self, s: &mut UnixStream, res: &mut ConnResult, writer: &mut Option<Writer>) -> Result<(), ReceiveError> {
         let mut hdr = [0u8; wire::FRAME_HEADER];
         // Truth sent ahead of its chunk, per thread.
         let mut truth_ahead: std::collections::HashMap<u32, Vec<u8>> = std::collections::HashMap::new();
@@ -194,14 +219,14 @@ impl Receiver {
             let thread = u32::from_le_bytes(hdr[4..8].try_into().unwrap());
             let len = u64::from_le_bytes(hdr[8..16].try_into().unwrap());
             if len > wire::MAX_FRAME {
-                return Err(format!("malformed frame from the client (kind {kind}, {len} bytes)"));
+                return Err(ReceiveError::FrameTooLong { kind, len });
             }
             // A chunk's frame reuses a spare buffer: only bytes beyond what it held before
             // are zeroed. (Small frames, which are not given back, take none.)
             let mut payload = if len >= 1 << 16 { self.spare.try_recv().unwrap_or_default() } else { Vec::new() };
             payload.resize(len as usize, 0);
             if !read_full(s, &mut payload)? && len > 0 {
-                return Err("the client's stream ends inside a frame".into());
+                return Err(ReceiveError::Truncated);
             }
             let w = |writer: &Option<Writer>, kind: RecordKind, p: &[u8]| {
                 if let Some(w) = writer {
@@ -210,7 +235,7 @@ impl Receiver {
             };
             match kind {
                 wire::HELLO => {
-                    let mut meta: Metadata = serde_json::from_slice(&payload).map_err(|e| format!("bad hello: {e}"))?;
+                    let mut meta: Metadata = serde_json::from_slice(&payload).map_err(ReceiveError::Hello)?;
                     res.pid = meta.pid;
                     {
                         let mut pids = self.pids.lock().unwrap();
@@ -229,14 +254,13 @@ impl Receiver {
                             *n - 1
                         };
                         let path = self.profile_path(index);
-                        let width = Width::from_bits(meta.width).ok_or("bad width in hello")?;
+                        let width = Width::from_bits(meta.width).ok_or(ReceiveError::Width(meta.width))?;
                         *writer = Some(Writer::start(ProfileSink::create(&path, width, self.level, &meta)?));
                         res.path = Some(path);
                     }
                 }
                 wire::MODULE => {
-                    let mut m: dep_profile::container::ModuleEvent =
-                        serde_json::from_slice(&payload).map_err(|e| format!("bad module record: {e}"))?;
+                    let mut m: dep_profile::container::ModuleEvent = serde_json::from_slice(&payload).map_err(ReceiveError::Module)?;
                     if m.build_id.is_none() && m.event == dep_profile::container::ModuleEventKind::Load && m.path.starts_with('/') {
                         m.build_id = build_id(&m.path);
                     }
@@ -247,7 +271,7 @@ impl Receiver {
                 wire::TRUTH_PART => truth_ahead.entry(thread).or_default().extend_from_slice(&payload),
                 wire::CHUNK => {
                     let payload = match truth_ahead.remove(&thread) {
-                        Some(ahead) => prepend_truth(&payload, &ahead).ok_or("malformed chunk frame from the client")?,
+                        Some(ahead) => prepend_truth(&payload, &ahead).ok_or(ReceiveError::Chunk)?,
                         None => payload,
                     };
                     if let Some(w) = writer {
@@ -258,7 +282,7 @@ impl Receiver {
                             Compression::Fast => true,
                             Compression::Auto => self.jobs.len() >= self.workers,
                         };
-                        self.jobs.send(Job { thread, width: w.width, fast, payload, done }).map_err(|_| "compression pool stopped")?;
+                        self.jobs.send(Job { thread, width: w.width, fast, payload, done }).map_err(|_| ReceiveError::PoolStopped)?;
                         // Chunks are written in the order they came, so that a thread's
                         // chunks in any prefix of the file are consecutive (a full disk
                         // cuts the file anywhere).
@@ -272,7 +296,7 @@ impl Receiver {
                 }
                 wire::EXIT if payload.len() == 4 => res.exit = Some(i32::from_le_bytes(payload[..4].try_into().unwrap())),
                 wire::MESSAGE => eprintln!("dep: {}", String::from_utf8_lossy(&payload)),
-                other => return Err(format!("unknown frame kind {other} from the client")),
+                other => return Err(ReceiveError::UnknownFrame(other)),
             }
         }
         Ok(())
@@ -366,15 +390,15 @@ fn encode_chunk(enc: &mut ChunkEncoder, thread: u32, width: Width, fast: bool, p
 }
 
 /// Reads exactly `buf.len()` bytes; `false` at a clean end of stream before the first byte.
-fn read_full(s: &mut UnixStream, buf: &mut [u8]) -> Result<bool, String> {
+fn read_full(s: &mut UnixStream, buf: &mut [u8]) -> Result<bool, ReceiveError> {
     let mut got = 0;
     while got < buf.len() {
         match s.read(&mut buf[got..]) {
             Ok(0) if got == 0 => return Ok(false),
-            Ok(0) => return Err("the client's stream ends inside a frame".into()),
+            Ok(0) => return Err(ReceiveError::Truncated),
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("reading from the client: {e}")),
+            Err(e) => return Err(ReceiveError::Read(e)),
         }
     }
     Ok(true)
@@ -383,4 +407,54 @@ fn read_full(s: &mut UnixStream, buf: &mut [u8]) -> Result<bool, String> {
 /// Nanoseconds since the Unix epoch.
 pub fn now_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A stream that ends between frames is a clean end; one that ends inside a frame is
+    /// `Truncated`, whatever was read of it.
+    #[test]
+    fn streams_end_cleanly_only_between_frames() {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        a.write_all(&[1, 2, 3]).unwrap();
+        drop(a);
+        let mut buf = [0u8; 3];
+        assert!(read_full(&mut b, &mut buf).unwrap());
+        assert_eq!(buf, [1, 2, 3]);
+        assert!(!read_full(&mut b, &mut buf).unwrap(), "nothing more: a clean end");
+
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        a.write_all(&[1, 2]).unwrap();
+        drop(a);
+        assert!(matches!(read_full(&mut b, &mut [0u8; 8]), Err(ReceiveError::Truncated)));
+    }
+
+    /// A profile that cannot be created is named with its path and the OS's reason.
+    #[test]
+    fn an_uncreatable_profile_is_named() {
+        let path = std::env::temp_dir().join(format!("dep-no-such-dir-{}", std::process::id())).join("p.dep");
+        let meta = Metadata {
+            format_version: dep_profile::container::VERSION,
+            width: 64,
+            command: vec!["t".into()],
+            program: "t".into(),
+            pid: 1,
+            start_time_ns: 0,
+            xsave_size: 0,
+            truth: false,
+            tool: "test".into(),
+            parent: None,
+        };
+        match ProfileSink::create(&path, Width::W64, 1, &meta) {
+            Err(SinkError::Create { path: p, err }) => {
+                assert_eq!(p, path);
+                assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+            }
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("created a profile in a missing directory"),
+        }
+    }
 }

@@ -49,21 +49,33 @@ pub struct ProfileSink {
     ends: Vec<usize>,
 }
 
+/// Why a profile file could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    #[error("cannot create {}: {err}", path.display())]
+    Create { path: std::path::PathBuf, err: std::io::Error },
+    #[error("cannot write {}: {err}", path.display())]
+    Write { path: std::path::PathBuf, err: std::io::Error },
+    /// The header or metadata record could not be encoded.
+    #[error(transparent)]
+    Format(#[from] dep_profile::container::ProfileError),
+}
+
 impl ProfileSink {
     /// Creates the file and stages its header and metadata record.
-    pub fn create(path: &Path, width: Width, level: i32, meta: &Metadata) -> Result<ProfileSink, String> {
-        let file = File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    pub fn create(path: &Path, width: Width, level: i32, meta: &Metadata) -> Result<ProfileSink, SinkError> {
+        let file = File::create(path).map_err(|err| SinkError::Create { path: path.to_path_buf(), err })?;
         let staged = Staging::default();
-        let mut writer = ProfileWriter::new(staged.clone(), width, level).map_err(|e| e.to_string())?;
-        writer.meta(meta).map_err(|e| e.to_string())?;
+        let mut writer = ProfileWriter::new(staged.clone(), width, level)?;
+        writer.meta(meta)?;
         let mut sink = ProfileSink { path: path.to_path_buf(), file, writer, staged, durable: 0, failed: None, lost: 0, ends: Vec::new() };
         // The file header and metadata go out at once, as one record: without them the file
         // is no profile, and a later end record must not be written where they belong.
         let header = sink.staged.0.lock().unwrap().len();
         sink.ends.push(header);
         sink.write_staged();
-        if let Some(e) = &sink.failed {
-            return Err(format!("cannot write {}: {e}", path.display()));
+        if let Some(e) = sink.failed.take() {
+            return Err(SinkError::Write { path: path.to_path_buf(), err: e });
         }
         Ok(sink)
     }
