@@ -353,6 +353,11 @@ impl<T> CallStack<T> {
         std::mem::take(&mut self.frames)
     }
 
+    /// Drops every frame from `k` up, for an owner that has nothing to do as they close.
+    pub fn truncate(&mut self, k: usize) {
+        self.frames.truncate(k);
+    }
+
     /// Pops the innermost frame if the stack holds more than `k`: closing everything from
     /// frame `k` up is `while let Some(f) = stack.pop_above(k) { ... }`, innermost first.
     #[inline]

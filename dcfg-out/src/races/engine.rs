@@ -387,7 +387,7 @@ impl<'a> Engine<'a> {
             Ev::SignalReturn => {
                 let frames = &mut self.threads[t].frames;
                 if let Some(k) = frames.handler() {
-                    while frames.pop_above(k).is_some() {}
+                    frames.truncate(k);
                 }
             }
             Ev::Access { pc, addr, size, write, class } => self.access(t, pc, addr, size, write, class),
@@ -420,7 +420,7 @@ impl<'a> Engine<'a> {
             }
             Transition::Return { to } => {
                 if let Reach::Frame(k) = frames.return_to(to) {
-                    while frames.pop_above(k).is_some() {}
+                    frames.truncate(k);
                 }
             }
         }

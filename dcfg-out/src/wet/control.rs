@@ -117,13 +117,10 @@ impl Control {
     }
 
     fn pop_to(&mut self, k: usize) {
-        let mut floor = None;
-        while let Some(f) = self.frames.pop_above(k) {
-            floor = Some(f.data.floor);
-        }
-        if let Some(floor) = floor {
+        if let Some(floor) = self.frames.frames().get(k).map(|f| f.data.floor) {
             self.stack.truncate(floor as usize);
         }
+        self.frames.truncate(k);
     }
 }
 
