@@ -74,6 +74,12 @@ struct SimThread<'a> {
     truth: Vec<u8>,
     chunk_start: (u64, u32, [u64; NUM_REGS]),
     seq: u32,
+    /// This thread's index and the number of threads, which make its sync record numbers.
+    thread: (u64, u64),
+    /// The last sync record's number, over the thread count.
+    sync: u64,
+    /// The numbers of the sync records written.
+    syncs: Vec<u64>,
     out: ThreadOut,
 }
 
@@ -112,6 +118,15 @@ impl SimThread<'_> {
         self.chunk_start = (tags.hi(), self.recorded, self.vals);
         self.tags = TagEncoder::new(self.width, tags.hi());
         self.tags.escape(Escape::ChunkStart { seq: self.seq });
+    }
+
+    /// The number of a new sync record: increasing along the thread and distinct across
+    /// threads, as the collector's global counter gives them, so that threads interleave.
+    fn sync_seq(&mut self) -> u64 {
+        self.sync += 1 + self.rng.below(16);
+        let seq = self.sync * self.thread.1 + self.thread.0;
+        self.syncs.push(seq);
+        seq
     }
 
     fn truth(&mut self, kind: TruthKind, size: u32, pc: u64, addr: u64) {
@@ -203,7 +218,8 @@ impl SimThread<'_> {
                 // interruption record: a sync record before the faulting instruction, a
                 // watched call's entry.
                 if self.records && self.rng.below(2) == 0 {
-                    self.tags.escape(Escape::Sync { at: k as u16, seq: self.rng.next() >> 1 });
+                    let seq = self.sync_seq();
+                    self.tags.escape(Escape::Sync { at: k as u16, seq });
                 }
                 if self.records && self.rng.below(3) == 0 {
                     self.tags.escape(Escape::Call { func: 1, args: [self.rng.next(), 0], ret: self.rng.next() });
@@ -224,7 +240,10 @@ impl SimThread<'_> {
         // Records of a block's instructions after an uninterrupted block.
         if self.records {
             match self.rng.below(16) {
-                0 => self.tags.escape(Escape::Sync { at: 0, seq: self.rng.next() >> 1 }),
+                0 => {
+                    let seq = self.sync_seq();
+                    self.tags.escape(Escape::Sync { at: 0, seq });
+                }
                 1 => self.tags.escape(Escape::Return { func: 2, value: 16 }),
                 _ => {}
             }
@@ -275,7 +294,23 @@ pub fn write_profile_with<W: Write>(
         let bytes = &code.iter().find(|(a, _)| *a == p.addr).unwrap().1;
         w.block(&BlockEntry { addr: p.addr, version: 0, insn_count: p.insns.len() as u32, code: bytes[..p.len()].to_vec() })?;
     }
+    // Threads after the first are created by the first, after one of its sync records (as
+    // the collector numbers them before the creating system call), and number their own
+    // sync records above it.
+    let mut first_syncs: Vec<u64> = Vec::new();
     for (t, path) in paths.iter().enumerate() {
+        let spawn = (t > 0 && !first_syncs.is_empty()).then(|| first_syncs[(t * 7919) % first_syncs.len()]);
+        if let Some(seq) = spawn {
+            w.thread(&ThreadEvent {
+                event: crate::container::ThreadEventKind::Spawn,
+                index: 0,
+                tid: 1000,
+                time_ns: 0,
+                child_tid: Some(1000 + t as u32),
+                seq: Some(seq),
+                tls: None,
+            })?;
+        }
         w.thread(&ThreadEvent {
             event: crate::container::ThreadEventKind::Start,
             index: t as u32,
@@ -296,6 +331,9 @@ pub fn write_profile_with<W: Write>(
             truth: Vec::new(),
             chunk_start: (0, 0, [0; NUM_REGS]),
             seq: 0,
+            thread: (t as u64, paths.len() as u64),
+            sync: spawn.map_or(0, |s| s / paths.len() as u64),
+            syncs: Vec::new(),
             out: ThreadOut::default(),
         };
         th.expire_all();
@@ -323,6 +361,9 @@ pub fn write_profile_with<W: Write>(
         }
         th.tags.escape(Escape::ThreadEnd);
         th.flush();
+        if t == 0 {
+            first_syncs = std::mem::take(&mut th.syncs);
+        }
         let n = th.out.chunks.len();
         for (seq, (hi, status, regs, tags, values, truth)) in th.out.chunks.into_iter().enumerate() {
             w.chunk(&ChunkData {

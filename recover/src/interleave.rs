@@ -4,11 +4,25 @@
 //! memory across threads (WET's dependences, the race detector) through
 //! [`Events::interleaved`](crate::Events::interleaved).
 //!
-//! The mechanism is here, once: each thread is recovered by a producer of its own (started
+//! The policy is here, once. A thread's turns are numbered by the sync records that
+//! separate them: the turn after sync record `k` is numbered `k`, and turns are taken in
+//! the order of their numbers (ties by thread index), so sync records reach the consumer
+//! in the order of their numbers across all threads. A thread's first turn is numbered by
+//! the sync record its creator passed just before creating it (0 for a thread with no
+//! creator recorded), so nothing of a thread comes before the point where it was created.
+//! The record itself may close the turn before it or open the turn after it; the events
+//! between are ordered the same either way, and the consumer picks: WET takes it last in
+//! the turn it closes (the segment's end is then known while the turns numbered below it
+//! run), the race detector first in the turn it opens (an acquire there must follow every
+//! release numbered below it). A consumer that opens turns with the record yields, on
+//! meeting a record numbered other than its turn, with that number, and takes the record
+//! when its turn comes.
+//!
+//! The mechanism is here too: each thread is recovered by a producer of its own (started
 //! when the merge first reaches the thread, ended with its stream) into a bounded channel
-//! of batches, and a heap keyed by (turn start, thread) picks whose turn is next. Where a
-//! turn ends is the consumer's: it reads a batch from its own cursor and answers
-//! [`Turn::Yield`] with the number the thread's next turn starts at.
+//! of batches, and a heap keyed by (turn number, thread) picks whose turn is next. Where a
+//! turn ends is the consumer's, as it alone knows its batches: it reads a batch from its
+//! own cursor and answers [`Turn::Yield`] with the number the thread's next turn starts at.
 
 use crate::driver::{Buffers, Events};
 use crate::error::RecoverError;
@@ -42,14 +56,14 @@ impl<B> Sender<B> {
 }
 
 impl Events<'_> {
-    /// Every thread's events in an order their sync records allow, to `consume` on the
-    /// calling thread. Thread `t`'s first turn starts at `start(t)`; its events are
-    /// recovered on a thread of its own by the sink `make(t, sender)`, which sends batches
-    /// of whatever the consumer wants (classified events, say) and sends what it holds at
-    /// `finish`. `consume(t, turn_start, batch)` reads from the batch and says whether the
-    /// turn goes on ([`Turn`]). Memory stays bounded however long a turn: a thread holds
-    /// at most a few batches ahead of the merge.
-    pub fn interleaved<S, B, M, C>(&self, start: impl Fn(u32) -> u64, make: M, mut consume: C) -> Result<(), S::Error>
+    /// Every thread's events in an order their sync records allow (the module's policy), to
+    /// `consume` on the calling thread. Thread `t`'s events are recovered on a thread of
+    /// its own by the sink `make(t, sender)`, which sends batches of whatever the consumer
+    /// wants (classified events, say) and sends what it holds at `finish`.
+    /// `consume(t, turn, batch)` reads from the batch and says whether the turn goes on
+    /// ([`Turn`]). Memory stays bounded however long a turn: a thread holds at most a few
+    /// batches ahead of the merge.
+    pub fn interleaved<S, B, M, C>(&self, make: M, mut consume: C) -> Result<(), S::Error>
     where
         S: Sink,
         S::Error: Send,
@@ -88,7 +102,8 @@ impl Events<'_> {
             let mut inputs: Vec<Option<(crossbeam::channel::Receiver<B>, Option<B>)>> = (0..threads.len()).map(|_| None).collect();
             let mut started = vec![false; threads.len()];
             let mut producers = Vec::new();
-            let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..threads.len()).map(|t| Reverse((start(t as u32), t))).collect();
+            let first = |t: usize| threads[t].spawn.map_or(0, |s| s.seq);
+            let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..threads.len()).map(|t| Reverse((first(t), t))).collect();
             let mut result = Ok(());
             'turns: while let Some(Reverse((key, t))) = heap.pop() {
                 if !std::mem::replace(&mut started[t], true) {

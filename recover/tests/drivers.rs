@@ -3,9 +3,10 @@
 //! and spread over workers, on simulated programs with many chunks, several threads,
 //! signals and faults (handlers often span chunk boundaries).
 
+mod common;
+
+use common::program_profile;
 use dep_profile::container::Profile;
-use dep_profile::simulate::{program_path, random_program, write_profile, PathStep, Rng};
-use dep_profile::Machine;
 use dep_recover::edges::EdgeKind;
 use dep_recover::{Begin, BlockEvent, ByThread, Counts, EdgeCounts, MemEvent, RecoverError, Recovery, Sink, Source, Tee};
 
@@ -22,18 +23,6 @@ fn one_threaded(rec: &Recovery, source: Source) -> Summary {
     summary(&by.into_threads())
 }
 
-fn profile(seed: u64, threads: usize, len: usize) -> (tempfile::TempDir, Profile) {
-    let mut rng = Rng::new(seed);
-    let functions = 3 + rng.below(6) as usize;
-    let mut prog = random_program(&mut rng, functions);
-    let paths: Vec<Vec<PathStep>> = (0..threads).map(|_| program_path(&mut rng, &mut prog, len, true)).collect();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("sim.dep");
-    write_profile(std::fs::File::create(&path).unwrap(), Machine::x86_64(2696), &prog.code, &paths, seed).unwrap();
-    let p = Profile::open(&path).unwrap();
-    (dir, p)
-}
-
 #[test]
 fn parallel_drivers_agree_with_the_one_threaded_run() {
     let mut handlers_across_chunks = 0;
@@ -41,7 +30,7 @@ fn parallel_drivers_agree_with_the_one_threaded_run() {
     let mut max_depth = 0;
     for seed in 0..24u64 {
         let threads = 1 + (seed % 4) as usize;
-        let (_dir, p) = profile(seed, threads, 3000);
+        let (_dir, p) = program_profile(seed, threads, 3000, false);
         let chunks: usize = p.threads.iter().map(|t| t.chunks.len()).sum();
         assert!(chunks >= 40 * threads, "seed {seed}: only {chunks} chunks");
         let base = one_threaded(&Recovery::new(&p, 1), Source::Dep);
@@ -178,7 +167,7 @@ impl Sink for Limited {
 
 #[test]
 fn a_sink_stops_early_or_fails_with_its_own_error() {
-    let (_dir, p) = profile(5, 2, 2000);
+    let (_dir, p) = program_profile(5, 2, 2000, false);
     let rec = Recovery::new(&p, 2);
     let mut s = Limited::new(100, false);
     rec.events(Source::Dep).run(&mut s).unwrap();
@@ -196,7 +185,7 @@ fn a_sink_stops_early_or_fails_with_its_own_error() {
 /// A tee gives both sinks every event until each stops, and runs until both have.
 #[test]
 fn a_tee_feeds_two_sinks_until_both_stop() {
-    let (_dir, p) = profile(6, 2, 2000);
+    let (_dir, p) = program_profile(6, 2, 2000, false);
     let rec = Recovery::new(&p, 1);
     let mut all = Counts::default();
     rec.events(Source::Dep).run(&mut all).unwrap();
@@ -265,7 +254,7 @@ fn begin_carries_the_profile_tables() {
             Ok(true)
         }
     }
-    let (_dir, p) = profile(9, 3, 500);
+    let (_dir, p) = program_profile(9, 3, 500, false);
     let rec = Recovery::new(&p, 2);
     let mut s = Seen::default();
     rec.events(Source::Dep).run(&mut s).unwrap();
@@ -303,7 +292,7 @@ fn references_name_their_instruction() {
         }
     }
     for seed in [1u64, 2, 3] {
-        let (_dir, p) = profile(seed, 2, 3000);
+        let (_dir, p) = program_profile(seed, 2, 3000, false);
         for engine in [dep_recover::Engine::Walk, dep_recover::Engine::Compiled] {
             let rec = Recovery::with_engine(&p, 1, engine);
             for source in [Source::Dep, Source::Truth] {

@@ -210,15 +210,12 @@ impl Input {
 
 /// Feeds the engine every thread's events, interleaved by their sync records
 /// ([`Events::interleaved`](dep_recover::Events::interleaved)): a thread's stretch begins
-/// at one of its sync records and runs to its next; its first starts at its first sync
-/// record. A plain read of a location atomics use, where a stretch has not been held back
+/// at one of its sync records and runs to its next. A plain read of a location atomics use, where a stretch has not been held back
 /// yet, holds the rest of the stretch back to just before the sync record that ends it, so
 /// a flag's reader reads after the other threads' stores of that stretch.
 fn interleave(rec: &Recovery, facts: &Facts, syncs: Vec<Vec<u64>>, engine: &mut Engine) -> Result<(), RacesError> {
-    let first: Vec<u64> = syncs.iter().map(|s| s.first().copied().unwrap_or(0)).collect();
     let mut inputs: Vec<Input> = syncs.into_iter().map(|syncs| Input { syncs, ..Default::default() }).collect();
     rec.events(Source::Dep).interleaved(
-        |t| first[t as usize],
         |_, tx| Feed::new(facts, move |evs| if tx.send(Stretch { evs, at: 0 }) { Ok(()) } else { Err(feed::Gone) }),
         |t, key, batch: &mut Stretch| {
             let input = &mut inputs[t as usize];

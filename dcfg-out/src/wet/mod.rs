@@ -334,20 +334,18 @@ impl<F: FnMut(Batch) -> bool> Sink for Forward<F> {
 /// events after a sync point, up to and including its next) whole, in the order of the
 /// numbers that begin them. A write in a segment that ended before another began precedes
 /// all of that one, so the engine can tell ordered writes from concurrent ones; and each
-/// segment streams, so memory stays bounded however long a segment runs. A thread's first
-/// segment, before its first sync record, starts at the record its creator passed before
-/// creating it. Profiles without sync records give each thread one segment: threads one
-/// after another.
+/// segment streams, so memory stays bounded however long a segment runs. The sync record
+/// goes with the segment it ends, not the one it begins, so that the segment's end is
+/// known while the other threads' turns before that number run: their writes are
+/// settled against it. Profiles without sync records give each thread one segment:
+/// threads one after another.
 fn linearize<F: FnMut(Batch) -> bool>(rec: &Recovery, fwd: &mut Forward<F>) -> Result<(), RecoverError> {
-    let threads = &rec.profile.threads;
     rec.events(Source::Dep).interleaved(
-        |t| threads[t as usize].spawn.map_or(0, |s| s.seq),
         // (No recycled batches come back to a producer. Recovery gives each sync record
         // where it stands among its block's references, so a segment ends exactly there.)
         |_, tx| Forward { batch: Batch::default(), send: move |b| tx.send(b), free: crossbeam::channel::never() },
         |_, _, batch: &mut Batch| {
-            while batch.ev_at < batch.evs.len() {
-                let ev = batch.evs[batch.ev_at];
+            while let Some(&ev) = batch.evs.get(batch.ev_at) {
                 batch.ev_at += 1;
                 let refs: &[MemEvent] = match ev {
                     Ev::Refs { n, .. } => {
