@@ -173,7 +173,8 @@ fn check_register_semantics(p: &Path) {
 /// The drivers for stateful analyses agree with the one-threaded run on a recorded profile:
 /// edge counts, per-thread block and instruction totals and call depth, on 1-3 workers.
 fn check_edges(p: &Path) {
-    use dep_recover::{ByThread, EdgeCounts, Recovery, Source};
+    use dep_dcfg_out::edges::EdgeCounts;
+    use dep_recover::{ByThread, Recovery, Source};
     let prof = dep_profile::container::Profile::open(p).unwrap();
     let summary = |t: &[EdgeCounts]| -> Vec<_> { t.iter().map(|t| (t.sorted(), t.blocks, t.instructions, t.depth)).collect() };
     let one = Recovery::new(&prof, 1);

@@ -1,11 +1,11 @@
-//! The event stream recovery produces, and the [`Sink`] every exporter is.
+//! The event stream recovery produces, and the [`Sink`](crate::Sink) every exporter is.
 //!
-//! A sink sees [`begin`](Sink::begin) once, then blocks, references and markers in each
-//! thread's execution order, then [`finish`](Sink::finish). Every method but `finish`
+//! A sink sees [`begin`](crate::Sink::begin) once, then blocks, references and markers in each
+//! thread's execution order, then [`finish`](crate::Sink::finish). Every method but `finish`
 //! answers whether the sink wants more: `Ok(false)` ends its stream early without an error
 //! (the driver sends it nothing more, still calls `finish`, and the run counts as
 //! successful); `Err` ends the run with the sink's own error type, into which recovery's
-//! own errors ([`RecoverError`]) convert.
+//! own errors ([`RecoverError`](crate::RecoverError)) convert.
 //!
 //! recover/examples/hot_pages.rs is a complete analysis to start from.
 

@@ -4,7 +4,6 @@
 pub mod adapters;
 pub mod counts;
 pub mod driver;
-pub mod edge_counts;
 pub mod edges;
 pub mod error;
 pub mod events;
@@ -24,7 +23,6 @@ pub mod truth;
 pub use adapters::{ByThread, Tee};
 pub use counts::Counts;
 pub use driver::{Events, Recovery};
-pub use edge_counts::{Depth, EdgeCounts};
 pub use error::{ChunkFault, RecoverError, RepProblem};
 pub use events::{Begin, BlockEvent, Marker, MemEvent, Part, Run, RunBlock, Source};
 pub use interleave::Turn;

@@ -3,15 +3,17 @@
 //! and spread over workers, on simulated programs with many chunks, several threads,
 //! signals and faults (handlers often span chunk boundaries).
 
+#[path = "../../recover/tests/common/mod.rs"]
 mod common;
 
 use common::program_profile;
+use dep_dcfg_out::edges::{Depth, EdgeCounts};
 use dep_profile::container::Profile;
 use dep_recover::edges::EdgeKind;
-use dep_recover::{Begin, BlockEvent, ByThread, Counts, EdgeCounts, MemEvent, RecoverError, Recovery, Sink, Source, Tee};
+use dep_recover::{Begin, BlockEvent, ByThread, Counts, MemEvent, RecoverError, Recovery, Sink, Source, Tee};
 
 /// What is compared: per thread, the sorted edges, blocks, instructions and depth.
-type Summary = Vec<(Vec<(dep_recover::edges::Edge, u64)>, u64, u64, dep_recover::Depth)>;
+type Summary = Vec<(Vec<(dep_recover::edges::Edge, u64)>, u64, u64, Depth)>;
 
 fn summary(threads: &[EdgeCounts]) -> Summary {
     threads.iter().map(|t| (t.sorted(), t.blocks, t.instructions, t.depth)).collect()

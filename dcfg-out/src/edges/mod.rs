@@ -2,9 +2,13 @@
 //! and the routines it joins, plus the thread's totals and call depth; as text or JSON.
 //! Counted chunk-parallel ([`Events::merged`](dep_recover::Events::merged)), so it uses every core.
 
+mod count;
+
+pub use count::{Depth, EdgeCounts};
+
 use crate::program::symbols::Symbolizer;
 use dep_recover::edges::Edge;
-use dep_recover::{EdgeCounts, RecoverError, Recovery, Source};
+use dep_recover::{RecoverError, Recovery, Source};
 use serde_json::json;
 use std::io::{self, Write};
 
