@@ -10,7 +10,7 @@
 //! twice (Callgrind's "calls" are the non-recursive ones for cost).
 
 use super::costs::{CallEvent, ChunkCosts, Cost, Tables};
-use crate::program::calls::{self, CallStack, FrameKind, Reach, Transition, NO_RETURN};
+use crate::program::calls::{self, CallStack, FrameKind, Step, Transition, NO_RETURN};
 use rustc_hash::FxHashMap;
 
 /// A call arc's count and inclusive cost.
@@ -43,6 +43,17 @@ pub struct Call {
     site: u64,
     callee: u32,
     at: Cost,
+}
+
+impl Call {
+    /// The call or tail call `tr` made when the thread's cost was `at`. (A return opens no
+    /// frame, so [`CallStack::apply`] never asks for one.)
+    fn of(tr: Transition, at: Cost) -> Call {
+        match tr {
+            Transition::Call { site, to, .. } | Transition::TailCall { site, to } => Call { site, callee: to, at },
+            Transition::Return { .. } => Call { site: 0, callee: 0, at },
+        }
+    }
 }
 
 /// A frame of the call stack.
@@ -138,18 +149,14 @@ impl Local {
     /// Takes one event of the chunk.
     pub fn event(&mut self, e: CallEvent, t: &Tables) {
         match e {
-            CallEvent::Flow(Transition::Call { site, ret, to }, cost) => {
-                let dropped = self.stack.call(ret, Call { site, callee: to, at: cost });
-                self.pushed(to, dropped, cost, t);
-            }
-            CallEvent::Flow(Transition::TailCall { site, to }, cost) => match self.stack.tail_call(Call { site, callee: to, at: cost }) {
-                Some(dropped) => self.pushed(to, dropped, cost, t),
-                None => self.beyond(e),
-            },
-            CallEvent::Flow(Transition::Return { to }, cost) => match self.stack.return_to(to) {
-                Reach::Frame(k) => self.pop_to(k, cost, t),
-                Reach::Confined => {}
-                Reach::Beyond => self.beyond(e),
+            CallEvent::Flow(tr, cost) => match self.stack.apply(tr, |_| Call::of(tr, cost)) {
+                Step::Pushed(dropped) => {
+                    let callee = self.stack.top().expect("pushed").data.callee;
+                    self.pushed(callee, dropped, cost, t);
+                }
+                Step::Close(k) => self.pop_to(k, cost, t),
+                Step::Confined => {}
+                Step::Beyond(_) => self.beyond(e),
             },
             CallEvent::Signal(cost) => {
                 for f in self.stack.signal(Call { site: 0, callee: 0, at: cost }) {
@@ -235,28 +242,22 @@ impl Stack {
 
     fn apply(&mut self, e: CallEvent, t: &Tables, arcs: &mut FxHashMap<(u64, u32), Arc>) {
         match e {
-            CallEvent::Flow(Transition::Call { site, ret, to }, cost) => {
+            CallEvent::Flow(tr, cost) => {
                 let now = add(self.base, cost);
-                self.push(calls::Frame { ret, kind: FrameKind::Call, data: Call { site, callee: to, at: now } }, now, t, arcs)
-            }
-            CallEvent::Flow(Transition::TailCall { site, to }, cost) => {
-                let now = add(self.base, cost);
-                let call = Call { site, callee: to, at: now };
-                match self.stack.tail_call(call) {
-                    Some(dropped) => {
+                match self.stack.apply(tr, |_| Call::of(tr, now)) {
+                    Step::Pushed(dropped) => {
                         let f = *self.stack.top().expect("pushed");
                         self.count(&f, t);
                         for g in dropped {
                             self.close(g, now, t, arcs);
                         }
                     }
+                    Step::Close(k) => self.pop_to(k, now, t, arcs),
                     // The thread's first frame: it returns nowhere a return can reach.
-                    None => self.push(calls::Frame { ret: NO_RETURN, kind: FrameKind::TailCall, data: call }, now, t, arcs),
-                }
-            }
-            CallEvent::Flow(Transition::Return { to }, cost) => {
-                if let Reach::Frame(k) = self.stack.return_to(to) {
-                    self.pop_to(k, add(self.base, cost), t, arcs);
+                    Step::Beyond(Some(call)) => {
+                        self.push(calls::Frame { ret: NO_RETURN, kind: FrameKind::TailCall, data: call }, now, t, arcs)
+                    }
+                    Step::Beyond(None) | Step::Confined => {}
                 }
             }
             CallEvent::Signal(cost) => {

@@ -248,6 +248,26 @@ pub enum Reach {
     Beyond,
 }
 
+/// What a transition did to a [`CallStack`] ([`CallStack::apply`]).
+#[derive(Debug)]
+pub enum Step<T> {
+    /// A frame was pushed (a call, or a tail call replacing the innermost frame's
+    /// function); the stack, full, dropped these outer frames first (outermost first;
+    /// empty, without allocating, otherwise).
+    Pushed(Vec<Frame<T>>),
+    /// A return closes the frames from this index up; the owner pops them
+    /// ([`CallStack::pop_above`], [`CallStack::truncate`]) doing what closing means to it.
+    Close(usize),
+    /// A return above the innermost signal handler's frame that reaches none: nothing
+    /// changes.
+    Confined,
+    /// The transition concerns frames below this stack: a return that reaches no frame,
+    /// or a tail call with no frame to replace (with the frame's data, made). A stack that
+    /// holds the whole thread ignores it or opens a frame of its own; one that holds part
+    /// of it hands the transition on.
+    Beyond(Option<T>),
+}
+
 /// A call stack under Callgrind's rules (see the module's comment).
 #[derive(Clone, Debug)]
 pub struct CallStack<T> {
@@ -315,6 +335,32 @@ impl<T> CallStack<T> {
         let top = self.frames.last()?;
         let ret = if top.kind == FrameKind::Signal { NO_RETURN } else { top.ret };
         Some(self.push(Frame { ret, kind: FrameKind::TailCall, data }))
+    }
+
+    /// Applies a transition: a call pushes a frame, a tail call replaces the innermost
+    /// frame's function with a frame of its own, a return says which frames it closes.
+    /// `data(top)` makes a new frame's data, given the innermost frame before it.
+    #[must_use]
+    pub fn apply(&mut self, tr: Transition, data: impl FnOnce(Option<&Frame<T>>) -> T) -> Step<T> {
+        match tr {
+            Transition::Call { ret, .. } => {
+                let d = data(self.top());
+                Step::Pushed(self.call(ret, d))
+            }
+            Transition::TailCall { .. } => {
+                let d = data(self.top());
+                if self.frames.is_empty() {
+                    Step::Beyond(Some(d))
+                } else {
+                    Step::Pushed(self.tail_call(d).expect("a frame to replace"))
+                }
+            }
+            Transition::Return { to } => match self.return_to(to) {
+                Reach::Frame(k) => Step::Close(k),
+                Reach::Confined => Step::Confined,
+                Reach::Beyond => Step::Beyond(None),
+            },
+        }
     }
 
     /// A signal handler starts.
@@ -389,6 +435,35 @@ mod tests {
         let Reach::Frame(k) = s.return_to(0x10) else { panic!("reaches a") };
         assert_eq!(closed(&mut s, k), vec!['c', 'b', 'a']);
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn transitions_apply_as_calls_tail_calls_and_returns() {
+        let mut s = CallStack::with_limit(4);
+        let call = |ret| Transition::Call { site: ret - 5, ret, to: 1 };
+        let tail = Transition::TailCall { site: 0x77, to: 2 };
+        // A tail call with nothing to replace is below the stack; its frame comes back.
+        assert!(matches!(s.apply(tail, |top| top.map_or('x', |f| f.data)), Step::Beyond(Some('x'))));
+        assert!(s.is_empty());
+        assert!(matches!(s.apply(call(0x10), |_| 'a'), Step::Pushed(d) if d.is_empty()));
+        // The tail call's data is made seeing the frame it replaces.
+        assert!(matches!(s.apply(tail, |top| top.map_or('x', |f| f.data.to_ascii_uppercase())), Step::Pushed(d) if d.is_empty()));
+        assert_eq!(s.top().map(|f| (f.data, f.ret, f.kind)), Some(('A', 0x10, FrameKind::TailCall)));
+        assert!(matches!(s.apply(Transition::Return { to: 0x99 }, |_| unreachable!()), Step::Beyond(None)));
+        assert!(matches!(s.apply(Transition::Return { to: 0x10 }, |_| unreachable!()), Step::Close(0)));
+        assert_eq!(s.len(), 2, "the owner closes the frames");
+        s.truncate(0);
+        // Full: the outer half is dropped and handed back.
+        for (i, c) in ['b', 'c', 'd', 'e', 'f'].into_iter().enumerate() {
+            let step = s.apply(call(0x100 + i as u64), |_| c);
+            let dropped = match step {
+                Step::Pushed(d) => d.iter().map(|f| f.data).collect::<String>(),
+                _ => panic!("a call pushes"),
+            };
+            assert_eq!(dropped, if c == 'f' { "bc" } else { "" });
+        }
+        assert!(s.signal('s').is_empty());
+        assert!(matches!(s.apply(Transition::Return { to: 0x10 }, |_| unreachable!()), Step::Confined));
     }
 
     #[test]

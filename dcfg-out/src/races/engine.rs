@@ -15,7 +15,7 @@
 use super::clock::Clocks;
 use super::feed::{Class, Ev};
 use super::shadow::{access_end, granules, At, Shadow, Slot, SLOTS};
-use crate::program::calls::{CallStack, Reach, Transition, NO_RETURN};
+use crate::program::calls::{CallStack, Step, Transition, NO_RETURN};
 use dep_profile::calls::{Func, LockOp};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -408,21 +408,16 @@ impl<'a> Engine<'a> {
     }
 
     fn flow(&mut self, t: usize, tr: Transition) {
+        // A frame is the runtime's where its call returns into the runtime; a tail call
+        // stays where the frame it replaces was.
+        let runtime = match tr {
+            Transition::Call { ret, .. } => Some(self.in_runtime(ret)),
+            _ => None,
+        };
         let frames = &mut self.threads[t].frames;
-        match tr {
-            Transition::Call { ret, .. } => {
-                let runtime = self.in_runtime(ret);
-                let _ = self.threads[t].frames.call(ret, runtime);
-            }
-            Transition::TailCall { .. } => {
-                let runtime = frames.top().is_some_and(|f| f.data);
-                let _ = frames.tail_call(runtime);
-            }
-            Transition::Return { to } => {
-                if let Reach::Frame(k) = frames.return_to(to) {
-                    frames.truncate(k);
-                }
-            }
+        match frames.apply(tr, |top| runtime.unwrap_or_else(|| top.is_some_and(|f| f.data))) {
+            Step::Close(k) => frames.truncate(k),
+            Step::Pushed(_) | Step::Confined | Step::Beyond(_) => {}
         }
     }
 

@@ -13,7 +13,7 @@
 //! shares says ([`crate::program::calls`]).
 
 use super::shadow::{Def, NONE};
-use crate::program::calls::{CallStack, Reach, Transition};
+use crate::program::calls::{CallStack, Step, Transition};
 
 /// What a frame keeps.
 #[derive(Clone, Copy, Debug)]
@@ -74,21 +74,12 @@ impl Control {
     /// Control passed between blocks as `tr` says; the call or jump depended on `base`.
     pub fn flow(&mut self, tr: Transition, base: Def) {
         let frame = Frame { base, floor: self.stack.len() as u32 };
-        let dropped = match tr {
-            Transition::Call { ret, .. } => self.frames.call(ret, frame),
-            Transition::TailCall { .. } => match self.frames.tail_call(frame) {
-                Some(dropped) => dropped,
-                // The thread's outermost code: its regions stay as they are.
-                None => return,
-            },
-            Transition::Return { to } => {
-                if let Reach::Frame(k) = self.frames.return_to(to) {
-                    self.pop_to(k);
-                }
-                return;
-            }
-        };
-        self.dropped(!dropped.is_empty());
+        match self.frames.apply(tr, |_| frame) {
+            Step::Pushed(dropped) => self.dropped(!dropped.is_empty()),
+            Step::Close(k) => self.pop_to(k),
+            // A tail call from the thread's outermost code: its regions stay as they are.
+            Step::Beyond(_) | Step::Confined => {}
+        }
     }
 
     /// A signal handler starts; what was interrupted depended on `base`.
