@@ -92,6 +92,8 @@ COLUMNS = [
     ("edges_1", "edg 1cpu", "edges_1_s", "native_s"),
     ("dcfg", "dcfg+tr", "dcfg_s", "native_s"),
     ("callgrind", "callgrnd", "callgrind_s", "native_s"),
+    ("recover_text", "rec text", "recover_text_s", "native_s"),
+    ("champsim", "champsim", "champsim_s", "native_s"),
     ("record_small", "record/s", "record_small_s", "native_small_s"),
     ("truth_small", "truth/s", "truth_small_s", "native_small_s"),
     ("recover_binary_small", "recbin/s", "recover_binary_small_s", "native_small_s"),
@@ -115,6 +117,8 @@ LEGEND = {
     "edges_1": "dep edges P -o /dev/null --jobs 1 (one core)",
     "dcfg": "dep dcfg P -o D --trace T (DCFG and DCFG-trace, all cores)",
     "callgrind": "dep callgrind P -o F (Callgrind profile, all cores)",
+    "recover_text": "dep recover P --format text -o /dev/null (all cores)",
+    "champsim": "dep export champsim P --thread T -o /dev/null for every thread T (all cores)",
     "record_small": "dep record -o P (small size)",
     "truth_small": "dep record --truth -o P2 (small size)",
     "recover_binary_small": "dep recover --format binary -o F (small size)",
@@ -838,6 +842,22 @@ def measure(name, spec, args, workdir, result, save):
                 if os.path.exists(out):
                     os.remove(out)
         step("callgrind", "dep callgrind P -o F", callgrind)
+        step("recover_text", "dep recover P --format text -o /dev/null",
+             lambda: timed("recover_text", [DEP, "recover", profile, "--format", "text",
+                                            "-o", os.devnull]))
+
+        def champsim():
+            # Every thread's records, each thread's run to /dev/null (the command writes one
+            # file per thread otherwise); the times add up.
+            stats = json.loads(subprocess.run([DEP, "stats", profile, "--json"], check=True,
+                                              capture_output=True, text=True).stdout)
+            total = 0.0
+            for t in range(len(stats["threads"])):
+                timed("champsim", [DEP, "export", "champsim", profile, "--thread", str(t),
+                                   "-o", os.devnull])
+                total += result["champsim_s"]
+            result["champsim_s"] = total
+        step("champsim", "dep export champsim P --thread T -o /dev/null", champsim)
     else:
         skipped["recover_null"] = "no profile (dep record failed)"
     remove_profile(profile)

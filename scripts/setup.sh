@@ -24,13 +24,14 @@ command -v g++ >/dev/null || need+=(g++)
 command -v make >/dev/null || need+=(make)
 command -v valgrind >/dev/null || need+=(valgrind)
 command -v python3 >/dev/null || need+=(python3)
+command -v xz >/dev/null || need+=(xz-utils)  # tests read ChampSim traces as ChampSim does
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]} (apt-get)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${need[@]}" >/dev/null
 else
-  echo "setup: build dependencies present (cmake, libclang, gcc, g++, make, valgrind, python3)"
+  echo "setup: build dependencies present (cmake, libclang, gcc, g++, make, valgrind, python3, xz)"
 fi
 # A PyPI package through pip, unless python3 imports it already or its command is on PATH.
 pip_install() {

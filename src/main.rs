@@ -186,11 +186,20 @@ enum Export {
         #[arg(short, long)]
         output: PathBuf,
     },
-    /// A ChampSim trace.
+    /// ChampSim traces: 64-byte `input_instr` records, one per executed instruction
+    /// (compressed when OUTPUT ends in .xz or .gz)
     Champsim {
         profile: PathBuf,
+        /// The trace of --thread, or each thread's as OUTPUT with its index before the
+        /// compression extension (out.xz: out.0.xz, out.1.xz, ...)
         #[arg(short, long)]
         output: PathBuf,
+        /// Only this thread (index in creation order), into OUTPUT itself
+        #[arg(long)]
+        thread: Option<u32>,
+        /// Worker threads (0: all cores)
+        #[arg(short, long, default_value_t = 0)]
+        jobs: usize,
     },
 }
 
@@ -270,7 +279,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             races(&profile, json, region.as_ref(), output.as_deref(), summary, potential)
         }
         Cmd::Export { what: Export::Umt { .. } } => not_built("export umt"),
-        Cmd::Export { what: Export::Champsim { .. } } => not_built("export champsim"),
+        Cmd::Export { what: Export::Champsim { profile, output, thread, jobs } } => champsim(&profile, &output, thread, jobs),
     }
 }
 
@@ -477,6 +486,32 @@ fn edges(profile: &std::path::Path, json: bool, truth: bool, output: Option<&std
         return Ok(ExitCode::SUCCESS);
     }
     warn_symbols([&sym]);
+    check_truncated(&p)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn champsim(profile: &std::path::Path, output: &std::path::Path, thread: Option<u32>, jobs: usize) -> Result<ExitCode> {
+    let p = dep_profile::container::Profile::open(profile)?;
+    let rec = dep_recover::Recovery::new(&p, jobs);
+    let pb = progress_bar(rec.chunks().len() as u64, "writing ChampSim records");
+    let s = dep_dcfg_out::champsim::export(&rec, output, thread, &|n| pb.inc(n))?;
+    pb.finish_and_clear();
+    for f in &s.files {
+        eprintln!("dep: {}: thread {}, {} records", f.path.display(), f.thread, f.records);
+    }
+    let l = &s.losses;
+    if l.addresses > 0 {
+        eprintln!("dep: warning: {} memory addresses beyond a record's slots (4 read, 2 written) left out", l.addresses);
+    }
+    if l.undirected > 0 {
+        eprintln!("dep: warning: {} conditional branches with no next block known written as not taken", l.undirected);
+    }
+    if l.unknown_blocks > 0 {
+        eprintln!(
+            "dep: warning: {} blocks had no decodable code in the block table; their instructions are not in the trace",
+            l.unknown_blocks
+        );
+    }
     check_truncated(&p)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -3,6 +3,7 @@
 //! and one module per output (`dcfg`, `callgrind`, `wet`, `races`, `parquet`, `edges`).
 
 pub mod callgrind;
+pub mod champsim;
 pub mod dcfg;
 pub mod edges;
 pub mod parquet;
