@@ -10,7 +10,7 @@
 //! twice (Callgrind's "calls" are the non-recursive ones for cost).
 
 use super::costs::{CallEvent, ChunkCosts, Cost, Tables};
-use crate::program::calls::{self, CallStack, FrameKind, Step, Transition, NO_RETURN};
+use crate::program::calls::{self, CallStack, FrameKind, Step, NO_RETURN};
 use rustc_hash::FxHashMap;
 
 /// A call arc's count and inclusive cost.
@@ -43,17 +43,6 @@ pub struct Call {
     site: u64,
     callee: u32,
     at: Cost,
-}
-
-impl Call {
-    /// The call or tail call `tr` made when the thread's cost was `at`. (A return opens no
-    /// frame, so [`CallStack::apply`] never asks for one.)
-    fn of(tr: Transition, at: Cost) -> Call {
-        match tr {
-            Transition::Call { site, to, .. } | Transition::TailCall { site, to } => Call { site, callee: to, at },
-            Transition::Return { .. } => Call { site: 0, callee: 0, at },
-        }
-    }
 }
 
 /// A frame of the call stack.
@@ -149,7 +138,7 @@ impl Local {
     /// Takes one event of the chunk.
     pub fn event(&mut self, e: CallEvent, t: &Tables) {
         match e {
-            CallEvent::Flow(tr, cost) => match self.stack.apply(tr, |_| Call::of(tr, cost)) {
+            CallEvent::Flow(tr, cost) => match self.stack.apply(tr, |site, callee, _| Call { site, callee, at: cost }) {
                 Step::Pushed(dropped) => {
                     let callee = self.stack.top().expect("pushed").data.callee;
                     self.pushed(callee, dropped, cost, t);
@@ -244,7 +233,7 @@ impl Stack {
         match e {
             CallEvent::Flow(tr, cost) => {
                 let now = add(self.base, cost);
-                match self.stack.apply(tr, |_| Call::of(tr, now)) {
+                match self.stack.apply(tr, |site, callee, _| Call { site, callee, at: now }) {
                     Step::Pushed(dropped) => {
                         let f = *self.stack.top().expect("pushed");
                         self.count(&f, t);

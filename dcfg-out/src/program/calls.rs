@@ -339,16 +339,17 @@ impl<T> CallStack<T> {
 
     /// Applies a transition: a call pushes a frame, a tail call replaces the innermost
     /// frame's function with a frame of its own, a return says which frames it closes.
-    /// `data(top)` makes a new frame's data, given the innermost frame before it.
+    /// `data(site, to, top)` makes a new frame's data from the call's site, the block it
+    /// enters and the innermost frame before it.
     #[must_use]
-    pub fn apply(&mut self, tr: Transition, data: impl FnOnce(Option<&Frame<T>>) -> T) -> Step<T> {
+    pub fn apply(&mut self, tr: Transition, data: impl FnOnce(u64, u32, Option<&Frame<T>>) -> T) -> Step<T> {
         match tr {
-            Transition::Call { ret, .. } => {
-                let d = data(self.top());
+            Transition::Call { site, ret, to } => {
+                let d = data(site, to, self.top());
                 Step::Pushed(self.call(ret, d))
             }
-            Transition::TailCall { .. } => {
-                let d = data(self.top());
+            Transition::TailCall { site, to } => {
+                let d = data(site, to, self.top());
                 if self.frames.is_empty() {
                     Step::Beyond(Some(d))
                 } else {
@@ -443,19 +444,19 @@ mod tests {
         let call = |ret| Transition::Call { site: ret - 5, ret, to: 1 };
         let tail = Transition::TailCall { site: 0x77, to: 2 };
         // A tail call with nothing to replace is below the stack; its frame comes back.
-        assert!(matches!(s.apply(tail, |top| top.map_or('x', |f| f.data)), Step::Beyond(Some('x'))));
+        assert!(matches!(s.apply(tail, |_, _, top| top.map_or('x', |f| f.data)), Step::Beyond(Some('x'))));
         assert!(s.is_empty());
-        assert!(matches!(s.apply(call(0x10), |_| 'a'), Step::Pushed(d) if d.is_empty()));
+        assert!(matches!(s.apply(call(0x10), |_, _, _| 'a'), Step::Pushed(d) if d.is_empty()));
         // The tail call's data is made seeing the frame it replaces.
-        assert!(matches!(s.apply(tail, |top| top.map_or('x', |f| f.data.to_ascii_uppercase())), Step::Pushed(d) if d.is_empty()));
+        assert!(matches!(s.apply(tail, |_, _, top| top.map_or('x', |f| f.data.to_ascii_uppercase())), Step::Pushed(d) if d.is_empty()));
         assert_eq!(s.top().map(|f| (f.data, f.ret, f.kind)), Some(('A', 0x10, FrameKind::TailCall)));
-        assert!(matches!(s.apply(Transition::Return { to: 0x99 }, |_| unreachable!()), Step::Beyond(None)));
-        assert!(matches!(s.apply(Transition::Return { to: 0x10 }, |_| unreachable!()), Step::Close(0)));
+        assert!(matches!(s.apply(Transition::Return { to: 0x99 }, |_, _, _| unreachable!()), Step::Beyond(None)));
+        assert!(matches!(s.apply(Transition::Return { to: 0x10 }, |_, _, _| unreachable!()), Step::Close(0)));
         assert_eq!(s.len(), 2, "the owner closes the frames");
         s.truncate(0);
         // Full: the outer half is dropped and handed back.
         for (i, c) in ['b', 'c', 'd', 'e', 'f'].into_iter().enumerate() {
-            let step = s.apply(call(0x100 + i as u64), |_| c);
+            let step = s.apply(call(0x100 + i as u64), |_, _, _| c);
             let dropped = match step {
                 Step::Pushed(d) => d.iter().map(|f| f.data).collect::<String>(),
                 _ => panic!("a call pushes"),
@@ -463,7 +464,7 @@ mod tests {
             assert_eq!(dropped, if c == 'f' { "bc" } else { "" });
         }
         assert!(s.signal('s').is_empty());
-        assert!(matches!(s.apply(Transition::Return { to: 0x10 }, |_| unreachable!()), Step::Confined));
+        assert!(matches!(s.apply(Transition::Return { to: 0x10 }, |_, _, _| unreachable!()), Step::Confined));
     }
 
     #[test]

@@ -415,7 +415,7 @@ impl<'a> Engine<'a> {
             _ => None,
         };
         let frames = &mut self.threads[t].frames;
-        match frames.apply(tr, |top| runtime.unwrap_or_else(|| top.is_some_and(|f| f.data))) {
+        match frames.apply(tr, |_, _, top| runtime.unwrap_or_else(|| top.is_some_and(|f| f.data))) {
             Step::Close(k) => frames.truncate(k),
             Step::Pushed(_) | Step::Confined | Step::Beyond(_) => {}
         }

@@ -74,7 +74,7 @@ impl Control {
     /// Control passed between blocks as `tr` says; the call or jump depended on `base`.
     pub fn flow(&mut self, tr: Transition, base: Def) {
         let frame = Frame { base, floor: self.stack.len() as u32 };
-        match self.frames.apply(tr, |_| frame) {
+        match self.frames.apply(tr, |_, _, _| frame) {
             Step::Pushed(dropped) => self.dropped(!dropped.is_empty()),
             Step::Close(k) => self.pop_to(k),
             // A tail call from the thread's outermost code: its regions stay as they are.
