@@ -32,6 +32,7 @@ impl ArchReg {
     pub const RAX: ArchReg = ArchReg(0);
     pub const RCX: ArchReg = ArchReg(1);
     pub const RDX: ArchReg = ArchReg(2);
+    pub const RSP: ArchReg = ArchReg(4);
     pub const RSI: ArchReg = ArchReg(6);
     pub const RDI: ArchReg = ArchReg(7);
     pub const R8: ArchReg = ArchReg(8);

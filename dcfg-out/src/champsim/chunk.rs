@@ -6,7 +6,6 @@
 
 use super::record::{set_taken, Kind, Memory, Template, RECORD};
 use super::ChampsimError;
-use dep_profile::semantics::Access;
 use dep_recover::{Begin, BlockEvent, Marker, MemEvent, Part, Sink};
 use std::sync::OnceLock;
 
@@ -14,8 +13,6 @@ use std::sync::OnceLock;
 /// chunks' buffers, reused so that a chunk's records land in memory already mapped.
 pub struct Templates {
     blocks: Vec<OnceLock<BlockRecords>>,
-    /// Instructions whose registers did not all fit their record's slots.
-    pub crowded: std::sync::atomic::AtomicU64,
     buffers: std::sync::Mutex<Vec<Vec<u8>>>,
 }
 
@@ -25,7 +22,7 @@ const BUFFERS: usize = 8;
 impl Templates {
     /// Room for `blocks` block ids.
     pub fn new(blocks: usize) -> Templates {
-        Templates { blocks: (0..blocks).map(|_| OnceLock::new()).collect(), crowded: Default::default(), buffers: Default::default() }
+        Templates { blocks: (0..blocks).map(|_| OnceLock::new()).collect(), buffers: Default::default() }
     }
 
     /// An empty buffer, reused if one is free.
@@ -50,10 +47,7 @@ impl Templates {
             let mut bytes = Vec::with_capacity(plan.insns.len() * RECORD);
             let mut kinds = Vec::with_capacity(plan.insns.len());
             for i in &plan.insns {
-                let (t, crowded) = Template::of(i);
-                if crowded {
-                    self.crowded.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
+                let t = Template::of(i);
                 bytes.extend_from_slice(&t.bytes);
                 kinds.push(t.kind);
             }
@@ -102,6 +96,15 @@ pub struct Losses {
     pub undirected: u64,
     /// Blocks whose code the profile's block table lacks: their instructions are missing.
     pub unknown_blocks: u64,
+}
+
+impl Losses {
+    /// Adds `o`'s counts.
+    pub fn add(&mut self, o: &Losses) {
+        self.addresses += o.addresses;
+        self.undirected += o.undirected;
+        self.unknown_blocks += o.unknown_blocks;
+    }
 }
 
 /// A chunk's records and what joins them to the chunks around: the branches it decided
@@ -197,10 +200,7 @@ impl<'t> ChunkTrace<'t> {
     #[inline]
     fn emit(&mut self, t: &Template, refs: &[MemEvent]) {
         for r in refs {
-            match r.access {
-                Access::Read => self.mem.read(r.addr),
-                Access::Write => self.mem.write(r.addr),
-            }
+            self.mem.add(r.access, r.addr);
         }
         let at = self.out.bytes.len();
         self.out.bytes.extend_from_slice(&t.bytes);
@@ -303,10 +303,7 @@ impl Sink for ChunkTrace<'_> {
                 }
                 e.insn = Some(i);
             }
-            match r.access {
-                Access::Read => self.mem.read(r.addr),
-                Access::Write => self.mem.write(r.addr),
-            }
+            self.mem.add(r.access, r.addr);
         }
         Ok(true)
     }

@@ -40,8 +40,6 @@ pub struct Written {
 pub struct Summary {
     pub files: Vec<Written>,
     pub losses: Losses,
-    /// Instructions (static) with more registers than a record's slots.
-    pub crowded: u64,
 }
 
 /// How a file is compressed, from its name.
@@ -264,10 +262,11 @@ pub fn export(rec: &Recovery, path: &Path, thread: Option<u32>, progress: &(dyn 
             return Err(ChampsimError::NoThread { thread: t, threads });
         }
     }
-    let path_of = |t: u32| if thread.is_some() { path.to_path_buf() } else { thread_path(path, t) };
+    let files =
+        Files { path: path.to_path_buf(), single: thread.is_some(), end: thread.map_or(threads as u32, |t| t + 1), workers: rec.workers() };
     // Fail on an unwritable output before the work.
     let first = thread.unwrap_or(0);
-    let mut out = if threads > 0 { Some(Output::create(path_of(first), first, rec.workers())?) } else { None };
+    let mut out = if first < files.end { Some(files.create(first)?) } else { None };
     let templates = Templates::new(rec.plans.len());
     let mut summary = Summary::default();
     rec.events(Source::Dep).progress(progress).ordered(
@@ -278,17 +277,8 @@ pub fn export(rec: &Recovery, path: &Path, thread: Option<u32>, progress: &(dyn 
             if thread.is_some_and(|t| t != c.thread) {
                 return Ok(());
             }
-            // Threads come one after another: the next one's file replaces the last.
-            while out.as_ref().is_some_and(|o| o.thread < c.thread) {
-                let o = out.take().expect("open");
-                let next = o.thread + 1;
-                summary.files.push(o.finish(&mut summary.losses)?);
-                out = Some(Output::create(path_of(next), next, rec.workers())?);
-            }
-            let l = records.losses;
-            summary.losses.addresses += l.addresses;
-            summary.losses.undirected += l.undirected;
-            summary.losses.unknown_blocks += l.unknown_blocks;
+            files.advance(&mut out, c.thread, &mut summary)?;
+            summary.losses.add(&records.losses);
             if let Some(o) = out.as_mut() {
                 templates.recycle(o.chunk(records, &mut summary.losses)?);
             }
@@ -296,16 +286,38 @@ pub fn export(rec: &Recovery, path: &Path, thread: Option<u32>, progress: &(dyn 
         },
     )?;
     // The last file, and those of threads after the last chunk seen.
-    let last = thread.map_or(threads as u32, |t| t + 1);
-    while let Some(o) = out.take() {
-        let next = o.thread + 1;
-        summary.files.push(o.finish(&mut summary.losses)?);
-        if next < last {
-            out = Some(Output::create(path_of(next), next, rec.workers())?);
-        }
-    }
-    summary.crowded = templates.crowded.load(std::sync::atomic::Ordering::Relaxed);
+    files.advance(&mut out, files.end, &mut summary)?;
     Ok(summary)
+}
+
+/// Where an export's files go, and which threads get one.
+struct Files {
+    path: PathBuf,
+    /// One thread's trace, into `path` itself.
+    single: bool,
+    /// The thread after the last one written.
+    end: u32,
+    workers: usize,
+}
+
+impl Files {
+    fn create(&self, t: u32) -> Result<Output, ChampsimError> {
+        let path = if self.single { self.path.clone() } else { thread_path(&self.path, t) };
+        Output::create(path, t, self.workers)
+    }
+
+    /// Threads come one after another: finishes the open file and those of the threads
+    /// before `to`, each replaced by the next thread's (none from `end` on).
+    fn advance(&self, out: &mut Option<Output>, to: u32, summary: &mut Summary) -> Result<(), ChampsimError> {
+        while let Some(o) = out.take_if(|o| o.thread < to) {
+            let next = o.thread + 1;
+            summary.files.push(o.finish(&mut summary.losses)?);
+            if next < self.end {
+                *out = Some(self.create(next)?);
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! once from its semantics, to be copied per execution with its memory addresses.
 
 use dep_profile::archregs::ArchReg;
-use dep_profile::semantics::{Flow, Insn, Special};
+use dep_profile::semantics::{Access, Flow, Insn, Special};
 
 /// Bytes per record.
 pub const RECORD: usize = 64;
@@ -69,28 +69,41 @@ pub struct Template {
     pub kind: Kind,
 }
 
-/// Registers in a record's slots, first come first kept.
-struct Slots<const N: usize> {
-    regs: [u8; N],
+/// A record's slots of one kind (registers, or addresses): each distinct value once, in
+/// the order met, as many as fit, as the tracer keeps them; 0 is the format's "none".
+#[derive(Clone, Copy)]
+struct Distinct<T, const N: usize> {
+    values: [T; N],
     len: usize,
-    dropped: bool,
 }
 
-impl<const N: usize> Slots<N> {
+impl<T: Copy + Default + PartialEq, const N: usize> Default for Distinct<T, N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: Copy + Default + PartialEq, const N: usize> Distinct<T, N> {
     fn new() -> Self {
-        Slots { regs: [0; N], len: 0, dropped: false }
+        Distinct { values: [T::default(); N], len: 0 }
     }
 
-    fn add(&mut self, r: u8) {
-        if self.regs[..self.len].contains(&r) {
-            return;
+    /// Adds `v`; false when it is new and the slots are full.
+    #[inline]
+    fn add(&mut self, v: T) -> bool {
+        if v == T::default() || self.values[..self.len].contains(&v) {
+            return true;
         }
         if self.len == N {
-            self.dropped = true;
-            return;
+            return false;
         }
-        self.regs[self.len] = r;
+        self.values[self.len] = v;
         self.len += 1;
+        true
+    }
+
+    fn values(&self) -> &[T] {
+        &self.values[..self.len]
     }
 }
 
@@ -99,18 +112,18 @@ impl Template {
     /// (the tracer's registers for its kind: the instruction pointer, the stack pointer
     /// of calls and returns, the flags a conditional branch reads, the registers its target
     /// comes from); then the other registers it reads and writes, general and vector
-    /// registers before the flags, as many as the slots hold. Returns whether any register
-    /// did not fit.
-    pub fn of(insn: &Insn) -> (Template, bool) {
-        let mut src = Slots::<SRC_REGS>::new();
-        let mut dst = Slots::<DST_REGS>::new();
+    /// registers before the flags, as many as the slots hold.
+    pub fn of(insn: &Insn) -> Template {
+        // (A register that does not fit is left out: the slots keep what came first.)
+        let mut src = Distinct::<u8, SRC_REGS>::new();
+        let mut dst = Distinct::<u8, DST_REGS>::new();
         let regs = &insn.regs;
-        let sp = ArchReg(4);
+        let sp = ArchReg::RSP;
         let reads_flags = regs.flags_read != 0;
         // The registers a branch's target comes from: those it reads but the stack pointer.
         let target_regs = || regs.reads.iter().filter(move |&r| r != sp).map(number);
         // An indirect branch's target: its registers, or the loaded-target number.
-        let indirect_target = |src: &mut Slots<SRC_REGS>| {
+        let indirect_target = |src: &mut Distinct<u8, SRC_REGS>| {
             let before = src.len;
             for r in target_regs() {
                 src.add(r);
@@ -198,62 +211,42 @@ impl Template {
         bytes[..8].copy_from_slice(&insn.pc.to_le_bytes());
         bytes[IS_BRANCH] = branch as u8;
         bytes[TAKEN] = taken_always as u8;
-        bytes[DST..DST + DST_REGS].copy_from_slice(&dst.regs);
-        bytes[SRC..SRC + SRC_REGS].copy_from_slice(&src.regs);
-        (Template { bytes, kind }, src.dropped || dst.dropped)
+        bytes[DST..DST + DST_REGS].copy_from_slice(&dst.values);
+        bytes[SRC..SRC + SRC_REGS].copy_from_slice(&src.values);
+        Template { bytes, kind }
     }
 }
 
-/// Memory addresses of one record, kept as the tracer keeps them: each distinct address
-/// once, in the order met, as many as the slots hold.
+/// Memory addresses of one record, kept as the tracer keeps them.
 #[derive(Default)]
 pub struct Memory {
-    src: [u64; SRC_MEM],
-    dst: [u64; DST_MEM],
-    nsrc: usize,
-    ndst: usize,
+    src: Distinct<u64, SRC_MEM>,
+    dst: Distinct<u64, DST_MEM>,
     /// Distinct addresses that did not fit.
     pub dropped: u64,
 }
 
 impl Memory {
-    /// A read of `addr`.
+    /// An access of `addr` (an access at 0, the format's "none", is not representable).
     #[inline]
-    pub fn read(&mut self, addr: u64) {
-        Self::add(&mut self.src, &mut self.nsrc, &mut self.dropped, addr)
-    }
-
-    /// A write to `addr`.
-    #[inline]
-    pub fn write(&mut self, addr: u64) {
-        Self::add(&mut self.dst, &mut self.ndst, &mut self.dropped, addr)
-    }
-
-    #[inline]
-    fn add<const N: usize>(set: &mut [u64; N], n: &mut usize, dropped: &mut u64, addr: u64) {
-        // Address 0 is the format's "none": an access there is not representable.
-        if addr == 0 || set[..*n].contains(&addr) {
-            return;
-        }
-        if *n == N {
-            *dropped += 1;
-            return;
-        }
-        set[*n] = addr;
-        *n += 1;
+    pub fn add(&mut self, access: Access, addr: u64) {
+        let fits = match access {
+            Access::Read => self.src.add(addr),
+            Access::Write => self.dst.add(addr),
+        };
+        self.dropped += !fits as u64;
     }
 
     /// Writes the addresses into `rec`, and empties the sets (keeping the dropped count).
     #[inline]
     pub fn fill(&mut self, rec: &mut [u8]) {
-        for (k, a) in self.dst[..self.ndst].iter().enumerate() {
+        for (k, a) in self.dst.values().iter().enumerate() {
             rec[DST_MEMORY + 8 * k..DST_MEMORY + 8 * k + 8].copy_from_slice(&a.to_le_bytes());
         }
-        for (k, a) in self.src[..self.nsrc].iter().enumerate() {
+        for (k, a) in self.src.values().iter().enumerate() {
             rec[SRC_MEMORY + 8 * k..SRC_MEMORY + 8 * k + 8].copy_from_slice(&a.to_le_bytes());
         }
-        self.nsrc = 0;
-        self.ndst = 0;
+        (self.src.len, self.dst.len) = (0, 0);
     }
 }
 
@@ -271,7 +264,7 @@ mod tests {
     fn template(bytes: &[u8]) -> Template {
         let mut sem = Semantics::new(Machine::x86_64(2696));
         let plan = BlockPlan::build(&mut sem, 0x1000, bytes, None).expect("decodes");
-        Template::of(&plan.insns[0]).0
+        Template::of(&plan.insns[0])
     }
 
     fn src(t: &Template) -> Vec<u8> {
@@ -339,9 +332,9 @@ mod tests {
     fn memory_keeps_distinct_addresses_that_fit() {
         let mut m = Memory::default();
         for a in [8, 8, 16, 24, 32, 40, 0] {
-            m.read(a);
+            m.add(Access::Read, a);
         }
-        m.write(8);
+        m.add(Access::Write, 8);
         let mut rec = [0u8; RECORD];
         m.fill(&mut rec);
         let at = |o: usize| u64::from_le_bytes(rec[o..o + 8].try_into().unwrap());
