@@ -27,6 +27,7 @@
 use crate::driver::{Buffers, Events};
 use crate::error::RecoverError;
 use crate::sink::Sink;
+use dep_profile::container::ThreadInfo;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -43,6 +44,36 @@ pub enum Turn {
     Yield(u64),
     /// The consumer wants nothing more: the merge ends, without an error.
     Stop,
+}
+
+/// The order in which turns are taken: by number, ties by thread index. The one policy
+/// both [`Events::interleaved`] and exporters that place turns themselves (the UMT
+/// trace's record IDs) follow.
+pub struct Turns(BinaryHeap<Reverse<(u64, u32)>>);
+
+impl Turns {
+    /// Every thread's first turn, numbered `first[t]` ([`first_turn`](Self::first_turn)).
+    pub fn new(first: impl IntoIterator<Item = u64>) -> Turns {
+        Turns(first.into_iter().enumerate().map(|(t, k)| Reverse((k, t as u32))).collect())
+    }
+
+    /// The number of a thread's first turn: the sync record its creator passed before
+    /// creating it, 0 when no creator is recorded.
+    pub fn first_turn(info: &ThreadInfo) -> u64 {
+        info.spawn.map_or(0, |s| s.seq)
+    }
+
+    /// The next turn to take: its number and thread. The thread has no other turn waiting
+    /// until [`later`](Self::later) gives its next one.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Option<(u64, u32)> {
+        self.0.pop().map(|Reverse(k)| k)
+    }
+
+    /// Thread `t`'s next turn is numbered `key`.
+    pub fn later(&mut self, t: u32, key: u64) {
+        self.0.push(Reverse((key, t)));
+    }
 }
 
 /// A producer's end of a thread's channel: what a thread's sink sends its batches to.
@@ -102,10 +133,10 @@ impl Events<'_> {
             let mut inputs: Vec<Option<(crossbeam::channel::Receiver<B>, Option<B>)>> = (0..threads.len()).map(|_| None).collect();
             let mut started = vec![false; threads.len()];
             let mut producers = Vec::new();
-            let first = |t: usize| threads[t].spawn.map_or(0, |s| s.seq);
-            let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..threads.len()).map(|t| Reverse((first(t), t))).collect();
+            let mut turns = Turns::new(threads.iter().map(Turns::first_turn));
             let mut result = Ok(());
-            'turns: while let Some(Reverse((key, t))) = heap.pop() {
+            'turns: while let Some((key, t)) = turns.next() {
+                let t = t as usize;
                 if !std::mem::replace(&mut started[t], true) {
                     match producer(t) {
                         Ok((rx, handle)) => {
@@ -133,7 +164,7 @@ impl Events<'_> {
                     match consume(t as u32, key, cur.as_mut().expect("set")) {
                         Ok(Turn::Next) => *cur = None,
                         Ok(Turn::Yield(next)) => {
-                            heap.push(Reverse((next, t)));
+                            turns.later(t as u32, next);
                             continue 'turns;
                         }
                         Ok(Turn::Stop) => break 'turns,
