@@ -6,7 +6,7 @@
 
 use super::record::{set_taken, Kind, Memory, Template, RECORD};
 use super::ChampsimError;
-use dep_recover::{Begin, BlockEvent, Marker, MemEvent, Part, Sink};
+use dep_recover::{Begin, BlockEvent, Marker, MemEvent, Part, Run, Sink};
 use std::sync::OnceLock;
 
 /// Each block's instruction records, made on first use, shared by all chunks; and the
@@ -282,6 +282,46 @@ impl Sink for ChunkTrace<'_> {
                 self.open = Some(Entered { blk, executed, interrupted: b.interrupted, at, insn: None });
             }
             None => self.out.losses.unknown_blocks += 1,
+        }
+        Ok(true)
+    }
+
+    fn run(&mut self, run: &Run) -> Result<bool, ChampsimError> {
+        for (b, refs) in run.iter() {
+            self.flush();
+            if let Some(o) = self.pending.take() {
+                self.decide(o, Some(b.addr));
+            }
+            let Some(blk) = self.templates.of(&b) else {
+                self.out.losses.unknown_blocks += 1;
+                continue;
+            };
+            let executed = (b.executed as usize).min(blk.kinds.len());
+            let at = self.out.bytes.len();
+            if blk.rep {
+                self.open = Some(Entered { blk, executed, interrupted: false, at, insn: None });
+                self.refs.extend_from_slice(refs);
+                continue;
+            }
+            // The block's records at once, then each instruction's addresses into its own.
+            self.out.bytes.extend_from_slice(&blk.bytes[..executed * RECORD]);
+            self.out.records += executed as u64;
+            let mut k = 0;
+            while k < refs.len() {
+                let i = refs[k].insn as usize;
+                let from = k;
+                while k < refs.len() && refs[k].insn as usize == i {
+                    k += 1;
+                }
+                if i < executed {
+                    for r in &refs[from..k] {
+                        self.mem.add(r.access, r.addr);
+                    }
+                    self.mem.fill(&mut self.out.bytes[at + i * RECORD..at + (i + 1) * RECORD]);
+                }
+            }
+            // What is left to do at the next block: its conditional branch's direction.
+            self.open = Some(Entered { blk, executed, interrupted: false, at, insn: None });
         }
         Ok(true)
     }
