@@ -180,11 +180,21 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum Export {
-    /// The indexed binary trace layout (UMT).
+    /// The indexed binary trace (UMT): exec.vtable, exec.offsets, exec.prev_next.column and
+    /// its tables, into directory OUTPUT; or, with --check DIR, read a trace back, check it
+    /// and print its counts
     Umt {
-        profile: PathBuf,
-        #[arg(short, long)]
-        output: PathBuf,
+        #[arg(required_unless_present = "check")]
+        profile: Option<PathBuf>,
+        #[arg(short, long, required_unless_present = "check")]
+        output: Option<PathBuf>,
+        /// Check the trace in DIR: every offset and size, every record, each thread walked
+        /// forward and backward
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["profile", "output"])]
+        check: Option<PathBuf>,
+        /// Worker threads (0: all cores)
+        #[arg(short, long, default_value_t = 0)]
+        jobs: usize,
     },
     /// ChampSim traces: 64-byte `input_instr` records, one per executed instruction
     /// (compressed when OUTPUT ends in .xz or .gz)
@@ -243,10 +253,6 @@ fn main() -> ExitCode {
     }
 }
 
-fn not_built(what: &str) -> Result<ExitCode> {
-    bail!("`dep {what}` is not built yet")
-}
-
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.cmd {
         Cmd::Dump { profile, max, all, disasm } => {
@@ -278,7 +284,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Races { profile, json, region, output, summary, potential } => {
             races(&profile, json, region.as_ref(), output.as_deref(), summary, potential)
         }
-        Cmd::Export { what: Export::Umt { .. } } => not_built("export umt"),
+        Cmd::Export { what: Export::Umt { check: Some(dir), .. } } => umt_check(&dir),
+        Cmd::Export { what: Export::Umt { profile: Some(profile), output: Some(output), jobs, .. } } => umt(&profile, &output, jobs),
+        Cmd::Export { what: Export::Umt { .. } } => bail!("dep export umt needs PROFILE -o DIR, or --check DIR"),
         Cmd::Export { what: Export::Champsim { profile, output, thread, jobs } } => champsim(&profile, &output, thread, jobs),
     }
 }
@@ -513,6 +521,42 @@ fn champsim(profile: &std::path::Path, output: &std::path::Path, thread: Option<
         );
     }
     check_truncated(&p)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn umt(profile: &std::path::Path, output: &std::path::Path, jobs: usize) -> Result<ExitCode> {
+    let p = dep_profile::container::Profile::open(profile)?;
+    let rec = dep_recover::Recovery::new(&p, jobs);
+    // Two passes over the chunks: one to place every record, one to write it.
+    let pb = progress_bar(2 * rec.chunks().len() as u64, "writing the UMT trace");
+    let s = dep_dcfg_out::umt::export(&rec, output, &|n| pb.inc(n))?;
+    pb.finish_and_clear();
+    eprintln!(
+        "dep: {}: {} records of {} threads, {} instruction rows ({} for partial executions), {} address ranges",
+        output.display(),
+        s.records,
+        s.threads,
+        s.rows,
+        s.variants,
+        s.address_ranges
+    );
+    if s.unknown_blocks > 0 {
+        eprintln!(
+            "dep: warning: {} blocks had no decodable code in the block table; their instructions are not in the trace (the record after each gap has flag 0x02)",
+            s.unknown_blocks
+        );
+    }
+    check_truncated(&p)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn umt_check(dir: &std::path::Path) -> Result<ExitCode> {
+    let s = dep_dcfg_out::umt::reader::check(dir)?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if written(write!(out, "{s}"), "writing the counts")?.is_some() {
+        written(out.flush(), "writing the counts")?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

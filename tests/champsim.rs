@@ -6,29 +6,12 @@
 //! block. Needs the DynamoRIO build, gcc, xz and gzip.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 #[path = "common/champsim.rs"]
 mod champsim;
 mod common;
-use common::{corpus, dep};
-
-/// Records `prog` (whose exit status may be its own) and returns its profiles: the
-/// program's and those of the processes it started.
-fn record(dir: &Path, prog: &str) -> Vec<PathBuf> {
-    let p = dir.join(format!("{prog}.dep"));
-    let o = Command::new(dep()).arg("record").arg("-o").arg(&p).arg("--").arg(corpus().join(prog)).stdin(Stdio::null()).output().unwrap();
-    assert!(p.exists(), "{prog}: no profile: {}", String::from_utf8_lossy(&o.stderr));
-    let mut all = vec![p.clone()];
-    for n in 1.. {
-        let child = dir.join(format!("{prog}.dep.{n}"));
-        if !child.exists() {
-            break;
-        }
-        all.push(child);
-    }
-    all
-}
+use common::{corpus_programs, dep, record_processes as record};
 
 /// Exports `profile` with `args`, checking that dep succeeds.
 fn export(profile: &Path, out: &Path, args: &[&str]) {
@@ -49,13 +32,7 @@ fn thread_file(out: &Path, t: usize) -> PathBuf {
 #[test]
 fn every_corpus_program_reads_back_as_recovered() {
     let dir = tempfile::tempdir().unwrap();
-    let mut progs: Vec<String> = std::fs::read_dir(corpus())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| !n.contains('.'))
-        .collect();
-    progs.sort();
-    assert!(progs.len() >= 20, "corpus programs: {progs:?}");
+    let progs = corpus_programs();
     let mut records = 0usize;
     for prog in &progs {
         if prog == "avx512" && !std::arch::is_x86_feature_detected!("avx512vl") {

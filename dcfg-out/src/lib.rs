@@ -9,4 +9,5 @@ pub mod edges;
 pub mod parquet;
 pub mod program;
 pub mod races;
+pub mod umt;
 pub mod wet;

@@ -22,3 +22,42 @@ pub fn corpus() -> &'static Path {
         out
     })
 }
+
+/// Records corpus program `prog` into `dir` (its exit status may be its own) and returns
+/// its profiles: the program's and those of the processes it started (`prog.dep.1`, ...).
+#[allow(dead_code)] // not every test binary records the corpus so
+pub fn record_processes(dir: &Path, prog: &str) -> Vec<PathBuf> {
+    let p = dir.join(format!("{prog}.dep"));
+    let o = Command::new(dep())
+        .arg("record")
+        .arg("-o")
+        .arg(&p)
+        .arg("--")
+        .arg(corpus().join(prog))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(p.exists(), "{prog}: no profile: {}", String::from_utf8_lossy(&o.stderr));
+    let mut all = vec![p.clone()];
+    for n in 1.. {
+        let child = dir.join(format!("{prog}.dep.{n}"));
+        if !child.exists() {
+            break;
+        }
+        all.push(child);
+    }
+    all
+}
+
+/// The corpus programs, by name, sorted.
+#[allow(dead_code)] // not every test binary runs the whole corpus
+pub fn corpus_programs() -> Vec<String> {
+    let mut progs: Vec<String> = std::fs::read_dir(corpus())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.contains('.'))
+        .collect();
+    progs.sort();
+    assert!(progs.len() >= 20, "corpus programs: {progs:?}");
+    progs
+}
