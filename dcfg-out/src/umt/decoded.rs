@@ -245,7 +245,7 @@ impl Builder {
         // Slot of each reference: (before-or-after slot, write-only earlier-value slot).
         let mut ref_slots: Vec<(usize, Option<usize>)> = Vec::with_capacity(refs.len());
         for (k, &(name, write_only)) in refs.iter().enumerate() {
-            let size = made[k].1.min(u16::MAX as u32) as u16;
+            let size = made[k].1.min(i16::MAX as u32) as u16;
             if made[k].0 == Access::Read {
                 ref_slots.push((slots.add(Group::Before, name, size, true), None));
             } else {
@@ -261,6 +261,14 @@ impl Builder {
             }
         }
 
+        // A local context holds at most i16::MAX bytes (LCSize is an i16): memory values
+        // beyond (an XSAVE area a profile declares larger than any CPU's) are cut so that
+        // every slot, and its exact address, fits.
+        let total = |slots: &Slots| slots.0.iter().map(Slot::extent).sum::<usize>();
+        while total(&slots) > i16::MAX as usize {
+            let Some(big) = slots.0.iter_mut().filter(|s| s.addr && s.reg != AGEN).max_by_key(|s| s.size) else { break };
+            big.size /= 2;
+        }
         // Fix the order (stable within a group) and the offsets.
         let mut order: Vec<usize> = (0..slots.0.len()).collect();
         order.sort_by_key(|&k| slots.0[k].group);
@@ -312,9 +320,9 @@ impl Builder {
                             _ => SLOT_NA,
                         };
                         let after = write.map_or(SLOT_NA, |((_, s), _)| index[s.0]);
-                        // The operand's size, within the reference's (a broadcast or a
-                        // masked form may name more than is accessed).
-                        let made_size = read.or(write).map_or(0, |(_, m)| m.1);
+                        // The operand's size, within its slot's (a broadcast or a masked
+                        // form may name more than is accessed).
+                        let made_size = read.or(write).map_or(0, |((_, s), _)| slots.0[s.0].size as u32);
                         let size = (i.memory_size().size() as u32).min(made_size).max(1).min(u16::MAX as u32) as u16;
                         (name, size, before, after, 8)
                     }
@@ -591,6 +599,26 @@ mod tests {
         assert_eq!(d.u8(64), SLOT_NA, "no base register slot for rip");
         assert_eq!(d.u8(6) & 0x38, 0x18, "a 32-bit result zero-extended, reading memory");
         assert_eq!(r.addr_at.len(), 1);
+    }
+
+    #[test]
+    fn an_xsave_area_larger_than_a_local_context_is_cut_to_fit() {
+        // xsave [rax] in a profile declaring a 64 KiB XSAVE area (more than any CPU's, and
+        // more than an i16 LCSize holds): every slot and address still inside the record.
+        let code = [0x0f, 0xae, 0x20];
+        let plan = BlockPlan::build(&mut Semantics::new(Machine::x86_64(65536)), 0x1000, &code, None).unwrap();
+        assert!(plan.insns[0].refs.iter().any(|r| r.size == 65536));
+        let r = Builder::default().row(&plan.insns[0], &code, -1, None);
+        let d = View(&r.decoded);
+        assert!(r.lc_size as usize <= i16::MAX as usize);
+        for i in 0..d.groups().2 {
+            let (_, size, offset, width) = d.slot(i);
+            assert!(offset as usize + size as usize + if width > 0 { 8 } else { 0 } <= r.lc_size as usize);
+        }
+        assert!(!r.addr_at.is_empty());
+        for &o in r.addr_at.iter().flatten().filter(|&&o| o != u16::MAX) {
+            assert!(o as usize + 8 <= r.lc_size as usize);
+        }
     }
 
     #[test]

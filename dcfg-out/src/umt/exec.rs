@@ -269,7 +269,9 @@ impl<'a, O: Out> ChunkExec<'a, O> {
                 for (r, at) in made.iter().zip(&row.addr_at) {
                     for &o in at.iter().filter(|&&o| o != u16::MAX) {
                         let o = 14 + o as usize;
-                        b[o..o + 8].copy_from_slice(&r.addr.to_le_bytes());
+                        if let Some(slot) = b.get_mut(o..o + 8) {
+                            slot.copy_from_slice(&r.addr.to_le_bytes());
+                        }
                     }
                 }
             }
