@@ -31,6 +31,36 @@ pub fn shape(insn: &Insn) -> Shape {
     insn.refs.iter().map(|r| (r.access, r.size)).collect()
 }
 
+/// What a row is made from: an instruction's address, bytes and module, the references a
+/// whole execution of it makes, and how its executions vary.
+#[derive(Clone, Copy, Debug)]
+pub struct Origin<'a> {
+    pub pc: u64,
+    pub code: &'a [u8],
+    pub module: i32,
+    pub full: &'a [(Access, u32)],
+    /// A rep string (one record per iteration).
+    pub rep: bool,
+    /// Every execution makes the same references.
+    pub fixed: bool,
+}
+
+impl<'a> Origin<'a> {
+    /// `insn`'s, whose bytes are `code` (at most its length kept), in module `module`.
+    pub fn of(insn: &Insn, code: &'a [u8], module: i32, full: &'a [(Access, u32)]) -> Self {
+        use dep_profile::semantics::Special;
+        let code = &code[..(insn.len as usize).min(code.len()).min(15)];
+        Origin {
+            pc: insn.pc,
+            code,
+            module,
+            full,
+            rep: matches!(insn.special, Special::Rep(_)),
+            fixed: matches!(insn.special, Special::None),
+        }
+    }
+}
+
 /// An instruction-table row, ready to be written, and the layout of its execution records.
 #[derive(Clone, Debug)]
 pub struct Row {
@@ -160,13 +190,12 @@ impl Default for Builder {
 impl Builder {
     /// The row of `insn` (whose bytes are `code`) in module `module`, for executions making
     /// the references `made` (None: all of `insn`'s).
-    pub fn row(&mut self, insn: &Insn, code: &[u8], module: i32, made: Option<&[(Access, u32)]>) -> Row {
-        let mut dec = Decoder::with_ip(64, code, insn.pc, DecoderOptions::NONE);
+    pub fn row(&mut self, src: &Origin, made: Option<&[(Access, u32)]>) -> Row {
+        let mut dec = Decoder::with_ip(64, src.code, src.pc, DecoderOptions::NONE);
         let i = dec.decode();
         let mut disasm = String::new();
         self.fmt.format(&i, &mut disasm);
-        let full = shape(insn);
-        let made: &[(Access, u32)] = made.unwrap_or(&full);
+        let made: &[(Access, u32)] = made.unwrap_or(src.full);
         let info = self.info.info(&i);
         let ops = i.op_count().min(4);
 
@@ -433,16 +462,16 @@ impl Builder {
             d.extend_from_slice(&[if s.addr { 8 } else { 0 }, 0, 0, 0]);
         }
         Row {
-            pc: insn.pc,
-            code: code[..(insn.len as usize).min(code.len()).min(15)].to_vec(),
+            pc: src.pc,
+            code: src.code.to_vec(),
             kind: kind(&i),
-            module,
+            module: src.module,
             disasm,
             decoded: d,
             lc_size,
             addr_at,
-            rep: matches!(insn.special, dep_profile::semantics::Special::Rep(_)),
-            fixed: matches!(insn.special, dep_profile::semantics::Special::None),
+            rep: src.rep,
+            fixed: src.fixed,
         }
     }
 }
@@ -503,7 +532,8 @@ mod tests {
     /// The row of the single instruction `bytes` at `pc`.
     fn row(pc: u64, bytes: &[u8]) -> Row {
         let plan = BlockPlan::build(&mut Semantics::new(Machine::x86_64(2696)), pc, bytes, None).unwrap();
-        Builder::default().row(&plan.insns[0], bytes, -1, None)
+        let full = shape(&plan.insns[0]);
+        Builder::default().row(&Origin::of(&plan.insns[0], bytes, -1, &full), None)
     }
 
     /// decodedIns fields read by the format's offsets (§7.3.3, Mem1BaseSlot at 67).
@@ -608,7 +638,8 @@ mod tests {
         let code = [0x0f, 0xae, 0x20];
         let plan = BlockPlan::build(&mut Semantics::new(Machine::x86_64(65536)), 0x1000, &code, None).unwrap();
         assert!(plan.insns[0].refs.iter().any(|r| r.size == 65536));
-        let r = Builder::default().row(&plan.insns[0], &code, -1, None);
+        let full = shape(&plan.insns[0]);
+        let r = Builder::default().row(&Origin::of(&plan.insns[0], &code, -1, &full), None);
         let d = View(&r.decoded);
         assert!(r.lc_size as usize <= i16::MAX as usize);
         for i in 0..d.groups().2 {

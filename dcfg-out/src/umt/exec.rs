@@ -4,7 +4,7 @@
 //! how many records and bytes each turn of the thread holds, the writing pass puts them at
 //! the places the layout gave them.
 
-use super::decoded::{Builder, Row, Shape};
+use super::decoded::{Builder, Origin, Row, Shape};
 use super::UmtError;
 use dep_recover::{BlockEvent, Marker, MemEvent, Run, Sink};
 use std::collections::HashMap;
@@ -87,6 +87,12 @@ impl BlockRecords {
 }
 
 impl Rows {
+    /// What row `base` was built from, to build its variants.
+    pub fn origin(&self, base: u32) -> Origin<'_> {
+        let r = &self.rows[base as usize];
+        Origin { pc: r.pc, code: &r.code, module: r.module, full: &self.shapes[base as usize], rep: r.rep, fixed: r.fixed }
+    }
+
     /// Block `id`'s records, if every execution of it that runs through writes them (no
     /// rep string, gather or scatter in it).
     pub fn block_records(&self, id: u32) -> Option<&BlockRecords> {
@@ -245,9 +251,7 @@ impl<'a, O: Out> ChunkExec<'a, O> {
         let Some(b) = self.builder.as_mut() else {
             return Err(UmtError::Internal("an execution's references have no row"));
         };
-        let base_row = &self.rows.rows[base as usize];
-        let insn = fake_insn(base_row, &self.rows.shapes[base as usize]);
-        let lc = b.row(&insn, &base_row.code, base_row.module, Some(&key.1)).lc_size;
+        let lc = b.row(&self.rows.origin(base), Some(&key.1)).lc_size;
         self.variants.insert(key, lc);
         Ok((u32::MAX, lc, None))
     }
@@ -278,36 +282,32 @@ impl<'a, O: Out> ChunkExec<'a, O> {
         })
     }
 
+    /// The record of one execution of row `base` making `made`: the row's own when its
+    /// references are the instruction's, else its variant's.
+    fn execution(&mut self, base: u32, made: &[MemEvent], extra: u8) -> Result<(), UmtError> {
+        let (row, shape) = (&self.rows.rows[base as usize], &self.rows.shapes[base as usize]);
+        if made.len() == shape.len() && made.iter().zip(shape.iter()).all(|(r, s)| (r.access, r.size) == *s) {
+            return self.instruction(base, row.lc_size, Some(row), made, extra);
+        }
+        let (v, lc, vrow) = self.variant(base, made)?;
+        self.instruction(v, lc, vrow, made, extra)
+    }
+
     /// The records of instruction `i` of the open block, with its references `made` (all
     /// of them, or for a rep string those so far when `last` is false).
     fn insn(&mut self, block: u32, i: usize, made: &[MemEvent], last: bool) -> Result<usize, UmtError> {
         let Some(base) = self.rows.row_of(block, i) else { return Ok(made.len()) };
-        let row = &self.rows.rows[base as usize];
-        let shape = &self.rows.shapes[base as usize];
-        let same = |m: &[MemEvent]| m.len() == shape.len() && m.iter().zip(shape.iter()).all(|(r, s)| (r.access, r.size) == *s);
-        if !row.rep {
-            if same(made) {
-                self.instruction(base, row.lc_size, Some(row), made, 0)?;
-            } else {
-                let (v, lc, vrow) = self.variant(base, made)?;
-                self.instruction(v, lc, vrow, made, 0)?;
-            }
+        if !self.rows.rows[base as usize].rep {
+            self.execution(base, made, 0)?;
             return Ok(made.len());
         }
         // A rep string: one record per iteration.
-        let per = shape.len();
+        let per = self.rows.shapes[base as usize].len();
         let mut used = 0;
         if per > 0 {
             while made.len() - used >= per {
-                let it = &made[used..used + per];
                 let first = !std::mem::replace(&mut self.open.as_mut().expect("open").iterated, true);
-                let extra = if first { FIRST_ITERATION } else { 0 };
-                if same(it) {
-                    self.instruction(base, row.lc_size, Some(row), it, extra)?;
-                } else {
-                    let (v, lc, vrow) = self.variant(base, it)?;
-                    self.instruction(v, lc, vrow, it, extra)?;
-                }
+                self.execution(base, &made[used..used + per], if first { FIRST_ITERATION } else { 0 })?;
                 used += per;
             }
         }
@@ -316,12 +316,7 @@ impl<'a, O: Out> ChunkExec<'a, O> {
             let iterated = self.open.as_ref().is_some_and(|o| o.iterated);
             if !rest.is_empty() || !iterated {
                 let extra = if iterated { 0 } else { FIRST_ITERATION } | if rest.is_empty() && per > 0 { NOT_RUN } else { 0 };
-                if per == 0 {
-                    self.instruction(base, row.lc_size, Some(row), rest, extra)?;
-                } else {
-                    let (v, lc, vrow) = self.variant(base, rest)?;
-                    self.instruction(v, lc, vrow, rest, extra)?;
-                }
+                self.execution(base, rest, extra)?;
             }
             used = made.len();
         }
@@ -349,34 +344,6 @@ impl<'a, O: Out> ChunkExec<'a, O> {
             self.refs.clear();
         }
         Ok(())
-    }
-}
-
-/// An instruction standing for row `r` (for building its variants): what the row builder
-/// reads of it.
-pub fn fake_insn(r: &Row, shape: &Shape) -> dep_profile::semantics::Insn {
-    use dep_profile::semantics::{Address, Flow, Insn, MemRef, Special};
-    let refs = shape
-        .iter()
-        .map(|&(access, size)| MemRef {
-            addr: Address { seg: None, base: None, index: None, scale: 1, disp: 0, addr_bits: 64 },
-            size,
-            access,
-            conditional: false,
-        })
-        .collect();
-    Insn {
-        pc: r.pc,
-        len: r.code.len() as u8,
-        refs,
-        used: Default::default(),
-        effects: Vec::new(),
-        special: Special::None,
-        flow: Flow::Next,
-        mnemonic: iced_x86::Mnemonic::INVALID,
-        atomic: false,
-        regs: Default::default(),
-        bytes: Default::default(),
     }
 }
 

@@ -14,7 +14,7 @@ pub mod reader;
 pub mod registers;
 mod tables;
 
-use decoded::{Builder, Row, Shape};
+use decoded::{Builder, Origin, Row, Shape};
 use dep_profile::container::ModuleEventKind;
 use dep_recover::{RecoverError, Recovery, Source, Turns};
 use exec::{ChunkExec, Count, Rows};
@@ -90,21 +90,25 @@ fn rows(rec: &Recovery) -> Rows {
         }
     }
     drop(index);
+    let shapes: Vec<Shape> = unique.iter().map(|(insn, _)| decoded::shape(insn)).collect();
     let per = unique.len().div_ceil(rec.workers().max(1)).max(1);
     let built: Vec<Vec<Row>> = std::thread::scope(|s| {
         let parts: Vec<_> = unique
             .chunks(per)
-            .map(|part| {
+            .zip(shapes.chunks(per))
+            .map(|(part, full)| {
                 s.spawn(move || {
                     let mut b = Builder::default();
-                    part.iter().map(|(insn, code)| b.row(insn, code, module_of(insn.pc), None)).collect::<Vec<Row>>()
+                    part.iter()
+                        .zip(full)
+                        .map(|((insn, code), full)| b.row(&Origin::of(insn, code, module_of(insn.pc), full), None))
+                        .collect::<Vec<Row>>()
                 })
             })
             .collect();
         parts.into_iter().map(|h| h.join().expect("a row builder panicked")).collect()
     });
     let rows: Vec<Row> = built.into_iter().flatten().collect();
-    let shapes: Vec<Shape> = unique.iter().map(|(insn, _)| decoded::shape(insn)).collect();
     let blocks = (0..block_rows.len()).map(|_| Default::default()).collect();
     Rows { rows, shapes, block_rows, of_block, variants: HashMap::new(), blocks }
 }
@@ -149,9 +153,7 @@ pub fn export(rec: &Recovery, dir: &Path, progress: &(dyn Fn(u64) + Sync)) -> Re
     let mut builder = Builder::default();
     let nvariants = keys.len();
     for (base, shape) in keys {
-        let b = &rows.rows[base as usize];
-        let insn = exec::fake_insn(b, &rows.shapes[base as usize]);
-        let row = builder.row(&insn, &b.code, b.module, Some(&shape));
+        let row = builder.row(&rows.origin(base), Some(&shape));
         let id = rows.rows.len() as u32;
         rows.rows.push(row);
         rows.shapes.push(shape.clone());
