@@ -62,6 +62,16 @@ pub struct BlockRecords {
 }
 
 impl BlockRecords {
+    /// Hands its records to `out` one at a time, for thread `t` with `refs`' addresses.
+    pub fn each<O: Out + ?Sized>(&self, out: &mut O, t: u32, gap: bool, refs: &[MemEvent]) -> Result<(), UmtError> {
+        let mut j = 0;
+        for k in 0..self.records() {
+            let len = (self.starts[k + 1] - self.starts[k]) as usize;
+            out.record(len, &mut |rec| self.fill(k, t, gap && k == 0, refs, &mut j, rec))?;
+        }
+        Ok(())
+    }
+
     /// Its records.
     pub fn records(&self) -> usize {
         self.starts.len() - 1
@@ -141,12 +151,7 @@ pub trait Out {
     /// The records of a block that ran through with references `refs`, for thread `t`
     /// (the first after a gap if `gap`).
     fn block(&mut self, t: u32, gap: bool, b: &BlockRecords, refs: &[MemEvent]) -> Result<(), UmtError> {
-        let mut j = 0;
-        for k in 0..b.records() {
-            let len = (b.starts[k + 1] - b.starts[k]) as usize;
-            self.record(len, &mut |out| b.fill(k, t, gap && k == 0, refs, &mut j, out))?;
-        }
-        Ok(())
+        b.each(self, t, gap, refs)
     }
 }
 

@@ -221,12 +221,7 @@ impl Out for Place<'_> {
         let s = self.segment()?;
         if self.rec + n as u64 > self.end(self.seg) {
             // The block's records are in two turns (a sync record in it): one at a time.
-            let mut j = 0;
-            for k in 0..n {
-                let len = (b.starts[k + 1] - b.starts[k]) as usize;
-                self.record(len, &mut |out| b.fill(k, t, gap && k == 0, refs, &mut j, out))?;
-            }
-            return Ok(());
+            return b.each(self, t, gap, refs);
         }
         // One copy of the block's records, then the thread, the gap and the addresses.
         let (eid, at) = self.place(&s);
