@@ -663,6 +663,30 @@ fn sigkill_loses_at_most_the_last_period() {
     assert_eq!(hash_stdout(&["recover", p, "--format", "text"]), hash_stdout(&["recover", p, "--truth", "--format", "text"]));
 }
 
+/// A process's interval timers survive execve, and the hand-off timer's SIGPROF ended a new
+/// image that DynamoRIO had not yet set up (exit status 155; pyenv's `python3` shim, bash
+/// exec'ing bash exec'ing python, always died so). Here a shell spends well over one
+/// period of CPU time, then execs a chain of three shells: before the timer was stopped at
+/// execve, every run ended by SIGPROF.
+#[test]
+fn exec_after_the_period_is_not_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("e.dep");
+    let script = r#"i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; exec bash -c "exec bash -c \"exec bash -c 'exit 7'\"""#;
+    for _ in 0..2 {
+        let o = run(Command::new(dep()).arg("record").arg("-o").arg(&profile).args(["--", "bash", "-c", script]));
+        assert_eq!(o.status.code(), Some(7), "{}", String::from_utf8_lossy(&o.stderr));
+        // One profile per image, each readable to its end.
+        for name in ["e.dep", "e.dep.1", "e.dep.2", "e.dep.3"] {
+            let p = dir.path().join(name);
+            let s = run(Command::new(dep()).arg("recover").arg(&p).args(["--format", "null"]));
+            let err = String::from_utf8_lossy(&s.stderr);
+            assert!(s.status.success() && !err.contains("warning"), "{name}: {err}");
+            std::fs::remove_file(&p).unwrap();
+        }
+    }
+}
+
 /// `dep dcfg --check` reads only regular files: a FIFO (which would wait for a writer) and
 /// a device (which never ends) are refused in one line, without hanging.
 #[test]

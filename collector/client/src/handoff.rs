@@ -75,6 +75,21 @@ pub unsafe fn start() {
     }
 }
 
+/// Stops the timer before an execve. A process's interval timers survive execve, and the
+/// new image takes signals at their default action until DynamoRIO is set up in it:
+/// SIGPROF's ends the process, so a program that execs after running 100 ms of CPU time
+/// (pyenv's `python3` shim, a bash script that execs bash that execs python) was killed by
+/// it (`exec_after_the_period_is_not_killed`). The new image starts its own timer.
+///
+/// # Safety
+/// Called from DynamoRIO's pre-syscall event, where dr_set_itimer is allowed; exercised by
+/// tests/collector.rs exec_after_the_period_is_not_killed.
+pub unsafe fn stop() {
+    if period() > 0 {
+        dr_set_itimer(libc::ITIMER_PROF, 0, None);
+    }
+}
+
 /// After fork only the forking thread lives on: forget the others and restart the timer.
 ///
 /// # Safety

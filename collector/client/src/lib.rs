@@ -361,6 +361,10 @@ unsafe extern "C" fn post_syscall(dc: *mut c_void, sysnum: c_int) {
     if SYS_MAPPING.contains(&sysnum) {
         instrument::forget_regions();
     }
+    if sysnum == SYS_EXECVE || sysnum == SYS_EXECVEAT {
+        // Only a failed execve returns: its image goes on, with its timer again.
+        handoff::start();
+    }
     let pt = get(dc);
     if !pt.is_null() {
         if let Some(k) = (*pt).sync_syscall.take() {
@@ -607,6 +611,7 @@ unsafe extern "C" fn pre_syscall(dc: *mut c_void, sysnum: c_int) -> bool_ {
         SYS_EXECVE | SYS_EXECVEAT => {
             flush(pt, false);
             send_queued();
+            handoff::stop();
         }
         SYS_CLONE | SYS_CLONE3 => {
             if let Some(seq) = pt.syscall_seq.take() {
