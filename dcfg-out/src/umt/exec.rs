@@ -165,18 +165,24 @@ struct Open {
     iterated: bool,
 }
 
-/// Pages touched, with a small cache of the last ones seen before the set.
-#[derive(Default)]
+/// Pages touched, with a cache of the last ones seen before the set (256 entries: with
+/// 16, gzip's hash tables missed it often enough for the set's lookups to show).
 pub struct Pages {
     pub set: rustc_hash::FxHashSet<u64>,
-    recent: [u64; 16],
+    recent: Box<[u64; 256]>,
+}
+
+impl Default for Pages {
+    fn default() -> Self {
+        Pages { set: Default::default(), recent: Box::new([0; 256]) }
+    }
 }
 
 impl Pages {
     fn add(&mut self, addr: u64, size: u32) {
         let (first, last) = (addr >> 12, addr.saturating_add(size.max(1) as u64 - 1) >> 12);
         for p in first..=last {
-            let slot = (p as usize) & 15;
+            let slot = (p as usize) & 255;
             if self.recent[slot] != p.wrapping_add(1) {
                 self.recent[slot] = p.wrapping_add(1);
                 self.set.insert(p);
