@@ -591,7 +591,11 @@ unsafe fn step_values(e: &Emit, info: &BlockInfo, s: usize) {
         avoid.insert(rep.post);
     }
     let v = reserve_avoiding(dc, e.bb, e.at, avoid);
-    let s_reg = reserve_avoiding(dc, e.bb, e.at, avoid);
+    // The second register holds a shadow or a segment base; a step with neither (every
+    // register it records was written earlier in the block) reserves none, which spares
+    // the spill and restore of a live register.
+    let segment = record.contains(Reg::FS_BASE) || record.contains(Reg::GS_BASE);
+    let s_reg = if !checked.is_empty() || segment { reserve_avoiding(dc, e.bb, e.at, avoid) } else { 0 };
     e.mov_ld(v, tls(S_VALPTR, 0, OPSZ_8));
     for r in step.used.iter() {
         if !record.contains(r) {
@@ -620,7 +624,9 @@ unsafe fn step_values(e: &Emit, info: &BlockInfo, s: usize) {
         Special::None => {}
     }
     e.mov_st(tls(S_VALPTR, 0, OPSZ_8), reg(v));
-    unreserve(dc, e.bb, e.at, s_reg);
+    if s_reg != 0 {
+        unreserve(dc, e.bb, e.at, s_reg);
+    }
     unreserve(dc, e.bb, e.at, v);
 }
 
