@@ -39,6 +39,48 @@ pub struct BlockInfo {
     expanded: bool,
     /// The entry code was emitted (before the first application instruction).
     entered: bool,
+    /// Registers no application instruction of the block touches, when the value pointer
+    /// may stay in one of them from the first step to the block's end (see [`keeps_pointer`]).
+    untouched: Option<RegSet>,
+    /// That register, once the first step has reserved it.
+    kept: reg_id_t,
+}
+
+/// Whether the value pointer can stay in a register across the block's steps, loaded
+/// once instead of at every step (it is still stored back at every step, so a fault
+/// inside the block loses nothing). Not where drreg restores every register before each
+/// application instruction (writable code), nor around clean calls (watched functions,
+/// atomics, system calls, the truth's rep-string and gather observers), which read the
+/// application's registers;
+/// only with two steps or more and a register the block leaves alone.
+///
+/// # Safety
+/// `bb` is the block of the current analysis event; exercised by tests/collector.rs hello,
+/// signals and eight_threads_with_mutexes.
+unsafe fn keeps_pointer(bb: *mut instrlist_t, plan: &BlockPlan, expanded: bool) -> Option<RegSet> {
+    if expanded || plan.steps.len() < 2 || on_writable_page(plan.addr as app_pc) {
+        return None;
+    }
+    // The truth observes rep strings and gathers with clean calls; its other observations
+    // are inline, so a truth run checks this path on every other block.
+    if opts().truth && plan.insns.iter().any(|i| i.special != Special::None) {
+        return None;
+    }
+    let clean_calls = plan.insns.iter().take(MAX_SYNC_INSNS).any(|i| i.atomic || i.flow == dep_profile::semantics::Flow::Syscall);
+    let watched = plan.insns.iter().any(|i| crate::watch::entry_at(i.pc).is_some() || crate::watch::function_holding(i.pc).is_some());
+    if (clean_calls && !opts().no_sync) || watched {
+        return None;
+    }
+    let mut touched = [false; 16];
+    let mut i = instrlist_first_app(bb);
+    while !i.is_null() {
+        for (k, t) in touched.iter_mut().enumerate() {
+            *t |= instr_uses_reg(i, (DR_REG_RAX + k as u32) as reg_id_t) != 0;
+        }
+        i = instr_get_next_app(i);
+    }
+    let free: RegSet = (0..16u8).filter(|&k| !touched[k as usize] && Reg(k) != Reg::RSP).map(Reg).collect();
+    (!free.is_empty()).then_some(free)
 }
 
 /// Whether the instruction at `pc` carries a rep prefix (an expansion dropped it).
@@ -325,6 +367,7 @@ pub unsafe extern "C" fn analysis(
     }
     let n = plan.insns.len();
     let expanded = expanded.is_some();
+    let untouched = keeps_pointer(bb, &plan, expanded);
     *ud = Box::into_raw(Box::new(BlockInfo {
         plan,
         decisions,
@@ -339,6 +382,8 @@ pub unsafe extern "C" fn analysis(
         pending_rep_end: false,
         expanded,
         entered: false,
+        untouched,
+        kept: 0,
     })) as *mut c_void;
     dr_emit_flags_t::DR_EMIT_DEFAULT
 }
@@ -442,6 +487,9 @@ pub unsafe extern "C" fn insertion(
             dr_abort();
         }
         exit_shadows(&e, &info.decisions);
+        if info.kept != 0 {
+            unreserve(dc, bb, inst, info.kept);
+        }
         drop(Box::from_raw(ud as *mut BlockInfo));
     }
     dr_emit_flags_t::DR_EMIT_DEFAULT
@@ -577,7 +625,7 @@ unsafe fn app_value(e: &Emit, r: Reg, scratch: reg_id_t) -> reg_id_t {
 /// # Safety
 /// `e` comes from the current basic-block event (see [`Emit`]); exercised by tests/collector.rs
 /// hello, eight_threads_with_mutexes and standalone::avx512_forms_encode.
-unsafe fn step_values(e: &Emit, info: &BlockInfo, s: usize) {
+unsafe fn step_values(e: &Emit, info: &mut BlockInfo, s: usize) {
     let dc = e.dc;
     let step = &info.plan.steps[s];
     let StepDecision { always, check: checked } = info.decisions.steps[s];
@@ -590,13 +638,25 @@ unsafe fn step_values(e: &Emit, info: &BlockInfo, s: usize) {
     if let Special::Rep(rep) = insn.special {
         avoid.insert(rep.post);
     }
-    let v = reserve_avoiding(dc, e.bb, e.at, avoid);
+    // The value pointer: kept in a register the block never touches from its first step
+    // on (loaded once), or reserved and loaded for this step alone.
+    let load = info.kept == 0;
+    let v = match info.untouched {
+        Some(free) if info.kept == 0 => {
+            info.kept = reserve_avoiding(dc, e.bb, e.at, (0..16u8).map(Reg).filter(|&r| !free.contains(r)).collect());
+            info.kept
+        }
+        Some(_) => info.kept,
+        None => reserve_avoiding(dc, e.bb, e.at, avoid),
+    };
     // The second register holds a shadow or a segment base; a step with neither (every
     // register it records was written earlier in the block) reserves none, which spares
     // the spill and restore of a live register.
     let segment = record.contains(Reg::FS_BASE) || record.contains(Reg::GS_BASE);
     let s_reg = if !checked.is_empty() || segment { reserve_avoiding(dc, e.bb, e.at, avoid) } else { 0 };
-    e.mov_ld(v, tls(S_VALPTR, 0, OPSZ_8));
+    if load {
+        e.mov_ld(v, tls(S_VALPTR, 0, OPSZ_8));
+    }
     for r in step.used.iter() {
         if !record.contains(r) {
             continue;
@@ -627,7 +687,9 @@ unsafe fn step_values(e: &Emit, info: &BlockInfo, s: usize) {
     if s_reg != 0 {
         unreserve(dc, e.bb, e.at, s_reg);
     }
-    unreserve(dc, e.bb, e.at, v);
+    if info.untouched.is_none() {
+        unreserve(dc, e.bb, e.at, v);
+    }
 }
 
 /// Stores a gather's or scatter's index vector, then its mask, at `[v]`, advancing `v`.
