@@ -39,9 +39,10 @@ pub struct BlockInfo {
     expanded: bool,
     /// The entry code was emitted (before the first application instruction).
     entered: bool,
-    /// Registers no application instruction of the block touches, when the value pointer
-    /// may stay in one of them from the first step to the block's end (see [`keeps_pointer`]).
-    untouched: Option<RegSet>,
+    /// The registers the block's application instructions touch, when the value pointer
+    /// may stay from the first step to the block's end in one they leave alone (see
+    /// [`keeps_pointer`]).
+    touched: Option<RegSet>,
     /// That register, once the first step has reserved it.
     kept: reg_id_t,
 }
@@ -51,13 +52,13 @@ pub struct BlockInfo {
 /// inside the block loses nothing). Not where drreg restores every register before each
 /// application instruction (writable code), nor around clean calls (watched functions,
 /// atomics, system calls, the truth's rep-string and gather observers), which read the
-/// application's registers;
-/// only with two steps or more and a register the block leaves alone.
+/// application's registers; only with two steps or more and a register the block leaves
+/// alone. `syncs`: the block has sync records, each a clean call.
 ///
 /// # Safety
 /// `bb` is the block of the current analysis event; exercised by tests/collector.rs hello,
 /// signals and eight_threads_with_mutexes.
-unsafe fn keeps_pointer(bb: *mut instrlist_t, plan: &BlockPlan, expanded: bool) -> Option<RegSet> {
+unsafe fn keeps_pointer(bb: *mut instrlist_t, plan: &BlockPlan, expanded: bool, syncs: bool) -> Option<RegSet> {
     if expanded || plan.steps.len() < 2 || on_writable_page(plan.addr as app_pc) {
         return None;
     }
@@ -66,21 +67,21 @@ unsafe fn keeps_pointer(bb: *mut instrlist_t, plan: &BlockPlan, expanded: bool) 
     if opts().truth && plan.insns.iter().any(|i| i.special != Special::None) {
         return None;
     }
-    let clean_calls = plan.insns.iter().take(MAX_SYNC_INSNS).any(|i| i.atomic || i.flow == dep_profile::semantics::Flow::Syscall);
     let watched = plan.insns.iter().any(|i| crate::watch::entry_at(i.pc).is_some() || crate::watch::function_holding(i.pc).is_some());
-    if (clean_calls && !opts().no_sync) || watched {
+    if syncs || watched {
         return None;
     }
-    let mut touched = [false; 16];
+    let mut touched = RegSet::EMPTY;
     let mut i = instrlist_first_app(bb);
     while !i.is_null() {
-        for (k, t) in touched.iter_mut().enumerate() {
-            *t |= instr_uses_reg(i, (DR_REG_RAX + k as u32) as reg_id_t) != 0;
+        for r in (0..16u8).map(Reg) {
+            if instr_uses_reg(i, dr_gpr(r)) != 0 {
+                touched.insert(r);
+            }
         }
         i = instr_get_next_app(i);
     }
-    let free: RegSet = (0..16u8).filter(|&k| !touched[k as usize] && Reg(k) != Reg::RSP).map(Reg).collect();
-    (!free.is_empty()).then_some(free)
+    (0..16u8).map(Reg).any(|r| r != Reg::RSP && !touched.contains(r)).then_some(touched)
 }
 
 /// Whether the instruction at `pc` carries a rep prefix (an expansion dropped it).
@@ -367,7 +368,7 @@ pub unsafe extern "C" fn analysis(
     }
     let n = plan.insns.len();
     let expanded = expanded.is_some();
-    let untouched = keeps_pointer(bb, &plan, expanded);
+    let touched = keeps_pointer(bb, &plan, expanded, syncs > 0);
     *ud = Box::into_raw(Box::new(BlockInfo {
         plan,
         decisions,
@@ -382,7 +383,7 @@ pub unsafe extern "C" fn analysis(
         pending_rep_end: false,
         expanded,
         entered: false,
-        untouched,
+        touched,
         kept: 0,
     })) as *mut c_void;
     dr_emit_flags_t::DR_EMIT_DEFAULT
@@ -641,9 +642,9 @@ unsafe fn step_values(e: &Emit, info: &mut BlockInfo, s: usize) {
     // The value pointer: kept in a register the block never touches from its first step
     // on (loaded once), or reserved and loaded for this step alone.
     let load = info.kept == 0;
-    let v = match info.untouched {
-        Some(free) if info.kept == 0 => {
-            info.kept = reserve_avoiding(dc, e.bb, e.at, (0..16u8).map(Reg).filter(|&r| !free.contains(r)).collect());
+    let v = match info.touched {
+        Some(touched) if info.kept == 0 => {
+            info.kept = reserve_avoiding(dc, e.bb, e.at, touched);
             info.kept
         }
         Some(_) => info.kept,
@@ -687,7 +688,7 @@ unsafe fn step_values(e: &Emit, info: &mut BlockInfo, s: usize) {
     if s_reg != 0 {
         unreserve(dc, e.bb, e.at, s_reg);
     }
-    if info.untouched.is_none() {
+    if info.touched.is_none() {
         unreserve(dc, e.bb, e.at, v);
     }
 }

@@ -144,6 +144,11 @@ impl Cells {
     fn bytes(&self) -> &[u8] {
         &self.buf[..self.len]
     }
+
+    /// Empties it for the next run, keeping the buffer.
+    fn clear(&mut self) {
+        self.len = 0;
+    }
 }
 
 impl<'a> Place<'a> {
@@ -177,8 +182,8 @@ impl<'a> Place<'a> {
             put(&self.files.offsets, 8 * eid, self.offs.bytes())?;
             put(&self.files.prev_next, 16 * eid, self.links.bytes())?;
             self.vt.clear();
-            self.offs.len = 0;
-            self.links.len = 0;
+            self.offs.clear();
+            self.links.clear();
         }
         Ok(())
     }
