@@ -6,34 +6,47 @@ Usage: find_race.py DIR [BINARY]
 dep numbers synchronisation points from one process-wide counter: before and after each
 atomic instruction and system call, at thread start and end (DIR/syncs). Every reference
 carries `order`, its thread's last point before it. The numbers order the points in time, so
-a vector clock per thread can follow them in sequence: a thread learns another's clock when
-it was created by it (DIR/threads), when it joins it (taken to be the creator, at its first
-point after the end of the thread), and through atomic instructions on one address (each
-leaves its clock there at its point before, and takes what was left there before its point
-after: two atomics whose points interleave count as ordered both ways). A reference with
-order a in thread A happens before one in thread B if B's clock at the latter's order knows
-a point of A after a. Two references from different threads to one address, at least one a
-write, neither happening before the other, race: those are reported, however this run
-happened to interleave them. Stacks need no special case: a thread touches another's stack only after reuse,
-which a join orders. An atomic's own references (between its two points) are
-synchronisation, not data, and are left out.
+a vector clock per thread can follow them in sequence. A thread learns another's clock:
+- when it was created by it (DIR/threads);
+- through the C library's synchronisation functions, as ThreadSanitizer models them
+  (DIR/calls: entries and returns of the functions dep watches): an unlock, a condition
+  signal, a semaphore post or a barrier leaves the thread's clock at the object (the first
+  argument); a lock, wait or barrier that returned, successfully where it can fail, takes
+  what was left there; a condition wait also gives its mutex up at entry and takes it back;
+  a pthread_join that returned takes the end clock of the thread whose pthread_t it was
+  given (DIR/threads' `tls`);
+- through atomic instructions on one address outside those functions (each leaves its
+  clock there at its point before, and takes what was left there before its point after:
+  two atomics whose points interleave count as ordered both ways).
+A reference in thread A happens before one in thread B if B's clock there knows a point of A
+after the former's order. Two references from different threads to one address, at least
+one a write, neither happening before the other, race: those are reported, however this run
+happened to interleave them. References inside the watched functions (but for a
+pthread_once's initialiser) are the library's own business and are left out, and so is
+the synchronisation inside them (the stack cache that pthread_create and thread exit share
+would order threads that do not synchronise); so are an atomic's own references (between
+its two points): synchronisation, not data. Stacks need no special case: a thread touches
+another's stack only after reuse, which a join orders.
 
 Not seen: synchronisation through plain loads and stores (x86 compiles acquire loads,
 release stores and relaxed atomics to plain movs, so a spinlock released by a store or a
-flag polled with a load shows up as a race), a hand-off through a futex system call alone
-(some of glibc's condition variable and rwlock paths), a join by another thread than the
-creator, and references that overlap at different addresses (only equal `addr` is compared).
-A profile recorded with --no-sync has no points: every address two threads use, one writing,
-is reported.
+flag polled with a load shows up as a race), a hand-off through a system call (a pipe, a
+futex called directly), joins not made through pthread_join (C11's thrd_join calls glibc's
+join internally, unwatched), readers under a reader lock ordered by each other (one clock per
+lock), and references that overlap at different addresses (only equal `addr` is compared). A
+profile recorded with --no-sync has no points and no calls: every address two threads use,
+one writing, is reported.
 
 Prints a header, then one line per address: the symbol covering it (from `nm BINARY`, placed
 at the binary's load address from DIR/modules.parquet), the threads, the references involved
 (reads and writes) and their pcs with counts.
 """
 
+import csv
 import os
 import subprocess
 import sys
+import tempfile
 from collections import defaultdict
 
 import duckdb
@@ -66,23 +79,140 @@ def join(clock, other):
             clock[t] = p
 
 
-def clocks(db, wanted):
-    """Each (thread, point) of `wanted`: the thread's vector clock there, {thread: point}."""
-    created = db.execute("SELECT thread, parent, spawn FROM threads WHERE parent IS NOT NULL").fetchall()
-    spawns = {c: (p, s) for c, p, s in created}
-    spawned_at = {(p, s): c for c, (p, s) in spawns.items()}
+# The watched functions' synchronisation, by the name DIR/calls gives (each function's first
+# alias): what their entry releases to, and what their return acquires from (the argument
+# numbers of the objects), and whether only a return of 0 acquires.
+RELEASE = {
+    "pthread_mutex_unlock": (0,),
+    "pthread_spin_unlock": (0,),
+    "pthread_rwlock_unlock": (0,),
+    "pthread_cond_signal": (0,),
+    "pthread_cond_broadcast": (0,),
+    "sem_post": (0,),
+    "pthread_barrier_wait": (0,),
+    "pthread_cond_wait": (1,),
+    "pthread_cond_timedwait": (1,),
+}
+ACQUIRE = {
+    "pthread_mutex_lock": ((0,), False),
+    "pthread_mutex_trylock": ((0,), True),
+    "pthread_mutex_timedlock": ((0,), True),
+    "pthread_spin_lock": ((0,), False),
+    "pthread_spin_trylock": ((0,), True),
+    "pthread_rwlock_rdlock": ((0,), False),
+    "pthread_rwlock_tryrdlock": ((0,), True),
+    "pthread_rwlock_timedrdlock": ((0,), True),
+    "pthread_rwlock_wrlock": ((0,), False),
+    "pthread_rwlock_trywrlock": ((0,), True),
+    "pthread_rwlock_timedwrlock": ((0,), True),
+    "pthread_cond_wait": ((0, 1), False),
+    "pthread_cond_timedwait": ((0, 1), False),
+    "pthread_barrier_wait": ((0,), False),
+    "sem_wait": ((0,), True),
+    "sem_trywait": ((0,), True),
+    "sem_timedwait": ((0,), True),
+    "pthread_once": ((0,), False),
+    "pthread_join": ((), True),
+}
+
+
+def calls(db):
+    """From DIR/calls: each thread's synchronisation at calls, as (thread, point before it or
+    -1, references before it, objects released, objects acquired, pthread_t joined or None),
+    in the thread's order; and the ranges of references inside watched calls, as (thread,
+    first, end)."""
+    rows = db.execute("""SELECT thread, coalesce("order"::BIGINT, -1), refs, event, func, arg0, arg1, value
+                         FROM calls ORDER BY thread, seq""").fetchall()
+    syncs, inside, depth, first = [], [], defaultdict(int), {}
+    for t, lo, refs, event, func, a0, a1, value in rows:
+        args = (a0, a1)
+        if event == "call":
+            if func in RELEASE:
+                syncs.append((t, lo, refs, [args[i] for i in RELEASE[func]], [], None))
+            if func != "pthread_once":
+                if depth[t] == 0:
+                    first[t] = refs
+                depth[t] += 1
+            continue
+        if func != "pthread_once" and depth[t] > 0:
+            depth[t] -= 1
+            if depth[t] == 0:
+                inside.append((t, first.pop(t), refs))
+        objects, may_fail = ACQUIRE.get(func, (None, False))
+        # A return without a value left through a tail call: taken to have succeeded. The
+        # value is an int: rax's upper half is garbage.
+        if objects is None or (may_fail and value is not None and value % 2**32 != 0):
+            continue
+        acquired = [args[i] for i in objects]
+        if func == "pthread_once":  # whoever ran the initialiser released it; all acquire
+            syncs.append((t, lo, refs, [], acquired, None))
+            syncs.append((t, lo, refs, acquired, [], None))
+        else:
+            syncs.append((t, lo, refs, [], acquired, a0 if func == "pthread_join" else None))
+    # A call that never returned: everything after its entry.
+    inside += [(t, f, 2**63) for t, f in first.items()]
+    return syncs, inside
+
+
+def clocks(db, syncs, wanted):
+    """Each segment (thread, point, n) of `wanted`, its references after the point and after
+    the n first of `syncs` in that span: the thread's vector clock there, {thread: point};
+    and where each segment after a call's synchronisation stands among the points, in an
+    order in which nothing happens before what came earlier (a segment after none stands at
+    its point)."""
+    threads = db.execute("SELECT thread, parent, spawn, tls FROM threads ORDER BY thread").fetchall()
+    spawned_at = {(p, s): c for c, p, s, _ in threads if p is not None}
+    by_tls = defaultdict(list)
+    for t, _, _, tls in threads:
+        if tls is not None:
+            by_tls[tls].append(t)
     releases, acquires = defaultdict(list), defaultdict(list)
     atomics = db.execute("""SELECT DISTINCT r.thread, s.lo, s.hi, r.addr FROM refs r
-                            JOIN spans s ON s.thread = r.thread AND s.lo = r."order" WHERE s.atomic""")
+                            JOIN spans s ON s.thread = r.thread AND s.lo = r."order"
+                            ASOF LEFT JOIN inside i ON i.thread = r.thread AND r.seq >= i.lo
+                            WHERE s.atomic AND (i.hi IS NULL OR r.seq >= i.hi)""")
     for t, lo, hi, a in atomics.fetchall():
         releases[(t, lo)].append(a)
         acquires[(t, hi)].append(a)
-    at_spawn, ended, at_addr, vc, out = {}, defaultdict(list), {}, {}, {}
     last = dict(db.execute("SELECT thread, max(lo) FROM spans GROUP BY thread").fetchall())
-    for t, p in db.execute("SELECT thread, lo FROM spans ORDER BY lo").fetchall():
+    # A pthread_t is reused once its thread is joined: a join takes the first not joined
+    # yet. The joins in the order of their points.
+    joined, taken = {}, set()
+    for i, (t, lo, _, _, _, tls) in sorted(enumerate(syncs), key=lambda e: e[1][1]):
+        if tls is not None:
+            j = next((j for j in by_tls.get(tls, []) if j not in taken and j != t), None)
+            joined[i] = j
+            if j is not None:
+                taken.add(j)
+    # Points, then each call's synchronisation once its thread's point before it, the
+    # joined thread's end and its thread's synchronisation before it have passed (it comes
+    # before the thread's next point, which follows all of them).
+    events = [(p, 0, t, 0, None) for t, p in db.execute("SELECT thread, lo FROM spans").fetchall()]
+    before, at = defaultdict(int), {}
+    for i, (t, lo, _, _, _, tls) in enumerate(syncs):
+        before[(t, lo)] += 1
+        n = before[(t, lo)]
+        key = max(lo, last.get(joined.get(i), -1), at.get((t, lo, n - 1), (lo,))[0])
+        at[(t, lo, n)] = (key, 1, t, n)
+        events.append((key, 1, t, n, i))
+    events.sort(key=lambda e: e[:4])
+    at_spawn, end, at_addr, vc, out = {}, {}, {}, {}, {}
+    for p, kind, t, n, i in events:
         c = vc.setdefault(t, dict(at_spawn.get(t, {})))
-        for e in ended.pop(t, []):
-            join(c, e)
+        if kind == 1:
+            _, lo, _, released, acquired, tls = syncs[i]
+            for a in released:
+                join(at_addr.setdefault(a, {}), c)
+            for a in acquired:
+                join(c, at_addr.get(a, {}))
+            if tls is not None:
+                j = joined.get(i)
+                # Not known which thread: every thread ended so far may be it.
+                for e in end.values() if j is None else [end[j]] if j in end else []:
+                    join(c, e)
+            if (t, lo, n) in wanted:
+                out[(t, lo, n)] = dict(c)
+            continue
         c[t] = p
         for a in acquires.get((t, p), []):
             join(c, at_addr.get(a, {}))
@@ -90,11 +220,21 @@ def clocks(db, wanted):
             join(at_addr.setdefault(a, {}), c)
         if (t, p) in spawned_at:
             at_spawn[spawned_at[(t, p)]] = dict(c)
-        if p == last[t] and t in spawns:
-            ended[spawns[t][0]].append(dict(c))
-        if (t, p) in wanted:
-            out[(t, p)] = dict(c)
-    return out
+        if p == last[t]:
+            end[t] = dict(c)
+        if (t, p, 0) in wanted:
+            out[(t, p, 0)] = dict(c)
+    return out, at
+
+
+def table(db, name, columns, rows):
+    """A table of `rows` with `columns` ({name: type}), through a CSV file (inserting row by
+    row is slow)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".csv") as f:
+        csv.writer(f).writerows(rows)
+        f.flush()
+        cols = ", ".join(f"'{c}': '{t}'" for c, t in columns.items())
+        db.execute(f"CREATE TABLE {name} AS SELECT * FROM read_csv('{f.name}', header = false, delim = ',', auto_detect = false, columns = {{{cols}}})")
 
 
 def main():
@@ -105,6 +245,7 @@ def main():
     db.execute("SET enable_progress_bar = false")  # it would draw on stdout
     db.execute(f"CREATE VIEW refs AS SELECT * FROM read_parquet('{d}/references/*.parquet')")
     db.execute(f"CREATE VIEW threads AS SELECT * FROM read_parquet('{d}/threads.parquet')")
+    db.execute(f"CREATE VIEW calls AS SELECT * FROM read_parquet('{d}/calls/*.parquet')")
     # Each thread's points; a point before an instruction followed by one after the same
     # instruction brackets an atomic's references.
     db.execute(f"""
@@ -114,40 +255,60 @@ def main():
                         AND lead(block) OVER w = block, false) AS atomic
         FROM read_parquet('{d}/syncs/*.parquet')
         WINDOW w AS (PARTITION BY thread ORDER BY "order")""")
-    # References but the atomics' to addresses two threads use, one writing, by span and pc
-    # (-1: before the thread's first point).
+    syncs, inside = calls(db)
+    table(db, "inside", {"thread": "UINTEGER", "lo": "UBIGINT", "hi": "UBIGINT"}, inside)
+    before, rows = defaultdict(int), []
+    for t, lo, refs, *_ in syncs:
+        before[(t, lo)] += 1
+        rows.append((t, lo, refs, before[(t, lo)]))
+    table(db, "at_calls", {"thread": "UINTEGER", "lo": "BIGINT", "refs": "UBIGINT", "n": "BIGINT"}, rows)
+    # The references to addresses two threads use, one writing, but the atomics' and those
+    # inside watched calls (the last range starting at or before them ends after them), by
+    # segment (the span, -1 before the thread's first point, and the number of the
+    # synchronisations at calls before them in the span, their last one's n) and pc.
     acc = db.execute("""
         WITH shared AS (
             SELECT addr FROM refs GROUP BY addr
-            HAVING count(DISTINCT thread) > 1 AND bool_or(kind = 'W'))
-        SELECT r.addr, coalesce(r."order"::BIGINT, -1) AS lo, r.thread, r.pc, r.kind, count(*)
-        FROM refs r JOIN shared USING (addr)
-        LEFT JOIN spans s ON s.thread = r.thread AND s.lo = r."order"
-        WHERE NOT coalesce(s.atomic, false)
+            HAVING count(DISTINCT thread) > 1 AND bool_or(kind = 'W')),
+        r AS (
+            SELECT r.addr, coalesce(r."order"::BIGINT, -1) AS lo, r.seq, r.thread, r.pc, r.kind
+            FROM refs r JOIN shared USING (addr)
+            LEFT JOIN spans s ON s.thread = r.thread AND s.lo = r."order"
+            WHERE NOT coalesce(s.atomic, false)),
+        outside AS (
+            SELECT r.* FROM r ASOF LEFT JOIN inside i ON i.thread = r.thread AND r.seq >= i.lo
+            WHERE i.hi IS NULL OR r.seq >= i.hi)
+        SELECT r.addr, r.lo, coalesce(c.n, 0) AS n, r.thread, r.pc, r.kind, count(*)
+        FROM outside r ASOF LEFT JOIN at_calls c ON c.thread = r.thread AND c.lo = r.lo AND r.seq >= c.refs
         GROUP BY ALL ORDER BY ALL""").fetchall()
-    vcs = clocks(db, {(t, lo) for (_, lo, t, _, _, _) in acc})
-    # Per address, in order of the points (an order in which nothing happens before what
-    # came earlier): each span against the last write and each thread's last read.
-    spans = defaultdict(lambda: [False, False])  # (addr, lo, thread) -> [reads, writes]
-    for addr, lo, t, _, kind, _ in acc:
-        spans[(addr, lo, t)][kind == "W"] = True
+    vcs, at = clocks(db, syncs, {(t, lo, n) for (_, lo, n, t, _, _, _) in acc})
+    # Per address, in order of the segments' places: each against the last write and each
+    # thread's last read.
+    spans = defaultdict(lambda: [False, False])  # (addr, thread, lo, n) -> [reads, writes]
+    for addr, lo, n, t, _, kind, _ in acc:
+        spans[(addr, t, lo, n)][kind == "W"] = True
+
+    def place(s):
+        addr, t, lo, n = s[0]
+        return (addr, at[(t, lo, n)] if n else (lo, 0, t, 0))
+
     racing, last_write, last_read = set(), {}, defaultdict(dict)
-    for (addr, lo, t), (reads, writes) in spans.items():
-        vc = vcs.get((t, lo), {t: lo})
+    for (addr, t, lo, n), (reads, writes) in sorted(spans.items(), key=place):
+        vc = vcs.get((t, lo, n), {t: lo})
         earlier = [last_write[addr]] if addr in last_write else []
         if writes:
-            earlier += last_read[addr].items()
-        for u, ulo in earlier:
+            earlier += last_read[addr].values()
+        for u, ulo, un in earlier:
             if u != t and vc.get(u, -2) <= ulo:
-                racing |= {(addr, lo, t), (addr, ulo, u)}
+                racing |= {(addr, t, lo, n), (addr, u, ulo, un)}
         if writes:
-            last_write[addr] = (t, lo)
+            last_write[addr] = (t, lo, n)
         if reads:
-            last_read[addr][t] = lo
+            last_read[addr][t] = (t, lo, n)
     by_addr = defaultdict(list)
-    for addr, lo, t, pc, kind, n in acc:
-        if (addr, lo, t) in racing:
-            by_addr[addr].append((t, pc, kind, n))
+    for addr, lo, n, t, pc, kind, count in acc:
+        if (addr, t, lo, n) in racing:
+            by_addr[addr].append((t, pc, kind, count))
     syms = []
     if len(sys.argv) == 3:
         modules = db.execute(f"SELECT path, base FROM read_parquet('{d}/modules.parquet') WHERE event = 'load'")

@@ -1,7 +1,9 @@
 //! `dep recover --format parquet` end to end, read back with DuckDB: the tables hold the
 //! references and blocks the text renderings list, row for row, per thread as many
-//! references as `dep stats` counts, and examples/find_race.py finds the racing counter of corpora/races.c
-//! at the address `nm` and the profile's module table give it. Needs the DynamoRIO build,
+//! references as `dep stats` counts, the calls table has the joins races.c makes, and
+//! examples/find_race.py finds the racing counter of corpora/races.c at the address `nm` and
+//! the profile's module table give it, also where the threads do not overlap, and no race of
+//! the program's in its race-free variants. Needs the DynamoRIO build,
 //! gcc and the duckdb Python package (scripts/setup.sh installs it).
 
 use std::path::{Path, PathBuf};
@@ -113,6 +115,66 @@ fn parquet_tables_match_the_recovered_trace() {
     ok(Command::new(dep()).arg("recover").arg(dir.path().join("races.dep")).args(["--format", "parquet", "-o"]).arg(&pq));
     for table in ["references", "blocks", "syncs"] {
         assert_eq!(std::fs::read_dir(pq.join(table)).unwrap().count(), 3, "{table}");
+    }
+}
+
+/// The races corpus run in `mode`, exported to DIR/races-`mode`.pq; find_race.py's report on
+/// it, line by line without the header; and ld.so's address range in the run.
+fn find_race(dir: &Path, mode: &str) -> (PathBuf, Vec<String>, std::ops::Range<u64>) {
+    let (p, out) = (dir.join(format!("races-{mode}.dep")), dir.join(format!("races-{mode}.pq")));
+    let races = corpus().join("races");
+    ok(Command::new(dep()).arg("record").arg("-o").arg(&p).arg("--").arg(&races).arg(mode));
+    ok(Command::new(dep()).arg("recover").arg(&p).args(["--format", "parquet", "-o"]).arg(&out));
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/find_race.py");
+    let o = ok(Command::new("python3").arg(script).arg(&out).arg(&races));
+    let report: Vec<String> = String::from_utf8(o.stdout).unwrap().lines().skip(1).map(str::to_string).collect();
+    let profile = dep_profile::container::Profile::open(&p).unwrap();
+    let ld = profile.modules.iter().find(|m| m.path.contains("/ld-linux")).expect("ld.so loaded");
+    (out, report, ld.base..ld.base + ld.size)
+}
+
+#[test]
+fn find_race_follows_the_pthread_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    // The first thread ends before the second starts, and nothing orders them: glibc's own
+    // synchronisation between them (its stack cache, inside pthread_create) does not count.
+    let (_, report, _) = find_race(dir.path(), "counter_serial");
+    assert!(report.iter().any(|l| l.split(' ').nth(1) == Some("counter")), "counter_serial: {report:?}");
+
+    // Race-free: whatever is reported is lazy binding's business, written by ld.so alone
+    // (a GOT slot the PLT reads, a relocation counter).
+    for mode in ["join", "counter_mutex", "flag_condvar", "rwlock", "spin"] {
+        let (out, report, ld) = find_race(dir.path(), mode);
+        for line in &report {
+            let pcs = line.split(' ').nth(5).unwrap();
+            let by_ld = pcs
+                .split(',')
+                .filter(|pc| pc.contains(":W"))
+                .all(|pc| ld.contains(&u64::from_str_radix(&pc[2..pc.find(':').unwrap()], 16).unwrap()));
+            assert!(by_ld, "{mode}: {line}");
+        }
+        if mode != "join" {
+            continue;
+        }
+        // main joins each thread it made, in creation order, by its pthread_t (what clone
+        // was given as the thread pointer); each join returns after the thread's last point.
+        let calls = format!("read_parquet('{}/calls/*.parquet')", out.display());
+        let joins = duck(&format!(
+            "SELECT printf('%x', arg0), \"order\" FROM {calls}
+             WHERE func = 'pthread_join' AND event = 'return' AND thread = 0 ORDER BY seq"
+        ));
+        let threads = duck(&format!(
+            "SELECT printf('%x', t.tls), max(s.\"order\") FROM read_parquet('{0}/threads.parquet') t
+             JOIN read_parquet('{0}/syncs/*.parquet') s USING (thread) WHERE thread > 0 GROUP BY t.thread, t.tls ORDER BY t.thread",
+            out.display()
+        ));
+        assert_eq!(joins.len(), 5, "{joins:?}");
+        assert_eq!(threads.len(), 5, "{threads:?}");
+        for (j, t) in joins.iter().zip(&threads) {
+            let (j, t): (Vec<&str>, Vec<&str>) = (j.split(' ').collect(), t.split(' ').collect());
+            assert_eq!(j[0], t[0], "joined {joins:?}, made {threads:?}");
+            assert!(j[1].parse::<u64>().unwrap() > t[1].parse::<u64>().unwrap(), "joined {joins:?}, made {threads:?}");
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! Parquet traces (`dep recover --format parquet -o DIR`), for pandas, polars, DuckDB or
 //! Spark: per thread, its memory references in `DIR/references/thread-NNNN.parquet`, its
-//! executed blocks in `DIR/blocks/thread-NNNN.parquet` and its synchronisation points in
-//! `DIR/syncs/thread-NNNN.parquet` (NNNN the thread index, from 0000), zstd-compressed, in
+//! executed blocks in `DIR/blocks/thread-NNNN.parquet`, its synchronisation points in
+//! `DIR/syncs/thread-NNNN.parquet` and its entries to and returns from watched library
+//! functions in `DIR/calls/thread-NNNN.parquet` (NNNN the thread index, from 0000), zstd-compressed, in
 //! row groups of at most [`ROW_GROUP`] rows; the thread table, who created each thread and
 //! where, in `DIR/threads.parquet`; and the module table, where each image was loaded, in
 //! `DIR/modules.parquet` (to name addresses with `nm` when images are position-independent).
@@ -13,6 +14,7 @@
 //! final when it arrives; only a block's own row waits for a record before its first
 //! instruction.
 
+use crate::program::watched::{Ended, Pending, Watched};
 use ::parquet::arrow::ArrowWriter;
 use ::parquet::basic::{Compression, Encoding, ZstdLevel};
 use ::parquet::file::properties::WriterProperties;
@@ -38,6 +40,8 @@ pub const REFERENCES: &str = "references";
 pub const BLOCKS: &str = "blocks";
 /// The subdirectory of the synchronisation points' files.
 pub const SYNCS: &str = "syncs";
+/// The subdirectory of the watched calls' files.
+pub const CALLS: &str = "calls";
 /// The module table's file.
 pub const MODULES: &str = "modules.parquet";
 /// The thread table's file.
@@ -66,6 +70,7 @@ pub struct Written {
     pub references: Vec<u64>,
     pub blocks: Vec<u64>,
     pub syncs: Vec<u64>,
+    pub calls: Vec<u64>,
 }
 
 /// Writes `rec`'s trace from `source` as Parquet tables under `dir` (created if missing;
@@ -73,7 +78,7 @@ pub struct Written {
 /// removed); `progress` sees each chunk done.
 pub fn write(rec: &Recovery, source: Source, dir: &Path, progress: &(dyn Fn(u64) + Sync)) -> Result<Written, ExportError> {
     let threads = rec.profile.threads.len();
-    for sub in [REFERENCES, BLOCKS, SYNCS] {
+    for sub in [REFERENCES, BLOCKS, SYNCS, CALLS] {
         let d = dir.join(sub);
         let err = |err| ExportError::Create { path: d.display().to_string(), err };
         std::fs::create_dir_all(&d).map_err(err)?;
@@ -86,6 +91,7 @@ pub fn write(rec: &Recovery, source: Source, dir: &Path, progress: &(dyn Fn(u64)
         references: sinks.iter().map(|s| s.refs.next).collect(),
         blocks: sinks.iter().map(|s| s.blocks.next).collect(),
         syncs: sinks.iter().map(|s| s.syncs.next).collect(),
+        calls: sinks.iter().map(|s| s.calls.next).collect(),
     })
 }
 
@@ -128,7 +134,8 @@ fn write_modules(path: &Path, modules: &[ModuleEvent]) -> Result<(), ExportError
 }
 
 /// Writes the threads in creation order: kernel id, and the creating thread with its sync
-/// point before the creating system call, where the profile says.
+/// point before the creating system call and the new thread's TLS pointer (its `pthread_t`
+/// under glibc), where the profile says.
 fn write_threads(path: &Path, threads: &[ThreadInfo]) -> Result<(), ExportError> {
     use DataType::*;
     let schema = schema(&[
@@ -136,6 +143,7 @@ fn write_threads(path: &Path, threads: &[ThreadInfo]) -> Result<(), ExportError>
         ("tid", UInt32, false),
         ("parent", UInt32, true),
         ("spawn", UInt64, true),
+        ("tls", UInt64, true),
         ("start_ns", UInt64, true),
         ("end_ns", UInt64, true),
     ]);
@@ -144,6 +152,7 @@ fn write_threads(path: &Path, threads: &[ThreadInfo]) -> Result<(), ExportError>
         Arc::new(UInt32Array::from_iter_values(threads.iter().map(|t| t.tid))),
         Arc::new(UInt32Array::from_iter(threads.iter().map(|t| t.spawn.map(|s| s.parent)))),
         Arc::new(UInt64Array::from_iter(threads.iter().map(|t| t.spawn.map(|s| s.seq)))),
+        Arc::new(UInt64Array::from_iter(threads.iter().map(|t| t.spawn.map(|s| s.tls).filter(|&p| p != 0)))),
         Arc::new(UInt64Array::from_iter(threads.iter().map(|t| t.start_ns))),
         Arc::new(UInt64Array::from_iter(threads.iter().map(|t| t.end_ns))),
     ];
@@ -201,6 +210,24 @@ fn syncs_schema() -> SchemaRef {
         ("block", UInt64, true),
         ("insn", UInt32, true),
         ("after", Boolean, false),
+    ])
+}
+
+/// The watched calls' columns.
+fn calls_schema() -> SchemaRef {
+    use DataType::*;
+    schema(&[
+        ("thread", UInt32, false),
+        ("seq", UInt64, false),
+        ("order", UInt64, true),
+        ("block", UInt64, true),
+        ("refs", UInt64, false),
+        ("event", Utf8, false),
+        ("func", Utf8, false),
+        ("arg0", UInt64, false),
+        ("arg1", UInt64, false),
+        ("caller", UInt64, false),
+        ("value", UInt64, true),
     ])
 }
 
@@ -368,11 +395,77 @@ impl SyncRows {
     }
 }
 
-/// One thread's three files.
+/// Buffered entries to and returns from watched functions, column by column.
+#[derive(Default)]
+struct CallRows {
+    /// The thread's rows before the first buffered one, then all of them.
+    next: u64,
+    order: Vec<Option<u64>>,
+    block: Vec<Option<u64>>,
+    refs: Vec<u64>,
+    /// Entry (true) or return.
+    call: Vec<bool>,
+    func: Vec<&'static str>,
+    arg0: Vec<u64>,
+    arg1: Vec<u64>,
+    caller: Vec<u64>,
+    value: Vec<Option<u64>>,
+}
+
+impl CallRows {
+    /// A row for the entry to `p` (`value` None) or its return, after `refs` references
+    /// of the thread and in its block `block`.
+    fn push(&mut self, p: &Pending, call: bool, value: Option<u64>, order: Option<u64>, block: Option<u64>, refs: u64) {
+        self.order.push(order);
+        self.block.push(block);
+        self.refs.push(refs);
+        self.call.push(call);
+        self.func.push(p.func.name());
+        self.arg0.push(p.args[0]);
+        self.arg1.push(p.args[1]);
+        self.caller.push(p.ret);
+        self.value.push(value);
+        self.next += 1;
+    }
+
+    fn batch(&self, thread: u32) -> Result<RecordBatch, arrow_schema::ArrowError> {
+        let n = self.order.len();
+        let first = self.next - n as u64;
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(UInt32Array::from(vec![thread; n])),
+            Arc::new(UInt64Array::from_iter_values(first..first + n as u64)),
+            Arc::new(UInt64Array::from(self.order.clone())),
+            Arc::new(UInt64Array::from(self.block.clone())),
+            Arc::new(UInt64Array::from(self.refs.clone())),
+            Arc::new(StringArray::from_iter_values(self.call.iter().map(|&c| if c { "call" } else { "return" }))),
+            Arc::new(StringArray::from(self.func.clone())),
+            Arc::new(UInt64Array::from(self.arg0.clone())),
+            Arc::new(UInt64Array::from(self.arg1.clone())),
+            Arc::new(UInt64Array::from(self.caller.clone())),
+            Arc::new(UInt64Array::from(self.value.clone())),
+        ];
+        RecordBatch::try_new(calls_schema(), columns)
+    }
+
+    fn clear(&mut self) {
+        self.order.clear();
+        self.block.clear();
+        self.refs.clear();
+        self.call.clear();
+        self.func.clear();
+        self.arg0.clear();
+        self.arg1.clear();
+        self.caller.clear();
+        self.value.clear();
+    }
+}
+
+/// One thread's four files.
 struct Files {
     refs: Table,
     blocks: Table,
     syncs: Table,
+    calls: Table,
 }
 
 impl Files {
@@ -381,13 +474,15 @@ impl Files {
             refs: Table::create(thread_file(&dir.join(REFERENCES), thread), references_schema(), &["seq", "block"])?,
             blocks: Table::create(thread_file(&dir.join(BLOCKS), thread), blocks_schema(), &["seq"])?,
             syncs: Table::create(thread_file(&dir.join(SYNCS), thread), syncs_schema(), &["order"])?,
+            calls: Table::create(thread_file(&dir.join(CALLS), thread), calls_schema(), &["seq"])?,
         })
     }
 
     fn close(self) -> Result<(), ExportError> {
         self.refs.close()?;
         self.blocks.close()?;
-        self.syncs.close()
+        self.syncs.close()?;
+        self.calls.close()
     }
 }
 
@@ -402,6 +497,9 @@ struct ThreadWriter {
     refs: RefRows,
     blocks: BlockRows,
     syncs: SyncRows,
+    calls: CallRows,
+    /// The watched calls under way.
+    watched: Watched,
     /// The last sync point's number.
     order: Option<u64>,
 }
@@ -416,6 +514,8 @@ impl ThreadWriter {
             refs: RefRows::default(),
             blocks: BlockRows::default(),
             syncs: SyncRows::default(),
+            calls: CallRows::default(),
+            watched: Watched::default(),
             order: None,
         }
     }
@@ -443,6 +543,24 @@ impl ThreadWriter {
         let batch = self.syncs.batch(self.thread);
         self.files()?.syncs.write(batch)?;
         self.syncs.clear();
+        Ok(())
+    }
+
+    fn flush_calls(&mut self) -> Result<(), ExportError> {
+        let batch = self.calls.batch(self.thread);
+        self.files()?.calls.write(batch)?;
+        self.calls.clear();
+        Ok(())
+    }
+
+    /// Rows for the entries to (`call`) or returns from `ended`'s calls, here.
+    fn call_rows(&mut self, ended: &[Ended], call: bool) -> Result<(), ExportError> {
+        for e in ended {
+            if self.calls.order.len() >= self.batch {
+                self.flush_calls()?;
+            }
+            self.calls.push(&e.call, call, e.value, self.order, self.blocks.next.checked_sub(1), self.refs.next);
+        }
         Ok(())
     }
 
@@ -480,6 +598,10 @@ impl Sink for ThreadWriter {
         self.blocks.id.push(b.id);
         self.blocks.instructions.push(b.executed);
         self.blocks.next += 1;
+        if !self.watched.pending().is_empty() {
+            let ended = self.watched.block(b.addr);
+            self.call_rows(&ended, false)?;
+        }
         Ok(true)
     }
 
@@ -495,6 +617,18 @@ impl Sink for ThreadWriter {
     }
 
     fn marker(&mut self, _: u32, m: Marker) -> Result<bool, Self::Error> {
+        match m {
+            Marker::Call { func, args, ret } => {
+                if let Some(p) = self.watched.call(func, args, ret) {
+                    self.call_rows(&[Ended { call: p, value: None }], true)?;
+                }
+            }
+            Marker::Return { func, value } => {
+                let ended = self.watched.ret(func, value);
+                self.call_rows(&ended, false)?;
+            }
+            _ => {}
+        }
         if let Marker::Sync { seq, insn, after } = m {
             match insn {
                 Some(k) => self.sync_in_block(seq, k.saturating_add(after as u16)),
@@ -519,6 +653,7 @@ impl Sink for ThreadWriter {
         self.flush_refs(self.refs.pc.len())?;
         self.flush_blocks()?;
         self.flush_syncs()?;
+        self.flush_calls()?;
         self.files.take().expect("checked").close()
     }
 }
@@ -529,13 +664,14 @@ mod tests {
     use ::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     use arrow_array::cast::AsArray;
     use arrow_array::types::{UInt32Type, UInt64Type};
+    use dep_profile::calls::Func;
     use dep_profile::semantics::{Machine, Semantics};
     use dep_profile::BlockPlan;
 
     /// Thread 2's writer into `dir`, writing every `batch` rows. (`begin` needs a profile:
     /// the files are opened directly.)
     fn writer(dir: &Path, batch: usize) -> ThreadWriter {
-        for sub in [REFERENCES, BLOCKS, SYNCS] {
+        for sub in [REFERENCES, BLOCKS, SYNCS, CALLS] {
             std::fs::create_dir_all(dir.join(sub)).unwrap();
         }
         let mut w = ThreadWriter::new(dir, 2, batch);
@@ -555,6 +691,13 @@ mod tests {
 
     fn u32s(batches: &[RecordBatch], col: &str) -> Vec<Option<u32>> {
         batches.iter().flat_map(|b| b.column_by_name(col).unwrap().as_primitive::<UInt32Type>().iter().collect::<Vec<_>>()).collect()
+    }
+
+    fn strings(batches: &[RecordBatch], col: &str) -> Vec<Option<String>> {
+        batches
+            .iter()
+            .flat_map(|b| b.column_by_name(col).unwrap().as_string::<i32>().iter().map(|s| s.map(String::from)).collect::<Vec<_>>())
+            .collect()
     }
 
     fn mem(pc: u64, insn: u16, access: Access) -> MemEvent {
@@ -587,12 +730,22 @@ mod tests {
         w.marker(2, sync(12, None, false)).unwrap();
         w.block(&planless).unwrap();
         w.marker(2, sync(13, Some(0), false)).unwrap();
+        // Block 2 is pthread_join's entry, called to return to 0x400000: block 3 (a tail
+        // call out of the function left no return record). A number this build does not
+        // know, and a jump back to the entry, start no call.
+        w.marker(2, Marker::Call { func: Func::Join as u16, args: [0x7700, 0], ret: 0x400000 }).unwrap();
+        w.marker(2, Marker::Call { func: 999, args: [1, 2], ret: 3 }).unwrap();
+        w.marker(2, Marker::Call { func: Func::Join as u16, args: [0x7700, 0], ret: 0x400000 }).unwrap();
         w.refs(&planless, &[mem(7, 0, Access::Write)]).unwrap();
         // Block 3: ten references, written in batches as they come.
         w.block(&planless).unwrap();
         for pc in 8..18 {
             w.refs(&planless, &[mem(pc, 2, Access::Read)]).unwrap();
         }
+        // malloc(16), its return recorded; a return record of no call under way.
+        w.marker(2, Marker::Call { func: Func::Malloc as u16, args: [16, 9], ret: 0x401234 }).unwrap();
+        w.marker(2, Marker::Return { func: Func::Malloc as u16, value: 0x5000 }).unwrap();
+        w.marker(2, Marker::Return { func: Func::Free as u16, value: 0 }).unwrap();
         w.marker(2, Marker::ThreadEnd).unwrap();
         w.finish().unwrap();
 
@@ -626,6 +779,19 @@ mod tests {
         assert_eq!(u64s(&syncs, "order"), vec![Some(10), Some(11), Some(12), Some(13)]);
         assert_eq!(u64s(&syncs, "block"), vec![Some(1), Some(1), Some(1), Some(2)]);
         assert_eq!(u32s(&syncs, "insn"), vec![Some(1), Some(1), None, Some(0)]);
+
+        let calls = read(dir.path(), CALLS);
+        assert_eq!(u64s(&calls, "seq"), (0..4).map(Some).collect::<Vec<_>>());
+        assert_eq!(u64s(&calls, "order"), vec![Some(13); 4]);
+        assert_eq!(u64s(&calls, "block"), vec![Some(2), Some(3), Some(3), Some(3)]);
+        assert_eq!(u64s(&calls, "refs"), vec![Some(6), Some(7), Some(17), Some(17)]);
+        let s = |v: &[&str]| v.iter().map(|s| Some(s.to_string())).collect::<Vec<_>>();
+        assert_eq!(strings(&calls, "event"), s(&["call", "return", "call", "return"]));
+        assert_eq!(strings(&calls, "func"), s(&["pthread_join", "pthread_join", "malloc", "malloc"]));
+        assert_eq!(u64s(&calls, "arg0"), vec![Some(0x7700), Some(0x7700), Some(16), Some(16)]);
+        assert_eq!(u64s(&calls, "arg1"), vec![Some(0), Some(0), Some(9), Some(9)]);
+        assert_eq!(u64s(&calls, "caller"), vec![Some(0x400000), Some(0x400000), Some(0x401234), Some(0x401234)]);
+        assert_eq!(u64s(&calls, "value"), vec![None, None, None, Some(0x5000)]);
     }
 
     /// A block whose rep string runs long before its atomic: its references are written as

@@ -16,6 +16,7 @@ use super::clock::Clocks;
 use super::feed::{Class, Ev};
 use super::shadow::{access_end, granules, At, Shadow, Slot, SLOTS};
 use crate::program::calls::{CallStack, Step, Transition, NO_RETURN};
+use crate::program::watched::{Pending, Watched};
 use dep_profile::calls::{Func, LockOp};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -89,18 +90,12 @@ pub struct Stats {
     pub calls: u64,
 }
 
-struct Pending {
-    func: Func,
-    args: [u64; 2],
-    ret: u64,
-}
-
 struct Thread {
     clock: Clocks,
     started: bool,
     held: Vec<(u64, bool)>,
     locks: u32,
-    calls: Vec<Pending>,
+    calls: Watched,
     /// The program's call stack, as far as seen: each frame with whether it returns into
     /// the C runtime's code.
     frames: CallStack<bool>,
@@ -169,7 +164,7 @@ impl<'a> Engine<'a> {
                     started: false,
                     held: Vec::new(),
                     locks: 0,
-                    calls: Vec::new(),
+                    calls: Watched::default(),
                     frames: CallStack::with_limit(MAX_FRAMES),
                     stack: (u64::MAX, 0),
                     ended: false,
@@ -422,47 +417,30 @@ impl<'a> Engine<'a> {
     }
 
     fn block(&mut self, t: usize, addr: u64) {
-        let th = &mut self.threads[t];
-        if !th.calls.is_empty() {
-            if let Some(i) = th.calls.iter().rposition(|p| p.ret == addr) {
-                // Returned without a return record (a tail call out of the symbol).
-                let done: Vec<Pending> = th.calls.drain(i..).collect();
-                for p in done.into_iter().rev() {
-                    self.complete(t, p, None);
-                }
-            }
+        for e in self.threads[t].calls.block(addr) {
+            self.complete(t, e.call, e.value);
         }
     }
 
     fn call(&mut self, t: usize, func: u16, args: [u64; 2], ret: u64) {
-        let Some(f) = Func::from_u16(func) else { return };
-        // A jump back to the entry (a spin loop) within the call under way.
-        if self.threads[t].calls.last().is_some_and(|p| p.func == f && p.ret == ret && p.args == args) {
-            return;
-        }
+        let Some(p) = self.threads[t].calls.call(func, args, ret) else { return };
         self.stats.calls += 1;
-        match f.lock_op() {
+        match p.func.lock_op() {
             Some(LockOp::Release) => self.unlock(t, args[0]),
             Some(LockOp::Wait) => self.unlock(t, args[1]),
             _ => {}
         }
-        match f {
+        match p.func {
             Func::CondSignal | Func::CondBroadcast | Func::SemPost | Func::BarrierWait => self.release(t, args[0]),
             Func::Free => self.free(args[0]),
             _ => {}
         }
-        self.threads[t].calls.push(Pending { func: f, args, ret });
     }
 
     fn ret(&mut self, t: usize, func: u16, value: u64) {
-        let calls = &mut self.threads[t].calls;
-        let Some(i) = calls.iter().rposition(|p| p.func as u16 == func) else { return };
-        let mut done: Vec<Pending> = calls.drain(i..).collect();
-        let this = done.remove(0);
-        for p in done.into_iter().rev() {
-            self.complete(t, p, None);
+        for e in self.threads[t].calls.ret(func, value) {
+            self.complete(t, e.call, e.value);
         }
-        self.complete(t, this, Some(value));
     }
 
     /// A watched call returned, with `value` if the return was recorded.
@@ -559,7 +537,7 @@ impl<'a> Engine<'a> {
         // The runtime's code called by the runtime: its own internals, ordered by its own
         // locks (which make no happens-before here).
         let internal = class == Class::Runtime && caller_runtime;
-        let in_library = th.calls.iter().any(|p| !p.func.runs_program_code());
+        let in_library = th.calls.pending().iter().any(|p| !p.func.runs_program_code());
         if matches!(class, Class::Tls | Class::Atomic | Class::Linker) || internal || in_library || size == 0 {
             self.stats.skipped += 1;
             return;
