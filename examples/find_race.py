@@ -118,17 +118,22 @@ ACQUIRE = {
 
 def calls(db):
     """From DIR/calls: each thread's synchronisation at calls, as (thread, point before it or
-    -1, references before it, objects released, objects acquired, pthread_t joined or None),
-    in the thread's order; and the ranges of references inside watched calls, as (thread,
-    first, end)."""
+    -1, references before it, its number in the span from 1, objects released, objects
+    acquired, pthread_t joined or None), in the thread's order; and the ranges of references
+    inside watched calls, as (thread, first, end)."""
     rows = db.execute("""SELECT thread, coalesce("order"::BIGINT, -1), refs, event, func, arg0, arg1, value
                          FROM calls ORDER BY thread, seq""").fetchall()
-    syncs, inside, depth, first = [], [], defaultdict(int), {}
+    syncs, inside, depth, first, before = [], [], defaultdict(int), {}, defaultdict(int)
+
+    def sync(t, lo, refs, released, acquired, tls):
+        before[(t, lo)] += 1
+        syncs.append((t, lo, refs, before[(t, lo)], released, acquired, tls))
+
     for t, lo, refs, event, func, a0, a1, value in rows:
         args = (a0, a1)
         if event == "call":
             if func in RELEASE:
-                syncs.append((t, lo, refs, [args[i] for i in RELEASE[func]], [], None))
+                sync(t, lo, refs, [args[i] for i in RELEASE[func]], [], None)
             if func != "pthread_once":
                 if depth[t] == 0:
                     first[t] = refs
@@ -145,10 +150,10 @@ def calls(db):
             continue
         acquired = [args[i] for i in objects]
         if func == "pthread_once":  # whoever ran the initialiser released it; all acquire
-            syncs.append((t, lo, refs, [], acquired, None))
-            syncs.append((t, lo, refs, acquired, [], None))
+            sync(t, lo, refs, [], acquired, None)
+            sync(t, lo, refs, acquired, [], None)
         else:
-            syncs.append((t, lo, refs, [], acquired, a0 if func == "pthread_join" else None))
+            sync(t, lo, refs, [], acquired, a0 if func == "pthread_join" else None)
     # A call that never returned: everything after its entry.
     inside += [(t, f, 2**63) for t, f in first.items()]
     return syncs, inside
@@ -178,7 +183,7 @@ def clocks(db, syncs, wanted):
     # A pthread_t is reused once its thread is joined: a join takes the first not joined
     # yet. The joins in the order of their points.
     joined, taken = {}, set()
-    for i, (t, lo, _, _, _, tls) in sorted(enumerate(syncs), key=lambda e: e[1][1]):
+    for i, (t, lo, _, _, _, _, tls) in sorted(enumerate(syncs), key=lambda e: e[1][1]):
         if tls is not None:
             j = next((j for j in by_tls.get(tls, []) if j not in taken and j != t), None)
             joined[i] = j
@@ -188,10 +193,8 @@ def clocks(db, syncs, wanted):
     # joined thread's end and its thread's synchronisation before it have passed (it comes
     # before the thread's next point, which follows all of them).
     events = [(p, 0, t, 0, None) for t, p in db.execute("SELECT thread, lo FROM spans").fetchall()]
-    before, at = defaultdict(int), {}
-    for i, (t, lo, _, _, _, tls) in enumerate(syncs):
-        before[(t, lo)] += 1
-        n = before[(t, lo)]
+    at = {}
+    for i, (t, lo, _, n, _, _, _) in enumerate(syncs):
         key = max(lo, last.get(joined.get(i), -1), at.get((t, lo, n - 1), (lo,))[0])
         at[(t, lo, n)] = (key, 1, t, n)
         events.append((key, 1, t, n, i))
@@ -200,7 +203,7 @@ def clocks(db, syncs, wanted):
     for p, kind, t, n, i in events:
         c = vc.setdefault(t, dict(at_spawn.get(t, {})))
         if kind == 1:
-            _, lo, _, released, acquired, tls = syncs[i]
+            _, lo, _, _, released, acquired, tls = syncs[i]
             for a in released:
                 join(at_addr.setdefault(a, {}), c)
             for a in acquired:
@@ -257,11 +260,7 @@ def main():
         WINDOW w AS (PARTITION BY thread ORDER BY "order")""")
     syncs, inside = calls(db)
     table(db, "inside", {"thread": "UINTEGER", "lo": "UBIGINT", "hi": "UBIGINT"}, inside)
-    before, rows = defaultdict(int), []
-    for t, lo, refs, *_ in syncs:
-        before[(t, lo)] += 1
-        rows.append((t, lo, refs, before[(t, lo)]))
-    table(db, "at_calls", {"thread": "UINTEGER", "lo": "BIGINT", "refs": "UBIGINT", "n": "BIGINT"}, rows)
+    table(db, "at_calls", {"thread": "UINTEGER", "lo": "BIGINT", "refs": "UBIGINT", "n": "BIGINT"}, [s[:4] for s in syncs])
     # The references to addresses two threads use, one writing, but the atomics' and those
     # inside watched calls (the last range starting at or before them ends after them), by
     # segment (the span, -1 before the thread's first point, and the number of the

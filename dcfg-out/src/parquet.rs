@@ -598,10 +598,8 @@ impl Sink for ThreadWriter {
         self.blocks.id.push(b.id);
         self.blocks.instructions.push(b.executed);
         self.blocks.next += 1;
-        if !self.watched.pending().is_empty() {
-            let ended = self.watched.block(b.addr);
-            self.call_rows(&ended, false)?;
-        }
+        let ended = self.watched.block(b.addr);
+        self.call_rows(&ended, false)?;
         Ok(true)
     }
 
@@ -627,21 +625,21 @@ impl Sink for ThreadWriter {
                 let ended = self.watched.ret(func, value);
                 self.call_rows(&ended, false)?;
             }
+            Marker::Sync { seq, insn, after } => {
+                match insn {
+                    Some(k) => self.sync_in_block(seq, k.saturating_add(after as u16)),
+                    None => self.order = Some(seq),
+                }
+                if self.syncs.order.len() >= self.batch {
+                    self.flush_syncs()?;
+                }
+                self.syncs.order.push(seq);
+                self.syncs.block.push(self.blocks.next.checked_sub(1));
+                self.syncs.insn.push(insn.map(u32::from));
+                self.syncs.after.push(after);
+                self.syncs.next += 1;
+            }
             _ => {}
-        }
-        if let Marker::Sync { seq, insn, after } = m {
-            match insn {
-                Some(k) => self.sync_in_block(seq, k.saturating_add(after as u16)),
-                None => self.order = Some(seq),
-            }
-            if self.syncs.order.len() >= self.batch {
-                self.flush_syncs()?;
-            }
-            self.syncs.order.push(seq);
-            self.syncs.block.push(self.blocks.next.checked_sub(1));
-            self.syncs.insn.push(insn.map(u32::from));
-            self.syncs.after.push(after);
-            self.syncs.next += 1;
         }
         Ok(true)
     }
