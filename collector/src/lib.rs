@@ -4,6 +4,7 @@
 pub mod launch;
 pub mod receive;
 pub mod sink;
+pub mod slab;
 pub mod wire;
 
 pub use launch::{record, Compression, Install, RecordOptions, RecordOutcome};

@@ -1,11 +1,14 @@
 //! Receives what client processes send and writes one profile per process image.
 //!
-//! Chunks arrive uncompressed; a pool of threads compresses them while the connection's
-//! reader goes on, and a bounded queue makes a client wait (rather than lose data) when
-//! compression falls behind.
+//! Chunks arrive uncompressed, in slots of memory shared with the client thread that filled
+//! them ([`crate::slab`]) or, where a thread has none, in the frame itself; a pool of
+//! threads compresses them while the connection's reader goes on. A client waits (rather
+//! than lose data) when compression falls behind: for a slot the pool has not given back,
+//! or on the bounded queue.
 
 use crate::launch::Compression;
 use crate::sink::{ProfileSink, SinkError};
+use crate::slab::{Conn, Slab, SlabError};
 use crate::wire::{self, ChunkHeader};
 use dep_profile::container::{ChunkData, ChunkEncoder, Metadata, RecordKind};
 use dep_profile::Width;
@@ -36,6 +39,10 @@ pub enum ReceiveError {
     PoolStopped,
     #[error("unknown frame kind {0} from the client")]
     UnknownFrame(u32),
+    #[error(transparent)]
+    Slab(#[from] SlabError),
+    #[error("a slab chunk frame from thread {0}, which has no slab, or names no slot of it")]
+    SlabChunk(u32),
     /// The process's profile file could not be started.
     #[error(transparent)]
     Profile(#[from] SinkError),
@@ -56,14 +63,23 @@ pub struct ConnResult {
     pub complete: bool,
 }
 
-/// A compression job: the chunk's raw frame payload and where to send the encoded record.
+/// A compression job: the chunk and where to send the encoded record.
 struct Job {
     thread: u32,
     width: Width,
     /// DEP_m packed only.
     fast: bool,
-    payload: Vec<u8>,
+    chunk: Chunk,
     done: crossbeam::channel::Sender<std::io::Result<Vec<u8>>>,
+}
+
+/// Where a chunk's bytes are.
+enum Chunk {
+    /// A chunk frame's payload: its header, then the streams.
+    Frame(Vec<u8>),
+    /// A slot of a thread's slab, given back once encoded; `ahead`: truth records sent
+    /// before it, which go in front of the slot's own.
+    Slot { slab: Arc<Slab>, slot: u32, header: ChunkHeader, ahead: Option<Vec<u8>> },
 }
 
 /// Where a chunk's compressed record comes back from the pool.
@@ -113,11 +129,16 @@ impl Receiver {
                 let mut enc = ChunkEncoder::new(level);
                 for job in rx {
                     let r = match &mut enc {
-                        Ok(enc) => encode_chunk(enc, job.thread, job.width, job.fast, &job.payload),
+                        Ok(enc) => encode_chunk(enc, job.thread, job.width, job.fast, &job.chunk),
                         Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
                     };
                     let _ = job.done.send(r);
-                    let _ = spare.try_send(job.payload);
+                    match job.chunk {
+                        Chunk::Frame(payload) => {
+                            let _ = spare.try_send(payload);
+                        }
+                        Chunk::Slot { slab, slot, .. } => slab.release(slot),
+                    }
                 }
             });
         }
@@ -181,14 +202,21 @@ impl Receiver {
         }
     }
 
-    fn handle(&self, mut s: UnixStream) {
+    fn handle(&self, s: UnixStream) {
         let mut res = ConnResult::default();
         let mut writer = None;
-        let r = self.read_conn(&mut s, &mut res, &mut writer);
+        let mut conn = Conn::new(s);
+        let mut slabs = std::collections::HashMap::new();
+        let r = self.read_conn(&mut conn, &mut slabs, &mut res, &mut writer);
+        // Whatever ended the stream, no thread waits any more for a slot.
+        for slab in slabs.values() {
+            slab.close();
+        }
         if let Err(e) = r {
             res.errors.push(e.to_string());
-            // The program goes on sending: reading on keeps its writes from failing.
-            drain(&mut s);
+            // The program goes on; its sends now fail at once (it ignores that), and its
+            // threads stop waiting for slots, whose frames would never be read.
+            let _ = conn.stream.shutdown(std::net::Shutdown::Both);
         } else {
             res.complete = true;
         }
@@ -207,7 +235,13 @@ impl Receiver {
         results.push(res);
     }
 
-    fn read_conn(&self, s: &mut UnixStream, res: &mut ConnResult, writer: &mut Option<Writer>) -> Result<(), ReceiveError> {
+    fn read_conn(
+        &self,
+        s: &mut Conn,
+        slabs: &mut std::collections::HashMap<u32, Arc<Slab>>,
+        res: &mut ConnResult,
+        writer: &mut Option<Writer>,
+    ) -> Result<(), ReceiveError> {
         let mut hdr = [0u8; wire::FRAME_HEADER];
         // Truth sent ahead of its chunk, per thread.
         let mut truth_ahead: std::collections::HashMap<u32, Vec<u8>> = std::collections::HashMap::new();
@@ -274,20 +308,24 @@ impl Receiver {
                         Some(ahead) => prepend_truth(&payload, &ahead).ok_or(ReceiveError::Chunk)?,
                         None => payload,
                     };
-                    if let Some(w) = writer {
-                        let (done, r) = crossbeam::channel::bounded(1);
-                        // Behind: as many chunks wait as there are threads to compress them.
-                        let fast = match self.compression {
-                            Compression::Small => false,
-                            Compression::Fast => true,
-                            Compression::Auto => self.jobs.len() >= self.workers,
-                        };
-                        self.jobs.send(Job { thread, width: w.width, fast, payload, done }).map_err(|_| ReceiveError::PoolStopped)?;
-                        // Chunks are written in the order they came, so that a thread's
-                        // chunks in any prefix of the file are consecutive (a full disk
-                        // cuts the file anywhere).
-                        let _ = w.items.send(Item::Chunk(r));
+                    self.compress(writer, thread, Chunk::Frame(payload))?;
+                }
+                wire::SLAB => {
+                    let fd = s.take_fd().ok_or(SlabError::NoDescriptor)?;
+                    // A thread sends one; a second replaces the first (whose jobs keep it).
+                    slabs.insert(thread, Arc::new(Slab::map(fd, &payload)?));
+                }
+                wire::SLAB_CHUNK => {
+                    let slab = slabs.get(&thread).ok_or(ReceiveError::SlabChunk(thread))?;
+                    let (slot, header) = wire::parse_slab_chunk(&payload, slab.layout()).ok_or(ReceiveError::SlabChunk(thread))?;
+                    let ahead = truth_ahead.remove(&thread);
+                    if ahead
+                        .as_ref()
+                        .is_some_and(|a| a.len() as u64 + header.truth_len > dep_profile::container::Section::Truth.max_raw_len())
+                    {
+                        return Err(ReceiveError::Chunk);
                     }
+                    self.compress(writer, thread, Chunk::Slot { slab: slab.clone(), slot, header, ahead })?;
                 }
                 wire::COUNTS if payload.len() == 32 => {
                     for (i, c) in res.counts.iter_mut().enumerate() {
@@ -299,6 +337,29 @@ impl Receiver {
                 other => return Err(ReceiveError::UnknownFrame(other)),
             }
         }
+        Ok(())
+    }
+
+    /// Hands `chunk` to the compression pool, its record to go into the profile in arrival
+    /// order; without a profile (no hello yet) it is dropped, its slot given back.
+    fn compress(&self, writer: &Option<Writer>, thread: u32, chunk: Chunk) -> Result<(), ReceiveError> {
+        let Some(w) = writer else {
+            if let Chunk::Slot { slab, slot, .. } = chunk {
+                slab.release(slot);
+            }
+            return Ok(());
+        };
+        let (done, r) = crossbeam::channel::bounded(1);
+        // Behind: as many chunks wait as there are threads to compress them.
+        let fast = match self.compression {
+            Compression::Small => false,
+            Compression::Fast => true,
+            Compression::Auto => self.jobs.len() >= self.workers,
+        };
+        self.jobs.send(Job { thread, width: w.width, fast, chunk, done }).map_err(|_| ReceiveError::PoolStopped)?;
+        // Chunks are written in the order they came, so that a thread's chunks in any
+        // prefix of the file are consecutive (a full disk cuts the file anywhere).
+        let _ = w.items.send(Item::Chunk(r));
         Ok(())
     }
 
@@ -357,16 +418,6 @@ impl Writer {
     }
 }
 
-/// Reads and drops the rest of a stream.
-fn drain(s: &mut UnixStream) {
-    let mut buf = vec![0u8; 1 << 16];
-    while let Ok(n) = s.read(&mut buf) {
-        if n == 0 {
-            break;
-        }
-    }
-}
-
 /// Puts truth records sent ahead in front of a chunk frame's own truth.
 fn prepend_truth(payload: &[u8], ahead: &[u8]) -> Option<Vec<u8>> {
     let mut h = ChunkHeader::decode(payload)?;
@@ -381,16 +432,43 @@ fn prepend_truth(payload: &[u8], ahead: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-fn encode_chunk(enc: &mut ChunkEncoder, thread: u32, width: Width, fast: bool, payload: &[u8]) -> std::io::Result<Vec<u8>> {
-    let h = ChunkHeader::decode(payload).ok_or_else(|| std::io::Error::other("malformed chunk frame"))?;
-    let body = &payload[wire::CHUNK_HEADER..];
-    let (tags, rest) = body.split_at(h.tags_len as usize);
-    let (values, truth) = rest.split_at(h.values_len as usize);
-    enc.encode(&ChunkData { thread, seq: h.seq, hi: h.hi, status: h.status, last: h.last, regs: h.regs, tags, values, truth }, width, fast)
+fn encode_chunk(enc: &mut ChunkEncoder, thread: u32, width: Width, fast: bool, chunk: &Chunk) -> std::io::Result<Vec<u8>> {
+    let encode = |enc: &mut ChunkEncoder, h: &ChunkHeader, tags, values, truth| {
+        enc.encode(
+            &ChunkData { thread, seq: h.seq, hi: h.hi, status: h.status, last: h.last, regs: h.regs, tags, values, truth },
+            width,
+            fast,
+        )
+    };
+    match chunk {
+        Chunk::Frame(payload) => {
+            let h = ChunkHeader::decode(payload).ok_or_else(|| std::io::Error::other("malformed chunk frame"))?;
+            let body = &payload[wire::CHUNK_HEADER..];
+            let (tags, rest) = body.split_at(h.tags_len as usize);
+            let (values, truth) = rest.split_at(h.values_len as usize);
+            encode(enc, &h, tags, values, truth)
+        }
+        Chunk::Slot { slab, slot, header: h, ahead } => {
+            let l = *slab.layout();
+            // SAFETY: the slot was handed over with this chunk and is released by the pool
+            // only after the encoding; the lengths were checked against the layout.
+            let (tags, values, truth) = unsafe {
+                (
+                    slab.region(*slot, 0, h.tags_len),
+                    slab.region(*slot, l.tags, h.values_len),
+                    slab.region(*slot, l.tags + l.values, h.truth_len),
+                )
+            };
+            match ahead {
+                Some(a) => encode(enc, h, tags, values, &[a.as_slice(), truth].concat()),
+                None => encode(enc, h, tags, values, truth),
+            }
+        }
+    }
 }
 
 /// Reads exactly `buf.len()` bytes; `false` at a clean end of stream before the first byte.
-fn read_full(s: &mut UnixStream, buf: &mut [u8]) -> Result<bool, ReceiveError> {
+fn read_full(s: &mut impl Read, buf: &mut [u8]) -> Result<bool, ReceiveError> {
     let mut got = 0;
     while got < buf.len() {
         match s.read(&mut buf[got..]) {
@@ -432,11 +510,8 @@ mod tests {
         assert!(matches!(read_full(&mut b, &mut [0u8; 8]), Err(ReceiveError::Truncated)));
     }
 
-    /// A profile that cannot be created is named with its path and the OS's reason.
-    #[test]
-    fn an_uncreatable_profile_is_named() {
-        let path = std::env::temp_dir().join(format!("dep-no-such-dir-{}", std::process::id())).join("p.dep");
-        let meta = Metadata {
+    fn meta() -> Metadata {
+        Metadata {
             format_version: dep_profile::container::VERSION,
             width: 64,
             command: vec!["t".into()],
@@ -447,8 +522,95 @@ mod tests {
             truth: false,
             tool: "test".into(),
             parent: None,
+        }
+    }
+
+    /// A first chunk's header with these stream lengths (no truth).
+    fn header(last: bool, tags_len: u64, values_len: u64) -> ChunkHeader {
+        ChunkHeader { seq: 0, last, hi: 0, status: 0, regs: [0; dep_profile::NUM_REGS], tags_len, values_len, truth_len: 0 }
+    }
+
+    fn frame(kind: u32, thread: u32, payload: &[u8]) -> Vec<u8> {
+        let mut f = wire::frame_header(kind, thread, payload.len() as u64).to_vec();
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// A chunk left in a slab's slot reaches the profile with the bytes the client wrote
+    /// there, the slot comes back free once encoded, and the slab is closed when the
+    /// stream ends.
+    #[test]
+    fn slab_chunks_reach_the_profile_and_free_their_slots() {
+        use std::os::fd::AsRawFd;
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("s.dep");
+        let rx = Receiver::new(&base, false, 1, Compression::Small, 1);
+        let (mut client, server) = UnixStream::pair().unwrap();
+        let l = wire::SlabLayout { slots: 2, tags: 4096, values: 8192, truth: 0 };
+        let fd = crate::slab::tests::memfd(&l);
+        let view = memmap2::MmapOptions::new().len(l.len() as usize).map_raw(&File::from(fd.try_clone().unwrap())).unwrap();
+        let word = |o: u64| {
+            // SAFETY: a word of the test's view of the control page.
+            unsafe { &*(view.as_ptr().add(o as usize) as *const AtomicU32) }
         };
-        match ProfileSink::create(&path, Width::W64, 1, &meta) {
+        let tags: Vec<u8> = (0..64u8).collect();
+        let values: Vec<u8> = (0..16u64).flat_map(|v| (v * 0x1234_5678).to_le_bytes()).collect();
+        // SAFETY: slot 1's regions, inside the view.
+        unsafe {
+            let s = view.as_mut_ptr().add(l.slot_offset(1) as usize);
+            s.copy_from_nonoverlapping(tags.as_ptr(), tags.len());
+            s.add(l.tags as usize).copy_from_nonoverlapping(values.as_ptr(), values.len());
+        }
+        word(4).store(wire::SLOT_FULL, Ordering::Release);
+        let h = header(true, 64, 128);
+        client.write_all(&frame(wire::HELLO, 0, &serde_json::to_vec(&meta()).unwrap())).unwrap();
+        crate::slab::tests::send_fd(&client, &frame(wire::SLAB, 0, &l.encode()), fd.as_raw_fd());
+        client.write_all(&frame(wire::SLAB_CHUNK, 0, &wire::slab_chunk(1, &h))).unwrap();
+        drop(client);
+        rx.handle(server);
+        assert_eq!(word(4).load(Ordering::Acquire), wire::SLOT_FREE, "slot 1 given back");
+        assert_eq!(word(wire::SlabLayout::CLOSED).load(Ordering::Acquire), 1, "closed at the end");
+        let r = rx.results.lock().unwrap()[0].clone();
+        assert!(r.complete && r.errors.is_empty(), "{:?}", r.errors);
+        assert!(rx.finish(0).is_empty());
+        let p = dep_profile::container::Profile::open(&base).unwrap();
+        let c = p.chunk(&p.threads[0].chunks[0]).unwrap();
+        assert_eq!(c.decompress(dep_profile::container::Section::Tags).unwrap(), tags);
+        assert_eq!(c.decompress(dep_profile::container::Section::Values).unwrap(), values);
+    }
+
+    /// A slab chunk from a thread with no slab, or for a slot it does not have, ends the
+    /// connection with an error naming the thread, and the client's next send fails (so it
+    /// never waits for a slot).
+    #[test]
+    fn slab_chunks_without_their_slab_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = wire::SlabLayout { slots: 2, tags: 4096, values: 8192, truth: 0 };
+        let h = header(false, 2, 0);
+        for (with_slab, slot) in [(false, 0), (true, 2)] {
+            let rx = Receiver::new(&dir.path().join("r.dep"), false, 1, Compression::Small, 1);
+            let (mut client, server) = UnixStream::pair().unwrap();
+            client.write_all(&frame(wire::HELLO, 0, &serde_json::to_vec(&meta()).unwrap())).unwrap();
+            if with_slab {
+                let fd = crate::slab::tests::memfd(&l);
+                crate::slab::tests::send_fd(&client, &frame(wire::SLAB, 3, &l.encode()), std::os::fd::AsRawFd::as_raw_fd(&fd));
+            }
+            client.write_all(&frame(wire::SLAB_CHUNK, 3, &wire::slab_chunk(slot, &h))).unwrap();
+            rx.handle(server);
+            let r = rx.results.lock().unwrap()[0].clone();
+            assert!(!r.complete);
+            assert_eq!(r.errors, vec!["a slab chunk frame from thread 3, which has no slab, or names no slot of it".to_string()]);
+            let sent = (0..64).try_for_each(|_| client.write_all(&[0; 4096]));
+            assert_eq!(sent.unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
+        }
+    }
+
+    /// A profile that cannot be created is named with its path and the OS's reason.
+    #[test]
+    fn an_uncreatable_profile_is_named() {
+        let path = std::env::temp_dir().join(format!("dep-no-such-dir-{}", std::process::id())).join("p.dep");
+        match ProfileSink::create(&path, Width::W64, 1, &meta()) {
             Err(SinkError::Create { path: p, err }) => {
                 assert_eq!(p, path);
                 assert_eq!(err.kind(), std::io::ErrorKind::NotFound);

@@ -24,6 +24,118 @@ pub const EXIT: u32 = 7;
 pub const MESSAGE: u32 = 8;
 /// Truth records sent ahead of the chunk they belong to (a long rep string filled the buffer).
 pub const TRUTH_PART: u32 = 9;
+/// A thread's shared buffers: a [`SlabLayout`]; the memfd holding them travels with the
+/// frame as SCM_RIGHTS ancillary data.
+pub const SLAB: u32 = 10;
+/// A chunk left in a slot of the thread's slab: `slot u32, pad u32`, then a [`ChunkHeader`]
+/// (whose lengths say how much of each of the slot's regions it fills). The launcher hands
+/// the slot back by storing [`SLOT_FREE`] in its state word and waking it (a futex).
+pub const SLAB_CHUNK: u32 = 11;
+
+/// A slot's state word: the client may fill it.
+pub const SLOT_FREE: u32 = 0;
+/// A slot's state word: handed to the launcher, which has not finished with it.
+pub const SLOT_FULL: u32 = 1;
+
+/// How a thread's slab is laid out: a control page, then `slots` slots, each its DEP_c,
+/// DEP_m and truth regions in that order. The control page holds one u32 state word per
+/// slot ([`SLOT_FREE`] or [`SLOT_FULL`]) from offset 0, and at [`SlabLayout::CLOSED`] a word
+/// the launcher sets to 1 when it reads no more chunks from the connection (the client then
+/// stops waiting for slots).
+///
+/// Chunks go through shared memory so that neither side copies them: sent through the
+/// socket, each byte was copied into the kernel by the program's thread and out of it by the
+/// launcher (on bench/interp, 33 GB each way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlabLayout {
+    pub slots: u32,
+    pub tags: u64,
+    pub values: u64,
+    pub truth: u64,
+}
+
+impl SlabLayout {
+    /// Bytes of the control page.
+    pub const CONTROL: u64 = 4096;
+    /// The most slots a slab may have.
+    pub const MAX_SLOTS: u32 = 64;
+    /// Offset of the closed word in the control page.
+    pub const CLOSED: u64 = 4 * Self::MAX_SLOTS as u64;
+    /// Bytes of the encoded layout.
+    pub const ENCODED: usize = 32;
+    /// The most bytes of DEP_c or DEP_m a region may hold (the profile's section limit).
+    pub const MAX_REGION: u64 = 64 << 20;
+    /// The most bytes of truth records a region may hold.
+    pub const MAX_TRUTH: u64 = 1 << 30;
+
+    /// Bytes of one slot.
+    pub fn slot_len(&self) -> u64 {
+        self.tags + self.values + self.truth
+    }
+
+    /// Offset of slot `i`'s first region in the slab.
+    pub fn slot_offset(&self, i: u32) -> u64 {
+        Self::CONTROL + i as u64 * self.slot_len()
+    }
+
+    /// Bytes of the whole slab.
+    pub fn len(&self) -> u64 {
+        self.slot_offset(self.slots)
+    }
+
+    /// `slots u32, pad u32, tags u64, values u64, truth u64`.
+    pub fn encode(&self) -> [u8; Self::ENCODED] {
+        let mut b = [0u8; Self::ENCODED];
+        b[0..4].copy_from_slice(&self.slots.to_le_bytes());
+        b[8..16].copy_from_slice(&self.tags.to_le_bytes());
+        b[16..24].copy_from_slice(&self.values.to_le_bytes());
+        b[24..32].copy_from_slice(&self.truth.to_le_bytes());
+        b
+    }
+
+    /// Parses a layout, refusing one with no slot or too many, or regions past the limits
+    /// or not whole pages (so every region is aligned for the words written into it).
+    pub fn decode(b: &[u8]) -> Option<SlabLayout> {
+        if b.len() != Self::ENCODED {
+            return None;
+        }
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let l =
+            SlabLayout { slots: u32::from_le_bytes(b[0..4].try_into().unwrap()), tags: u64_at(8), values: u64_at(16), truth: u64_at(24) };
+        let page = |n: u64| n.is_multiple_of(Self::CONTROL);
+        let ok = (1..=Self::MAX_SLOTS).contains(&l.slots)
+            && (1..=Self::MAX_REGION).contains(&l.tags)
+            && (1..=Self::MAX_REGION).contains(&l.values)
+            && l.truth <= Self::MAX_TRUTH
+            && page(l.tags)
+            && page(l.values)
+            && page(l.truth);
+        ok.then_some(l)
+    }
+}
+
+/// Bytes of a [`SLAB_CHUNK`] frame's payload.
+pub const SLAB_CHUNK_LEN: usize = 8 + CHUNK_HEADER;
+
+/// A [`SLAB_CHUNK`] frame's payload.
+pub fn slab_chunk(slot: u32, h: &ChunkHeader) -> [u8; SLAB_CHUNK_LEN] {
+    let mut b = [0u8; SLAB_CHUNK_LEN];
+    b[0..4].copy_from_slice(&slot.to_le_bytes());
+    b[8..].copy_from_slice(&h.encode());
+    b
+}
+
+/// Parses a [`SLAB_CHUNK`] payload: the slot and the header, whose streams must fit the
+/// slot's regions of `layout`.
+pub fn parse_slab_chunk(b: &[u8], layout: &SlabLayout) -> Option<(u32, ChunkHeader)> {
+    if b.len() != SLAB_CHUNK_LEN {
+        return None;
+    }
+    let slot = u32::from_le_bytes(b[0..4].try_into().unwrap());
+    let h = ChunkHeader::parse(&b[8..])?;
+    let fits = slot < layout.slots && h.tags_len <= layout.tags && h.values_len <= layout.values && h.truth_len <= layout.truth;
+    fits.then_some((slot, h))
+}
 
 /// Bytes in a chunk frame's header.
 pub const CHUNK_HEADER: usize = 24 + 8 * dep_profile::NUM_REGS + 24;
@@ -61,6 +173,13 @@ impl ChunkHeader {
 
     /// Parses the header and checks the streams fit in `payload`.
     pub fn decode(payload: &[u8]) -> Option<ChunkHeader> {
+        let h = Self::parse(payload)?;
+        let total = h.tags_len.checked_add(h.values_len)?.checked_add(h.truth_len)?;
+        (total == (payload.len() - CHUNK_HEADER) as u64).then_some(h)
+    }
+
+    /// Parses the header at the start of `payload`, whatever follows it.
+    fn parse(payload: &[u8]) -> Option<ChunkHeader> {
         if payload.len() < CHUNK_HEADER {
             return None;
         }
@@ -77,8 +196,7 @@ impl ChunkHeader {
             values_len: u64_at(o + 8),
             truth_len: u64_at(o + 16),
         };
-        let total = h.tags_len.checked_add(h.values_len)?.checked_add(h.truth_len)?;
-        (total == (payload.len() - CHUNK_HEADER) as u64).then_some(h)
+        Some(h)
     }
 }
 

@@ -21,8 +21,8 @@ use std::sync::atomic::AtomicBool;
 pub const PERIOD_MS: i32 = 100;
 
 static LOCK: AtomicBool = AtomicBool::new(false);
-/// Each live thread's tag-limit slot and tag buffer base, as addresses.
-static mut LIVE: Vec<(usize, u64)> = Vec::new();
+/// Each live thread's tag-limit slot, as an address.
+static mut LIVE: Vec<usize> = Vec::new();
 
 /// The live threads, under [`LOCK`].
 ///
@@ -30,7 +30,7 @@ static mut LIVE: Vec<(usize, u64)> = Vec::new();
 /// Callers hold LOCK, or are the single thread left after fork; exercised by tests/collector.rs
 /// fork_and_exec and sigkill_loses_at_most_the_last_period.
 #[allow(static_mut_refs)]
-unsafe fn live() -> &'static mut Vec<(usize, u64)> {
+unsafe fn live() -> &'static mut Vec<usize> {
     &mut *core::ptr::addr_of_mut!(LIVE)
 }
 
@@ -41,7 +41,7 @@ unsafe fn live() -> &'static mut Vec<(usize, u64)> {
 /// freed; exercised by tests/collector.rs hello and eight_threads_with_mutexes.
 pub unsafe fn register(pt: &PerThread) {
     let _g = Spin::lock(&LOCK);
-    live().push((slot(pt, S_TAGLIM) as usize, pt.tag_base as u64));
+    live().push(slot(pt, S_TAGLIM) as usize);
 }
 
 /// Removes a thread before its TLS and buffers go away, so the timer never writes freed memory.
@@ -52,7 +52,7 @@ pub unsafe fn register(pt: &PerThread) {
 pub unsafe fn unregister(pt: &PerThread) {
     let _g = Spin::lock(&LOCK);
     let lim = slot(pt, S_TAGLIM) as usize;
-    live().retain(|&(l, _)| l != lim);
+    live().retain(|&l| l != lim);
 }
 
 /// The period in force, from `DEP_HANDOFF_MS` if set.
@@ -113,19 +113,20 @@ pub unsafe fn reset_after_fork(pt: &PerThread) {
 unsafe extern "C" fn tick(dc: *mut c_void, _mc: *mut dr_mcontext_t) {
     use std::sync::atomic::Ordering;
     if LOCK.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-        for &(lim, base) in live().iter() {
+        for &lim in live().iter() {
             // SAFETY: the slot belongs to a registered thread, whose TLS lives until it
             // unregisters under LOCK. An aligned 8-byte store is atomic on x86-64; the
             // thread's own reset of the limit after a hand-off may win, which only delays
-            // the hand-off to the next tick.
-            unsafe { (lim as *mut u64).write_volatile(base) };
+            // the hand-off to the next tick. A limit of 0 is below any buffer pointer (a
+            // thread's buffers change from chunk to chunk: a slab has several slots).
+            unsafe { (lim as *mut u64).write_volatile(0) };
         }
         LOCK.store(false, Ordering::Release);
     } else {
         let pt = crate::state::get(dc);
         if !pt.is_null() {
             // SAFETY: this thread's own TLS, live while it runs.
-            unsafe { slot(&*pt, S_TAGLIM).write_volatile((*pt).tag_base as u64) };
+            unsafe { slot(&*pt, S_TAGLIM).write_volatile(0) };
         }
     }
 }

@@ -10,6 +10,7 @@ mod encodings;
 mod handoff;
 mod instrument;
 mod observe;
+mod slab;
 #[cfg(test)]
 mod standalone;
 mod state;
@@ -122,12 +123,8 @@ unsafe fn thread_done(dc: *mut c_void) {
     thread_event(&*pt, ThreadEventKind::End);
     handoff::unregister(&*pt);
     drmgr_set_tls_field(dc, TLS_IDX, core::ptr::null_mut());
-    let b = Box::from_raw(pt);
-    dr_raw_mem_free(b.tag_base as *mut c_void, TAG_BUF);
-    dr_raw_mem_free(b.val_base as *mut c_void, VAL_BUF);
-    if !b.tru_base.is_null() {
-        dr_raw_mem_free(b.tru_base as *mut c_void, TRU_BUF);
-    }
+    let mut b = Box::from_raw(pt);
+    free_buffers(&mut b);
 }
 
 /// # Safety

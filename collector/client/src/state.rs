@@ -122,11 +122,67 @@ fn write_all(fd: c_int, mut b: &[u8]) -> bool {
             if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
+            LOST.store(true, Ordering::Relaxed);
             return false;
         }
         b = &b[r as usize..];
     }
     true
+}
+
+/// Set once a send to the launcher failed: it is gone or stopped reading, and no slot handed
+/// to it will come back.
+pub static LOST: AtomicBool = AtomicBool::new(false);
+
+/// Sends one frame whose first byte carries the descriptor `fd` (SCM_RIGHTS), after any
+/// queued frames; false if it could not be sent whole.
+pub fn send_with_fd(kind: u32, thread: u32, payload: &[u8], fd: c_int) -> bool {
+    let sock = SOCK_FD.load(Ordering::Relaxed);
+    if sock < 0 {
+        return false;
+    }
+    let mut frame = wire::frame_header(kind, thread, payload.len() as u64).to_vec();
+    frame.extend_from_slice(payload);
+    let g = Spin::lock(&SOCK_LOCK);
+    if !write_queued(sock, &g) {
+        return false;
+    }
+    // Room for one descriptor's control message, 8-byte aligned as cmsghdr wants.
+    let mut control = [0u64; 4];
+    let mut iov = libc::iovec { iov_base: frame.as_mut_ptr() as *mut c_void, iov_len: frame.len() };
+    // SAFETY: msghdr is plain data; every pointer set below is to a live local (`iov`,
+    // `control`) of the length given, and the CMSG_* helpers stay within `control`, which
+    // CMSG_SPACE of one descriptor fits (checked). Exercised by tests/collector.rs hello and
+    // eight_threads_with_mutexes.
+    let sent = unsafe {
+        let space = libc::CMSG_SPACE(core::mem::size_of::<c_int>() as u32) as usize;
+        if space > core::mem::size_of_val(&control) {
+            return false;
+        }
+        let mut msg: libc::msghdr = core::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr() as *mut c_void;
+        msg.msg_controllen = space;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(core::mem::size_of::<c_int>() as u32) as usize;
+        (libc::CMSG_DATA(cmsg) as *mut c_int).write_unaligned(fd);
+        loop {
+            let r = libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL);
+            if r < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            break r;
+        }
+    };
+    if sent < 0 {
+        LOST.store(true, Ordering::Relaxed);
+        return false;
+    }
+    // The descriptor went with the first byte; the rest of a short send follows plainly.
+    write_all(sock, &frame[sent as usize..])
 }
 
 /// Frames queued by [`queue`], sent ahead of the next frame [`send`] writes; under SOCK_LOCK.
@@ -152,22 +208,16 @@ fn write_queued(fd: c_int, g: &Spin) -> bool {
 }
 
 /// Sends one frame made of `parts`, after any queued ones (so the launcher sees frames in the
-/// order they were made).
-pub fn send(kind: u32, thread: u32, parts: &[&[u8]]) {
+/// order they were made); false if it was not sent whole.
+pub fn send(kind: u32, thread: u32, parts: &[&[u8]]) -> bool {
     let fd = SOCK_FD.load(Ordering::Relaxed);
     if fd < 0 {
-        return;
+        return false;
     }
     let len: usize = parts.iter().map(|p| p.len()).sum();
     let h = wire::frame_header(kind, thread, len as u64);
     let g = Spin::lock(&SOCK_LOCK);
-    if write_queued(fd, &g) && write_all(fd, &h) {
-        for p in parts {
-            if !write_all(fd, p) {
-                break;
-            }
-        }
-    }
+    write_queued(fd, &g) && write_all(fd, &h) && parts.iter().all(|p| write_all(fd, p))
 }
 
 /// Queues one small frame to go out with the next [`send`] (or once 64 KiB are queued): a
@@ -236,6 +286,7 @@ pub fn connect() {
 /// After fork: the child drops the parent's connection and lock state.
 pub fn reconnect_after_fork() {
     SOCK_LOCK.store(false, Ordering::Relaxed);
+    LOST.store(false, Ordering::Relaxed);
     // The parent's queued frames are the parent's to send.
     queued(&Spin::lock(&SOCK_LOCK)).clear();
     let fd = SOCK_FD.swap(-1, Ordering::Relaxed);
@@ -294,6 +345,9 @@ pub struct PerThread {
     pub tag_base: *mut u8,
     pub val_base: *mut u8,
     pub tru_base: *mut u8,
+    /// The buffers shared with the launcher, when they are (otherwise the three bases are
+    /// private and chunks are sent through the socket).
+    pub slab: Option<crate::slab::Slab>,
     pub seq: u32,
     /// H-tag and register context at the current chunk's start.
     pub chunk_hi: u64,
@@ -479,13 +533,16 @@ unsafe fn begin_chunk(pt: &mut PerThread) {
 /// thread-init event.
 pub unsafe fn new_thread(dc: *mut c_void) -> *mut PerThread {
     let tls = (dr_get_dr_segment_base(TLS_SEG) as *mut u8).add(TLS_OFFS as usize);
+    let index = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+    let (tag_base, val_base, tru_base, slab) = buffers(index);
     let pt = Box::into_raw(Box::new(PerThread {
-        index: NEXT_THREAD.fetch_add(1, Ordering::Relaxed),
+        index,
         tid: dr_get_thread_id(dc) as u32,
         tls,
-        tag_base: alloc(TAG_BUF),
-        val_base: alloc(VAL_BUF),
-        tru_base: if opts().truth { alloc(TRU_BUF) } else { core::ptr::null_mut() },
+        tag_base,
+        val_base,
+        tru_base,
+        slab,
         seq: 0,
         chunk_hi: 0,
         chunk_regs: [0; NUM_REGS],
@@ -505,6 +562,44 @@ pub unsafe fn new_thread(dc: *mut c_void) -> *mut PerThread {
     pt
 }
 
+/// A thread's buffers: a slab shared with the launcher when one can be made (not with
+/// `--discard`, which sends no chunks), else private ones.
+///
+/// # Safety
+/// Called from a DynamoRIO event on the thread the buffers are for; exercised by
+/// tests/collector.rs hello and eight_threads_with_mutexes.
+unsafe fn buffers(index: u32) -> (*mut u8, *mut u8, *mut u8, Option<crate::slab::Slab>) {
+    let truth = opts().truth;
+    if !opts().discard && SOCK_FD.load(Ordering::Relaxed) >= 0 {
+        if let Some(slab) = crate::slab::Slab::create(index, truth) {
+            let (t, v, r) = slab.regions();
+            return (t, v, r, Some(slab));
+        }
+    }
+    (alloc(TAG_BUF), alloc(VAL_BUF), if truth { alloc(TRU_BUF) } else { core::ptr::null_mut() }, None)
+}
+
+/// Gives back a thread's buffers (after its last hand-off).
+///
+/// # Safety
+/// `pt`'s buffers are not used afterwards; exercised by tests/collector.rs hello and
+/// eight_threads_with_mutexes.
+pub unsafe fn free_buffers(pt: &mut PerThread) {
+    match pt.slab.take() {
+        Some(slab) => slab.unmap(),
+        None => {
+            dr_raw_mem_free(pt.tag_base as *mut c_void, TAG_BUF);
+            dr_raw_mem_free(pt.val_base as *mut c_void, VAL_BUF);
+            if !pt.tru_base.is_null() {
+                dr_raw_mem_free(pt.tru_base as *mut c_void, TRU_BUF);
+            }
+        }
+    }
+    pt.tag_base = core::ptr::null_mut();
+    pt.val_base = core::ptr::null_mut();
+    pt.tru_base = core::ptr::null_mut();
+}
+
 /// Restarts a thread's streams in a forked child: the parent hands off what was buffered.
 ///
 /// # Safety
@@ -517,6 +612,12 @@ pub unsafe fn restart_in_child(pt: &mut PerThread, dc: *mut c_void) {
     pt.seq = 0;
     pt.counts = [0; 4];
     NEXT_THREAD.store(1, Ordering::Relaxed);
+    // A slab is the parent's memory, which its thread goes on filling: the child unmaps its
+    // view and makes its own. (Private buffers were copied by fork and are the child's.)
+    if let Some(parent) = pt.slab.take() {
+        parent.unmap();
+        (pt.tag_base, pt.val_base, pt.tru_base, pt.slab) = buffers(0);
+    }
     begin_chunk(pt);
     push_escape(pt, Escape::ThreadStart);
     push_sync_point(pt);
@@ -553,14 +654,22 @@ pub unsafe fn flush(pt: &mut PerThread, last: bool) {
             values_len: vn as u64,
             truth_len: rn as u64,
         };
-        let hb = h.encode();
-        let parts: [&[u8]; 4] = [
-            &hb,
-            core::slice::from_raw_parts(pt.tag_base, tn),
-            core::slice::from_raw_parts(pt.val_base, vn),
-            if rn == 0 { &[] } else { core::slice::from_raw_parts(pt.tru_base, rn) },
-        ];
-        send(wire::CHUNK, pt.index, &parts);
+        match &mut pt.slab {
+            Some(slab) => {
+                slab.hand_off(pt.index, &h);
+                (pt.tag_base, pt.val_base, pt.tru_base) = slab.regions();
+            }
+            None => {
+                let hb = h.encode();
+                let parts: [&[u8]; 4] = [
+                    &hb,
+                    core::slice::from_raw_parts(pt.tag_base, tn),
+                    core::slice::from_raw_parts(pt.val_base, vn),
+                    if rn == 0 { &[] } else { core::slice::from_raw_parts(pt.tru_base, rn) },
+                ];
+                send(wire::CHUNK, pt.index, &parts);
+            }
+        }
     }
     pt.seq += 1;
     begin_chunk(pt);
