@@ -490,6 +490,7 @@ pub fn now_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sink::tests::meta;
     use std::io::Write;
 
     /// A stream that ends between frames is a clean end; one that ends inside a frame is
@@ -508,21 +509,6 @@ mod tests {
         a.write_all(&[1, 2]).unwrap();
         drop(a);
         assert!(matches!(read_full(&mut b, &mut [0u8; 8]), Err(ReceiveError::Truncated)));
-    }
-
-    fn meta() -> Metadata {
-        Metadata {
-            format_version: dep_profile::container::VERSION,
-            width: 64,
-            command: vec!["t".into()],
-            program: "t".into(),
-            pid: 1,
-            start_time_ns: 0,
-            xsave_size: 0,
-            truth: false,
-            tool: "test".into(),
-            parent: None,
-        }
     }
 
     /// A first chunk's header with these stream lengths (no truth).
