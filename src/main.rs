@@ -40,7 +40,8 @@ enum Cmd {
         no_sync: bool,
         /// How DEP_m is compressed: auto (zstd while compression keeps up with the program,
         /// packed only for chunks that arrive while it is behind), small (always zstd: the
-        /// smallest profile), fast (never zstd: the least work, about twice the bytes).
+        /// smallest profile), fast (zstd only where it shrinks a chunk to a sixteenth or
+        /// less: the least work, about twice the bytes).
         #[arg(long, value_enum, default_value = "auto")]
         compression: CompressionArg,
         /// The program and its arguments.

@@ -46,12 +46,13 @@ pub struct RecordOptions {
 pub enum Compression {
     /// Packed and zstd-compressed while the compression pool keeps up with the program;
     /// packed only (a fifth of the work, about twice the bytes) for chunks that arrive
-    /// while it is behind, so that compressing does not slow the program down further.
+    /// while it is behind (unless zstd is cheap on them), so that compressing does not
+    /// slow the program down further.
     #[default]
     Auto,
     /// Always packed and zstd-compressed: the smallest profile.
     Small,
-    /// Always packed only: the least work.
+    /// Packed only, unless zstd is cheap on the chunk (shrinks it to a sixteenth or less).
     Fast,
 }
 

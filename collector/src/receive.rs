@@ -67,7 +67,7 @@ pub struct ConnResult {
 struct Job {
     thread: u32,
     width: Width,
-    /// DEP_m packed only.
+    /// DEP_m packed only, unless zstd is cheap on it.
     fast: bool,
     chunk: Chunk,
     done: crossbeam::channel::Sender<std::io::Result<Vec<u8>>>,
@@ -308,7 +308,7 @@ impl Receiver {
                         Some(ahead) => prepend_truth(&payload, &ahead).ok_or(ReceiveError::Chunk)?,
                         None => payload,
                     };
-                    self.compress(writer, thread, Chunk::Frame(payload))?;
+                    self.compress(writer, thread, Chunk::Frame(payload), false)?;
                 }
                 wire::SLAB => {
                     let fd = s.take_fd().ok_or(SlabError::NoDescriptor)?;
@@ -325,7 +325,9 @@ impl Receiver {
                     {
                         return Err(ReceiveError::Chunk);
                     }
-                    self.compress(writer, thread, Chunk::Slot { slab: slab.clone(), slot, header, ahead })?;
+                    // Behind: the launcher still holds another of this thread's slots.
+                    let behind = slab.held_besides(slot) >= 1;
+                    self.compress(writer, thread, Chunk::Slot { slab: slab.clone(), slot, header, ahead }, behind)?;
                 }
                 wire::COUNTS if payload.len() == 32 => {
                     for (i, c) in res.counts.iter_mut().enumerate() {
@@ -342,7 +344,7 @@ impl Receiver {
 
     /// Hands `chunk` to the compression pool, its record to go into the profile in arrival
     /// order; without a profile (no hello yet) it is dropped, its slot given back.
-    fn compress(&self, writer: &Option<Writer>, thread: u32, chunk: Chunk) -> Result<(), ReceiveError> {
+    fn compress(&self, writer: &Option<Writer>, thread: u32, chunk: Chunk, behind: bool) -> Result<(), ReceiveError> {
         let Some(w) = writer else {
             if let Chunk::Slot { slab, slot, .. } = chunk {
                 slab.release(slot);
@@ -350,11 +352,12 @@ impl Receiver {
             return Ok(());
         };
         let (done, r) = crossbeam::channel::bounded(1);
-        // Behind: as many chunks wait as there are threads to compress them.
+        // Behind: as many chunks wait as there are threads to compress them, or (`behind`)
+        // the chunk's thread has another slot waiting.
         let fast = match self.compression {
             Compression::Small => false,
             Compression::Fast => true,
-            Compression::Auto => self.jobs.len() >= self.workers,
+            Compression::Auto => behind || self.jobs.len() >= self.workers,
         };
         self.jobs.send(Job { thread, width: w.width, fast, chunk, done }).map_err(|_| ReceiveError::PoolStopped)?;
         // Chunks are written in the order they came, so that a thread's chunks in any

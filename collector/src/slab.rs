@@ -67,6 +67,12 @@ impl Slab {
         unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(at as usize), len as usize) }
     }
 
+    /// How many slots other than `slot` the launcher holds (handed over, not yet given
+    /// back): how far compression is behind this thread.
+    pub fn held_besides(&self, slot: u32) -> u32 {
+        (0..self.layout.slots).filter(|&i| i != slot && self.word(4 * i as u64).load(Ordering::Acquire) != SLOT_FREE).count() as u32
+    }
+
     /// Gives slot `slot` back to the client and wakes it if it waits for it.
     pub fn release(&self, slot: u32) {
         let w = self.word(4 * slot as u64);
@@ -215,7 +221,9 @@ pub(crate) mod tests {
         // SAFETY: slot 1 is handed over and not released while the slice lives.
         assert_eq!(unsafe { slab.region(1, l.tags, 3) }, &[1, 2, 3]);
         assert_eq!(state(1), SLOT_FULL);
+        assert_eq!((slab.held_besides(0), slab.held_besides(1)), (1, 0), "slot 1 held: behind for slot 0's chunk");
         slab.release(1);
+        assert_eq!(slab.held_besides(0), 0);
         assert_eq!(state(1), SLOT_FREE);
         assert_eq!(state(SlabLayout::CLOSED / 4), 0);
         slab.close();

@@ -371,3 +371,30 @@ fn values_packed_without_zstd_read_alike() {
     let e = v.decompress(Section::Values).unwrap_err();
     assert!(matches!(e, SectionError::Unpack { section: Section::Values, err: PackError::Truncated { .. } }), "{e}");
 }
+
+/// With `fast`, DEP_m stays packed only where zstd would be dear: values zstd shrinks to a
+/// sixteenth or less (an interpreter's, repeating) are compressed anyway, values it cannot
+/// shrink (random pointers) are stored packed; either way they read back the same.
+#[test]
+fn fast_encoding_compresses_values_zstd_is_cheap_on() {
+    use dep_profile::container::{ChunkData, ChunkEncoder, ChunkView, Codec};
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let random: Vec<u8> = (0..100_000)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (0x7f00_0000_0000 | (x & 0xff_ffff_fff8)).to_le_bytes()
+        })
+        .collect();
+    let repeating: Vec<u8> =
+        (0..100_000u64).flat_map(|i| [0x5555_0000_1000u64, 17, 0x5555_0000_2040, 300][i as usize % 4].to_le_bytes()).collect();
+    let mut enc = ChunkEncoder::new(1).unwrap();
+    for (values, codec) in [(&random, Codec::Packed), (&repeating, Codec::PackedZstd)] {
+        let data = ChunkData { thread: 0, seq: 0, hi: 0, status: 0, last: false, regs: [0; 18], tags: &[1, 0], values, truth: &[] };
+        let fast = enc.encode(&data, Width::W64, true).unwrap();
+        let v = ChunkView::parse(&fast, Width::W64).unwrap();
+        assert_eq!(v.codec(Section::Values), Ok(codec));
+        assert!(v.decompress(Section::Values).unwrap() == *values);
+    }
+}
