@@ -165,15 +165,14 @@ impl ProfileSink {
         pending_ends.extend(ends.iter().map(|e| e + held));
         let total = held + buf.len();
         if self.direct && !(last && total % BLOCK != 0) {
-            if self.aligned.len() < total + BLOCK {
-                self.aligned = vec![0; total + BLOCK];
+            let mut aligned = std::mem::take(&mut self.aligned);
+            if aligned.len() < total + BLOCK {
+                aligned = vec![0; total + BLOCK];
             }
-            let at = self.aligned.as_ptr().align_offset(BLOCK);
-            let a = &mut self.aligned[at..at + total];
-            a[..held].copy_from_slice(&self.carry);
-            a[held..].copy_from_slice(&buf);
+            let at = aligned.as_ptr().align_offset(BLOCK);
+            aligned[at..at + held].copy_from_slice(&self.carry);
+            aligned[at + held..at + total].copy_from_slice(&buf);
             let whole = total / BLOCK * BLOCK;
-            let aligned = std::mem::take(&mut self.aligned);
             let a = &aligned[at..at + total];
             let r = write_at(&self.file, &a[..whole], self.written).or_else(|(e, done)| {
                 // A short write can leave the offset off a block (a file size limit), and
@@ -184,7 +183,6 @@ impl ProfileSink {
             });
             match r {
                 Ok(()) => {
-                    self.written += whole as u64;
                     self.carry = a[whole..].to_vec();
                     self.settle(&pending_ends, whole);
                 }
@@ -200,10 +198,7 @@ impl ProfileSink {
         let mut pending = std::mem::take(&mut self.carry);
         pending.extend_from_slice(&buf);
         match write_at(&self.file, &pending, self.written) {
-            Ok(()) => {
-                self.written += total as u64;
-                self.settle(&pending_ends, total);
-            }
+            Ok(()) => self.settle(&pending_ends, total),
             Err((e, done)) => self.fail(e, total, &pending_ends, done),
         }
     }
@@ -211,24 +206,27 @@ impl ProfileSink {
     /// `done` of the pending bytes reached the file: the records ending there are durable,
     /// the ends after it move to the bytes held back.
     fn settle(&mut self, ends: &[usize], done: usize) {
-        let start = self.written - done as u64;
-        if let Some(&end) = ends.iter().take_while(|&&e| e <= done).last() {
-            self.durable = start + end as u64;
-        }
+        self.keep_whole(ends, done);
+        self.written += done as u64;
         self.carry_ends = ends.iter().filter(|&&e| e > done).map(|e| e - done).collect();
+    }
+
+    /// The pending bytes, which start at `written`, reached the file up to `done`: the last
+    /// record ending there is the file's last whole one.
+    fn keep_whole(&mut self, ends: &[usize], done: usize) {
+        if let Some(&end) = ends.iter().take_while(|&&e| e <= done).last() {
+            self.durable = self.written + end as u64;
+        }
     }
 
     /// `done` of `total` pending bytes reached the file: keep its whole records, cut the
     /// rest; later writes go through an ordinary handle (the end record's offset is no
     /// block's).
     fn fail(&mut self, e: std::io::Error, total: usize, ends: &[usize], done: usize) {
-        let start = self.written;
-        if let Some(&end) = ends.iter().take_while(|&&end| end <= done).last() {
-            self.durable = start + end as u64;
-        }
+        self.keep_whole(ends, done);
         // A torn record must not stay in the file. Cutting back only frees space.
         let _ = self.file.set_len(self.durable);
-        self.lost += start + total as u64 - self.durable;
+        self.lost += self.written + total as u64 - self.durable;
         self.written = self.durable;
         self.carry.clear();
         self.carry_ends.clear();

@@ -96,6 +96,47 @@ fn wake(w: &AtomicU32) {
     unsafe { libc::syscall(libc::SYS_futex, w.as_ptr(), libc::FUTEX_WAKE, i32::MAX, 0usize, 0usize, 0u32) };
 }
 
+/// Sends the start of `bytes` on the socket `sock` with the descriptor `fd` attached to its
+/// first byte (SCM_RIGHTS), retrying an interrupted send; returns how many bytes went (a
+/// stream socket may take fewer: the rest follows plainly). MSG_NOSIGNAL: a peer that has
+/// gone makes the send fail rather than raise SIGPIPE. The client's side of [`Conn`].
+pub fn send_with_descriptor(sock: libc::c_int, bytes: &[u8], fd: libc::c_int) -> std::io::Result<usize> {
+    // Room for one descriptor's control message, 8-byte aligned as cmsghdr wants.
+    let mut control = [0u64; 4];
+    let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() };
+    // SAFETY: msghdr is plain data; every pointer set below is to a live local (`iov` over
+    // `bytes`, which sendmsg only reads, and `control`) of the length given, and the CMSG_*
+    // helpers stay within `control`, which CMSG_SPACE of one descriptor fits (checked).
+    // Exercised by the tests below, the receive.rs slab tests and tests/collector.rs (every
+    // recording thread's slab).
+    unsafe {
+        let space = libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) as usize;
+        if space > std::mem::size_of_val(&control) {
+            return Err(std::io::Error::other("no room for a control message"));
+        }
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = space;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as usize;
+        (libc::CMSG_DATA(cmsg) as *mut libc::c_int).write_unaligned(fd);
+        loop {
+            let r = libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL);
+            if r >= 0 {
+                return Ok(r as usize);
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
 /// Reads a client's stream, keeping the descriptors that arrive with it (SCM_RIGHTS) in
 /// arrival order for the frames that announce them.
 pub struct Conn {
@@ -253,23 +294,8 @@ pub(crate) mod tests {
         assert!(conn.take_fd().is_none());
     }
 
-    /// Sends `bytes` with `fd` attached, as the client's `send_with_fd` does.
+    /// Sends all of `bytes` with `fd` attached, as the client does.
     pub(crate) fn send_fd(s: &UnixStream, bytes: &[u8], fd: libc::c_int) {
-        let mut control = [0u64; 4];
-        let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() };
-        // SAFETY: as in the client: pointers to live locals, one descriptor's control message.
-        unsafe {
-            let mut msg: libc::msghdr = std::mem::zeroed();
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
-            msg.msg_controllen = libc::CMSG_SPACE(4) as usize;
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(4) as usize;
-            (libc::CMSG_DATA(c) as *mut libc::c_int).write_unaligned(fd);
-            assert_eq!(libc::sendmsg(s.as_raw_fd(), &msg, 0), bytes.len() as isize);
-        }
+        assert_eq!(send_with_descriptor(s.as_raw_fd(), bytes, fd).unwrap(), bytes.len());
     }
 }

@@ -141,48 +141,19 @@ pub fn send_with_fd(kind: u32, thread: u32, payload: &[u8], fd: c_int) -> bool {
     if sock < 0 {
         return false;
     }
-    let mut frame = wire::frame_header(kind, thread, payload.len() as u64).to_vec();
-    frame.extend_from_slice(payload);
+    let frame = [&wire::frame_header(kind, thread, payload.len() as u64)[..], payload].concat();
     let g = Spin::lock(&SOCK_LOCK);
     if !write_queued(sock, &g) {
         return false;
     }
-    // Room for one descriptor's control message, 8-byte aligned as cmsghdr wants.
-    let mut control = [0u64; 4];
-    let mut iov = libc::iovec { iov_base: frame.as_mut_ptr() as *mut c_void, iov_len: frame.len() };
-    // SAFETY: msghdr is plain data; every pointer set below is to a live local (`iov`,
-    // `control`) of the length given, and the CMSG_* helpers stay within `control`, which
-    // CMSG_SPACE of one descriptor fits (checked). Exercised by tests/collector.rs hello and
-    // eight_threads_with_mutexes.
-    let sent = unsafe {
-        let space = libc::CMSG_SPACE(core::mem::size_of::<c_int>() as u32) as usize;
-        if space > core::mem::size_of_val(&control) {
-            return false;
+    match dep_collector::slab::send_with_descriptor(sock, &frame, fd) {
+        // The descriptor went with the first byte; the rest of a short send follows plainly.
+        Ok(sent) => write_all(sock, &frame[sent..]),
+        Err(_) => {
+            LOST.store(true, Ordering::Relaxed);
+            false
         }
-        let mut msg: libc::msghdr = core::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr() as *mut c_void;
-        msg.msg_controllen = space;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(core::mem::size_of::<c_int>() as u32) as usize;
-        (libc::CMSG_DATA(cmsg) as *mut c_int).write_unaligned(fd);
-        loop {
-            let r = libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL);
-            if r < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            break r;
-        }
-    };
-    if sent < 0 {
-        LOST.store(true, Ordering::Relaxed);
-        return false;
     }
-    // The descriptor went with the first byte; the rest of a short send follows plainly.
-    write_all(sock, &frame[sent as usize..])
 }
 
 /// Frames queued by [`queue`], sent ahead of the next frame [`send`] writes; under SOCK_LOCK.
