@@ -45,16 +45,19 @@ impl<'o> Gate<'o> {
     }
 }
 
-/// What a chunk ahead of the head has written: the first bytes in memory, the rest in a
-/// file.
+/// Bytes kept for later in order: the first [`HELD_IN_MEMORY`] in memory, the rest in an
+/// unnamed temporary file.
 #[derive(Default)]
-struct Held {
+pub struct Held {
     mem: Vec<u8>,
     file: Option<File>,
+    /// Bytes in the file.
+    spilled: u64,
 }
 
 impl Held {
-    fn push(&mut self, buf: &[u8]) -> io::Result<()> {
+    /// Appends `buf`.
+    pub fn push(&mut self, buf: &[u8]) -> io::Result<()> {
         if self.file.is_none() && self.mem.len() + buf.len() <= HELD_IN_MEMORY {
             self.mem.extend_from_slice(buf);
             return Ok(());
@@ -63,20 +66,44 @@ impl Held {
             Some(f) => f,
             None => self.file.insert(tempfile_in_tmpdir()?),
         };
-        f.write_all(buf)
+        f.write_all(buf)?;
+        self.spilled += buf.len() as u64;
+        Ok(())
+    }
+
+    /// Bytes held in memory.
+    pub fn in_memory(&self) -> usize {
+        self.mem.len()
+    }
+
+    /// Bytes held in all.
+    pub fn len(&self) -> u64 {
+        self.mem.len() as u64 + self.spilled
+    }
+
+    /// Nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Writes everything held to `out`, in order, and forgets it.
-    fn write_to(&mut self, out: &mut dyn Write) -> io::Result<()> {
-        out.write_all(&self.mem)?;
+    pub fn write_to(&mut self, out: &mut dyn Write) -> io::Result<()> {
+        self.pour(&mut |b| out.write_all(b))
+    }
+
+    /// Hands everything held to `f` in order, a piece of at most 1 MiB at a time from the
+    /// file, and forgets it.
+    pub fn pour(&mut self, f: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
+        f(&self.mem)?;
         self.mem = Vec::new();
-        if let Some(mut f) = self.file.take() {
-            f.seek(SeekFrom::Start(0))?;
+        self.spilled = 0;
+        if let Some(mut file) = self.file.take() {
+            file.seek(SeekFrom::Start(0))?;
             let mut buf = vec![0u8; 1 << 20];
             loop {
-                match f.read(&mut buf) {
+                match file.read(&mut buf) {
                     Ok(0) => break,
-                    Ok(n) => out.write_all(&buf[..n])?,
+                    Ok(n) => f(&buf[..n])?,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => return Err(e),
                 }
@@ -109,7 +136,7 @@ impl<'g, 'o> ChunkWriter<'g, 'o> {
 
     /// Bytes this chunk holds in memory.
     pub(crate) fn held_bytes(&self) -> usize {
-        self.held.mem.len()
+        self.held.in_memory()
     }
 }
 
@@ -158,6 +185,7 @@ mod tests {
         w1.write_all(&b[100..]).unwrap();
         assert_eq!(w1.held_bytes(), 100, "past the bound, bytes go to the file");
         assert!(w1.held.file.is_some());
+        assert_eq!(w1.held.len(), b.len() as u64);
         // The head writes straight through.
         w0.write_all(&a[..10]).unwrap();
         assert_eq!(w0.held_bytes(), 0);

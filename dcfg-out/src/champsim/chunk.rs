@@ -3,9 +3,14 @@
 //! marks conditional branches taken or not by the block that follows (after a signal
 //! handler, the block it returns to). A branch the chunk cannot decide, or one an earlier
 //! chunk left waiting, is named by [`Open`], and the writer decides it in order.
+//!
+//! A chunk's records can be unbounded (a loop of a few blocks runs for billions of
+//! instructions in one chunk), so the sink hands them on every [`PIECE`] bytes: those
+//! before its oldest branch still waiting go to [`Writing`], straight to the file when
+//! every chunk before it is written, else held until then.
 
 use super::record::{set_taken, Kind, Memory, Template, RECORD};
-use super::ChampsimError;
+use super::{ChampsimError, Released, Writing, HOLD_LIMIT};
 use dep_recover::{Begin, BlockEvent, Marker, MemEvent, Part, Run, Sink};
 use std::sync::OnceLock;
 
@@ -18,6 +23,9 @@ pub struct Templates {
 
 /// Buffers kept for reuse (more are dropped).
 const BUFFERS: usize = 8;
+
+/// Bytes of records a chunk gathers before it hands on those no branch waits on.
+pub const PIECE: usize = 8 << 20;
 
 impl Templates {
     /// Room for `blocks` block ids.
@@ -110,7 +118,11 @@ impl Losses {
 /// A chunk's records and what joins them to the chunks around: the branches it decided
 /// that an earlier chunk left open (in order; `Some(addr)` the next block, `None` not
 /// known), and the branches left open at its end.
+#[derive(Default)]
 pub struct ChunkRecords {
+    /// What it handed on before its last records, `bytes` (the offsets of [`Open::Local`]
+    /// count from the chunk's first record, handed on or not).
+    pub released: Released,
     pub bytes: Vec<u8>,
     pub records: u64,
     pub decided: Vec<(Open, Option<u64>)>,
@@ -141,6 +153,16 @@ pub struct ChunkTrace<'t> {
     templates: &'t Templates,
     /// The thread wanted (None: all).
     thread: Option<u32>,
+    /// Where released records go; this chunk's place in the order and its thread.
+    writing: &'t Writing,
+    k: usize,
+    chunk_thread: u32,
+    /// Bytes gathered before records are handed on ([`PIECE`], smaller in tests), and
+    /// bytes handed on (the offset of `out.bytes` in the chunk's records).
+    piece: usize,
+    released: usize,
+    /// `into_records` ran: dropped before, the chunk failed and later chunks must not wait.
+    done: bool,
     out: ChunkRecords,
     /// The block last entered.
     open: Option<Entered<'t>>,
@@ -153,20 +175,19 @@ pub struct ChunkTrace<'t> {
 }
 
 impl<'t> ChunkTrace<'t> {
-    /// A chunk's sink, writing only thread `thread`'s chunks when given.
-    pub fn new(templates: &'t Templates, thread: Option<u32>) -> Self {
+    /// The sink of chunk `k` (in the order chunks are written), writing only thread
+    /// `thread`'s chunks when given, handing on records every `piece` bytes.
+    pub fn new(templates: &'t Templates, thread: Option<u32>, writing: &'t Writing, k: usize, piece: usize) -> Self {
         ChunkTrace {
             templates,
             thread,
-            out: ChunkRecords {
-                bytes: templates.buffer(),
-                records: 0,
-                decided: Vec::new(),
-                pending: None,
-                stack: Vec::new(),
-                popped: 0,
-                losses: Losses::default(),
-            },
+            writing,
+            k,
+            chunk_thread: 0,
+            piece: piece.max(RECORD),
+            released: 0,
+            done: false,
+            out: ChunkRecords { bytes: templates.buffer(), ..Default::default() },
             open: None,
             refs: Vec::new(),
             // Whatever the thread had waiting when the chunk began.
@@ -179,21 +200,55 @@ impl<'t> ChunkTrace<'t> {
     /// The chunk's records.
     pub fn into_records(mut self) -> ChunkRecords {
         self.flush();
-        self.out.pending = self.pending;
-        self.out.stack = self.signals;
-        self.out.losses.addresses += self.mem.dropped;
-        self.out
+        self.done = true;
+        let mut out = std::mem::take(&mut self.out);
+        if out.bytes.capacity() > 2 * out.bytes.len() + (1 << 20) {
+            // What is left after pieces were handed on: the result waits for its turn with
+            // others, so it keeps no room it does not use.
+            out.bytes.shrink_to_fit();
+        }
+        out.pending = self.pending;
+        out.stack = std::mem::take(&mut self.signals);
+        out.losses.addresses += self.mem.dropped;
+        out
     }
 
     /// The branch `o` went on to `next` (None: not known).
     fn decide(&mut self, o: Open, next: Option<u64>) {
         match o {
             Open::Local { offset, fallthrough } => match next {
-                Some(addr) => set_taken(&mut self.out.bytes[offset..], addr != fallthrough),
+                Some(addr) => set_taken(&mut self.out.bytes[offset - self.released..], addr != fallthrough),
                 None => self.out.losses.undirected += 1,
             },
             Open::Pending | Open::Outer(_) => self.out.decided.push((o, next)),
         }
+    }
+
+    /// Between blocks, once a piece has gathered: hands on the records before the oldest
+    /// branch still waiting (one interrupted by a signal handler), unless that leaves
+    /// most of them. Past [`HOLD_LIMIT`] the oldest is given up (written not taken).
+    fn release(&mut self) -> Result<(), ChampsimError> {
+        let n = loop {
+            let oldest =
+                self.signals.iter().flatten().filter_map(|o| if let Open::Local { offset, .. } = o { Some(*offset) } else { None }).min();
+            let n = oldest.map_or(self.out.bytes.len(), |o| o - self.released);
+            if oldest.is_none() || n >= self.piece / 2 {
+                break n;
+            }
+            if self.out.bytes.len() <= HOLD_LIMIT {
+                return Ok(());
+            }
+            self.out.losses.undirected += 1;
+            for g in self.signals.iter_mut() {
+                if matches!(g, Some(Open::Local { offset, .. }) if Some(*offset) == oldest) {
+                    *g = None;
+                }
+            }
+        };
+        self.writing.release(self.k, self.chunk_thread, &mut self.out.released, &mut self.out.decided, &self.out.bytes[..n])?;
+        self.out.bytes.drain(..n);
+        self.released += n;
+        Ok(())
     }
 
     /// Appends `t`'s record with the addresses of `refs`.
@@ -249,7 +304,29 @@ impl<'t> ChunkTrace<'t> {
         }
         // A conditional branch that ran to its end: the next block tells its direction.
         if let (false, Kind::Conditional { fallthrough }) = (e.interrupted, e.blk.kinds[e.executed - 1]) {
-            self.pending = Some(Open::Local { offset: last, fallthrough });
+            self.pending = Some(Open::Local { offset: self.released + last, fallthrough });
+        }
+    }
+
+    /// Completes the block last entered, decides the branch waiting by the block at `addr`,
+    /// and hands on a piece if one has gathered.
+    fn next_block(&mut self, addr: u64) -> Result<(), ChampsimError> {
+        self.flush();
+        if let Some(o) = self.pending.take() {
+            self.decide(o, Some(addr));
+        }
+        if self.out.bytes.len() >= self.piece {
+            self.release()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ChunkTrace<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            // The chunk failed: chunks waiting for their turn after it would wait forever.
+            self.writing.abort();
         }
     }
 }
@@ -258,6 +335,9 @@ impl Sink for ChunkTrace<'_> {
     type Error = ChampsimError;
 
     fn begin(&mut self, b: &Begin) -> Result<bool, ChampsimError> {
+        if let Part::Chunk { thread, .. } = b.part {
+            self.chunk_thread = thread;
+        }
         Ok(match (b.part, self.thread) {
             (Part::Chunk { thread, .. }, Some(want)) => thread == want,
             _ => true,
@@ -265,10 +345,7 @@ impl Sink for ChunkTrace<'_> {
     }
 
     fn block(&mut self, b: &BlockEvent) -> Result<bool, ChampsimError> {
-        self.flush();
-        if let Some(o) = self.pending.take() {
-            self.decide(o, Some(b.addr));
-        }
+        self.next_block(b.addr)?;
         match self.templates.of(b) {
             Some(blk) => {
                 let executed = (b.executed as usize).min(blk.kinds.len());
@@ -288,10 +365,7 @@ impl Sink for ChunkTrace<'_> {
 
     fn run(&mut self, run: &Run) -> Result<bool, ChampsimError> {
         for (b, refs) in run.iter() {
-            self.flush();
-            if let Some(o) = self.pending.take() {
-                self.decide(o, Some(b.addr));
-            }
+            self.next_block(b.addr)?;
             let Some(blk) = self.templates.of(&b) else {
                 self.out.losses.unknown_blocks += 1;
                 continue;

@@ -3,16 +3,21 @@
 //! thread, plain or compressed by the name's extension (`.xz`, `.gz`).
 //!
 //! Chunks are turned into records in parallel ([`Events::ordered`](dep_recover::Events::ordered))
-//! and written in order; a conditional branch at a chunk's end waits for the next chunk's
-//! first block to say whether it was taken. What the records hold is in [`record`].
+//! and written in order, in bounded memory: the chunk whose turn it is writes its records
+//! as they come, a chunk ahead of it holds them (in memory, then in a temporary file, then
+//! it waits). A conditional branch at a chunk's end waits for the next chunk's first block
+//! to say whether it was taken. What the records hold is in [`record`].
 
 pub mod chunk;
 pub mod record;
 
-use chunk::{ChunkRecords, ChunkTrace, Losses, Open, Templates};
+use chunk::{ChunkRecords, ChunkTrace, Losses, Open, Templates, PIECE};
+use dep_recover::ordered::Held;
 use dep_recover::{RecoverError, Recovery, Source};
+use std::collections::HashMap;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// What can go wrong writing a trace.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +30,10 @@ pub enum ChampsimError {
     Write { path: PathBuf, err: io::Error },
     #[error("thread {thread} is not in the profile (it has {threads})")]
     NoThread { thread: u32, threads: usize },
+    #[error("records held for their turn: {0}")]
+    Held(io::Error),
+    #[error("an earlier chunk failed")]
+    Aborted,
 }
 
 /// A trace file written.
@@ -75,9 +84,14 @@ pub fn thread_path(path: &Path, t: u32) -> PathBuf {
     path.with_file_name(named)
 }
 
-/// Bytes of records a thread's file holds back for branches still waiting for their next
-/// block (a signal handler that runs long): beyond it the oldest is written as not taken.
+/// Bytes of records a thread's file (or a chunk) holds back for branches still waiting for
+/// their next block (a signal handler that runs long): beyond it the oldest is written as
+/// not taken.
 const HOLD_LIMIT: usize = 256 << 20;
+
+/// Bytes a chunk ahead of its turn holds (beyond [`dep_recover::ordered::HELD_IN_MEMORY`]
+/// in a temporary file) before it waits for its turn.
+const AHEAD_LIMIT: u64 = 256 << 20;
 
 /// A branch waiting in a thread's file: its record's offset in the file, and the address
 /// after it.
@@ -125,6 +139,8 @@ struct Output {
     stack: Vec<Waiting>,
     /// [`HOLD_LIMIT`] (smaller in tests).
     hold_limit: usize,
+    /// The file offset of the first record of the chunk being written.
+    base: u64,
 }
 
 impl Output {
@@ -145,7 +161,18 @@ impl Output {
                 Encoder::Xz(xz2::write::XzEncoder::new_stream(file, stream))
             }
         };
-        Ok(Output { thread, path, w, records: 0, held: Vec::new(), held_at: 0, pending: None, stack: Vec::new(), hold_limit: HOLD_LIMIT })
+        Ok(Output {
+            thread,
+            path,
+            w,
+            records: 0,
+            held: Vec::new(),
+            held_at: 0,
+            pending: None,
+            stack: Vec::new(),
+            hold_limit: HOLD_LIMIT,
+            base: 0,
+        })
     }
 
     /// Decides the waiting branch `g` by the next block (`Some(addr)`), or as not known.
@@ -157,48 +184,93 @@ impl Output {
         }
     }
 
-    /// Appends a chunk's records: decides the branches it saw the next block of, and
-    /// writes everything before the oldest branch still waiting. Returns the chunk's
-    /// buffer.
-    fn chunk(&mut self, c: ChunkRecords, losses: &mut Losses) -> Result<Vec<u8>, ChampsimError> {
-        let base = self.held_at + self.held.len() as u64;
-        let incoming = self.pending.take();
-        let outer = std::mem::take(&mut self.stack);
-        let at = |k: usize| outer.len().checked_sub(k + 1).and_then(|i| outer[i]);
-        self.records += c.records;
-        // (Branches an earlier chunk left waiting have their records held.)
-        for &(o, next) in &c.decided {
-            let g = match o {
-                Open::Pending => incoming,
-                Open::Outer(k) => at(k),
-                Open::Local { .. } => None,
-            };
+    /// Begins a chunk: its records follow those written and held.
+    fn start(&mut self) {
+        self.base = self.held_at + self.held.len() as u64;
+    }
+
+    /// The branch waiting from before the chunk that `o` names.
+    fn waiting(&mut self, o: Open) -> Option<&mut Waiting> {
+        match o {
+            Open::Pending => Some(&mut self.pending),
+            Open::Outer(k) => {
+                let n = self.stack.len();
+                n.checked_sub(k + 1).map(|i| &mut self.stack[i])
+            }
+            Open::Local { .. } => None,
+        }
+    }
+
+    /// Decides branches earlier chunks left waiting (each is decided once).
+    fn decided(&mut self, decided: &[(Open, Option<u64>)], losses: &mut Losses) {
+        for &(o, next) in decided {
+            let g = self.waiting(o).and_then(|g| g.take());
             self.decide(g, next, losses);
         }
-        let map = |o: Option<Open>| -> Waiting {
+    }
+
+    /// Appends records of the chunk being written: straight to the file unless a branch
+    /// before them waits.
+    fn append(&mut self, b: &[u8], losses: &mut Losses) -> Result<(), ChampsimError> {
+        if b.is_empty() {
+            return Ok(());
+        }
+        let end = self.held_at + self.held.len() as u64;
+        match self.oldest() {
+            Some(o) if o < end => self.held.extend_from_slice(b),
+            o => {
+                self.write_to(end)?;
+                let n = o.map_or(b.len(), |o| ((o - end) as usize).min(b.len()));
+                self.put(&b[..n])?;
+                self.held.extend_from_slice(&b[n..]);
+                self.held_at = end + n as u64;
+            }
+        }
+        self.drain(losses)
+    }
+
+    /// Appends what a chunk held for its turn.
+    fn pour(&mut self, held: &mut Held, losses: &mut Losses) -> Result<(), ChampsimError> {
+        let mut failed = None;
+        held.pour(&mut |b| {
+            self.append(b, losses).map_err(|e| {
+                failed = Some(e);
+                io::Error::other("appending held records")
+            })
+        })
+        .map_err(|e| failed.take().unwrap_or(ChampsimError::Held(e)))
+    }
+
+    /// The branches a chunk leaves waiting replace those it took from the stack, before its
+    /// last records are appended (they may wait on the chunk's own branches).
+    fn leave(&mut self, c: &ChunkRecords) {
+        let base = self.base;
+        let map = |o: Option<Open>, me: &mut Self| -> Waiting {
             match o? {
                 Open::Local { offset, fallthrough } => Some((base + offset as u64, fallthrough)),
-                Open::Pending => incoming,
-                Open::Outer(k) => at(k),
+                o => me.waiting(o).and_then(|g| *g),
             }
         };
-        let mut stack: Vec<Waiting> = outer[..outer.len().saturating_sub(c.popped)].to_vec();
-        stack.extend(c.stack.iter().map(|&o| map(o)));
-        self.pending = map(c.pending);
-        self.stack = stack;
-        // What no branch waits on goes straight from the chunk's buffer to the file.
-        let upto = self.oldest().unwrap_or(base + c.bytes.len() as u64);
-        if upto >= base {
-            self.write_to(base)?;
-            let n = (upto - base) as usize;
-            self.put(&c.bytes[..n])?;
-            self.held.extend_from_slice(&c.bytes[n..]);
-            self.held_at = upto;
-        } else {
-            self.held.extend_from_slice(&c.bytes);
+        let pending = map(c.pending, self);
+        let mine: Vec<Waiting> = c.stack.iter().map(|&o| map(o, self)).collect();
+        self.stack.truncate(self.stack.len().saturating_sub(c.popped));
+        self.stack.extend(mine);
+        self.pending = pending;
+    }
+
+    /// Writes a chunk's records, all but what it wrote already on its turn: decides the
+    /// branches it saw the next block of, and writes everything before the oldest branch
+    /// still waiting. Returns the chunk's buffer.
+    fn chunk(&mut self, mut c: ChunkRecords, losses: &mut Losses) -> Result<Vec<u8>, ChampsimError> {
+        if !c.released.direct {
+            self.start();
         }
-        self.drain(losses)?;
-        Ok(c.bytes)
+        self.records += c.records;
+        self.decided(&c.decided, losses);
+        self.leave(&c);
+        self.pour(&mut c.released.held, losses)?;
+        self.append(&c.bytes, losses)?;
+        Ok(std::mem::take(&mut c.bytes))
     }
 
     fn put(&mut self, b: &[u8]) -> Result<(), ChampsimError> {
@@ -214,7 +286,8 @@ impl Output {
     /// known while more than [`HOLD_LIMIT`] bytes would stay held.
     fn drain(&mut self, losses: &mut Losses) -> Result<(), ChampsimError> {
         loop {
-            self.write_to(self.oldest().unwrap_or(self.held_at + self.held.len() as u64))?;
+            let end = self.held_at + self.held.len() as u64;
+            self.write_to(self.oldest().map_or(end, |o| o.min(end)))?;
             if self.held.len() <= self.hold_limit {
                 return Ok(());
             }
@@ -256,44 +329,181 @@ impl Output {
 /// Writes thread `thread`'s trace to `path`, or every thread's to its own file
 /// ([`thread_path`]) when `thread` is None.
 pub fn export(rec: &Recovery, path: &Path, thread: Option<u32>, progress: &(dyn Fn(u64) + Sync)) -> Result<Summary, ChampsimError> {
+    export_bounded(rec, path, thread, progress, Bounds::default())
+}
+
+/// How many bytes of records a chunk gathers before it hands them on, and holds while
+/// waiting for its turn (tests make both small, so that every way is taken).
+#[derive(Clone, Copy, Debug)]
+pub struct Bounds {
+    pub piece: usize,
+    pub ahead: u64,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds { piece: PIECE, ahead: AHEAD_LIMIT }
+    }
+}
+
+/// [`export`] within `bounds`.
+pub fn export_bounded(
+    rec: &Recovery,
+    path: &Path,
+    thread: Option<u32>,
+    progress: &(dyn Fn(u64) + Sync),
+    bounds: Bounds,
+) -> Result<Summary, ChampsimError> {
     let threads = rec.profile.threads.len();
     if let Some(t) = thread {
         if t as usize >= threads {
             return Err(ChampsimError::NoThread { thread: t, threads });
         }
     }
-    let files =
-        Files { path: path.to_path_buf(), single: thread.is_some(), end: thread.map_or(threads as u32, |t| t + 1), workers: rec.workers() };
+    // A device (/dev/null) takes every thread's trace in turn rather than naming files
+    // beside it.
+    let device = std::fs::metadata(path).is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type()));
+    let files = Files {
+        path: path.to_path_buf(),
+        single: thread.is_some() || device,
+        end: thread.map_or(threads as u32, |t| t + 1),
+        workers: rec.workers(),
+    };
     // Fail on an unwritable output before the work.
     let first = thread.unwrap_or(0);
-    let mut out = if first < files.end { Some(files.create(first)?) } else { None };
+    let out = if first < files.end { Some(files.create(first)?) } else { None };
     let templates = Templates::new(rec.plans.len());
-    let mut summary = Summary::default();
+    let order: HashMap<u64, usize> = rec.chunks().iter().enumerate().map(|(k, c)| (c.offset, k)).collect();
+    let writing = Writing {
+        files,
+        state: Mutex::new(State { head: 0, aborted: false, out, summary: Summary::default() }),
+        turn: Condvar::new(),
+        ahead_limit: bounds.ahead,
+    };
     rec.events(Source::Dep).progress(progress).ordered(
-        |_| ChunkTrace::new(&templates, thread),
+        |c| ChunkTrace::new(&templates, thread, &writing, order[&c.offset], bounds.piece),
         |s| Ok(s.into_records()),
-        |c: &ChunkRecords| c.bytes.len(),
+        // What a finished chunk holds in memory and on disk, both bounded by the driver.
+        |c: &ChunkRecords| c.bytes.capacity() + c.released.held.len() as usize,
         |c, records| {
-            if thread.is_some_and(|t| t != c.thread) {
-                return Ok(());
-            }
-            files.advance(&mut out, c.thread, &mut summary)?;
-            summary.losses.add(&records.losses);
-            if let Some(o) = out.as_mut() {
-                templates.recycle(o.chunk(records, &mut summary.losses)?);
-            }
-            Ok(())
+            let k = order[&c.offset];
+            let mut st = writing.lock()?;
+            let r = (|| {
+                if thread.is_some_and(|t| t != c.thread) {
+                    return Ok(());
+                }
+                let st = &mut *st;
+                if !records.released.direct {
+                    writing.files.advance(&mut st.out, c.thread, &mut st.summary)?;
+                }
+                st.summary.losses.add(&records.losses);
+                if let Some(o) = st.out.as_mut() {
+                    templates.recycle(o.chunk(records, &mut st.summary.losses)?);
+                }
+                Ok(())
+            })();
+            st.head = k + 1;
+            st.aborted |= r.is_err();
+            writing.turn.notify_all();
+            r
         },
     )?;
+    let mut st = writing.lock()?;
+    let st = &mut *st;
     // The last file, and those of threads after the last chunk seen.
-    files.advance(&mut out, files.end, &mut summary)?;
-    Ok(summary)
+    writing.files.advance(&mut st.out, writing.files.end, &mut st.summary)?;
+    Ok(std::mem::take(&mut st.summary))
+}
+
+/// What a chunk has handed on of its records before its end.
+#[derive(Default)]
+pub struct Released {
+    /// Held while chunks before it are not written.
+    held: Held,
+    /// Its turn came: it began writing to its file, and wrote what it held.
+    direct: bool,
+}
+
+/// The files being written, shared by the consumer of finished chunks and the chunk whose
+/// turn it is.
+pub struct Writing {
+    files: Files,
+    state: Mutex<State>,
+    /// Signalled when the turn passes to the next chunk or the export fails.
+    turn: Condvar,
+    /// [`AHEAD_LIMIT`] (smaller in tests).
+    ahead_limit: u64,
+}
+
+struct State {
+    /// The chunk whose turn it is: every chunk before it written.
+    head: usize,
+    aborted: bool,
+    out: Option<Output>,
+    summary: Summary,
+}
+
+impl Writing {
+    fn lock(&self) -> Result<MutexGuard<'_, State>, ChampsimError> {
+        // A writer that panicked leaves the files unusable: an error, not a panic.
+        self.state.lock().map_err(|_| ChampsimError::Aborted)
+    }
+
+    /// Chunk `k` of thread `thread` hands on `bytes`, its records before its oldest branch
+    /// waiting, and the branches it decided so far: written on its turn, else held (up to
+    /// the limit, then it waits for its turn).
+    pub(crate) fn release(
+        &self,
+        k: usize,
+        thread: u32,
+        r: &mut Released,
+        decided: &mut Vec<(Open, Option<u64>)>,
+        bytes: &[u8],
+    ) -> Result<(), ChampsimError> {
+        let mut st = self.lock()?;
+        if !r.direct {
+            if st.head != k && r.held.len() + bytes.len() as u64 <= self.ahead_limit {
+                drop(st);
+                return r.held.push(bytes).map_err(ChampsimError::Held);
+            }
+            while st.head != k && !st.aborted {
+                st = self.turn.wait(st).map_err(|_| ChampsimError::Aborted)?;
+            }
+            if st.aborted {
+                return Err(ChampsimError::Aborted);
+            }
+            let st = &mut *st;
+            r.direct = true;
+            self.files.advance(&mut st.out, thread, &mut st.summary)?;
+            if let Some(o) = st.out.as_mut() {
+                o.start();
+            }
+        }
+        let st = &mut *st;
+        if let Some(o) = st.out.as_mut() {
+            // The decisions first: the branch the last chunk left waiting holds back
+            // everything after it until it is decided.
+            o.decided(decided, &mut st.summary.losses);
+            o.pour(&mut r.held, &mut st.summary.losses)?;
+            o.append(bytes, &mut st.summary.losses)?;
+        }
+        decided.clear();
+        Ok(())
+    }
+
+    /// A chunk failed: no chunk waits for its turn any more.
+    pub(crate) fn abort(&self) {
+        if let Ok(mut st) = self.state.lock() {
+            st.aborted = true;
+        }
+        self.turn.notify_all();
+    }
 }
 
 /// Where an export's files go, and which threads get one.
 struct Files {
     path: PathBuf,
-    /// One thread's trace, into `path` itself.
+    /// Every thread's trace into `path` itself (one thread's, or a device's).
     single: bool,
     /// The thread after the last one written.
     end: u32,
@@ -339,7 +549,7 @@ mod tests {
 
     fn records(bytes: Vec<u8>) -> ChunkRecords {
         let records = (bytes.len() / record::RECORD) as u64;
-        ChunkRecords { bytes, records, decided: Vec::new(), pending: None, stack: Vec::new(), popped: 0, losses: Losses::default() }
+        ChunkRecords { bytes, records, ..Default::default() }
     }
 
     fn taken(path: &Path) -> Vec<u8> {
@@ -370,6 +580,50 @@ mod tests {
         assert_eq!(w.records, 6);
         assert_eq!(taken(&path), vec![0, 0, 0, 1, 0, 0]);
         assert_eq!(losses.undirected, 0);
+    }
+
+    /// A chunk whose turn comes after it held records decides the branch the chunk before
+    /// left waiting before its records are appended, so that none is held back for it.
+    #[test]
+    fn a_chunk_taking_its_turn_decides_before_it_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t");
+        let files = Files { path: path.clone(), single: true, end: 1, workers: 2 };
+        let mut out = files.create(0).unwrap();
+        // Holding chunk 1's records behind the branch would give the branch up.
+        out.hold_limit = 2 * record::RECORD;
+        let state = Mutex::new(State { head: 0, aborted: false, out: Some(out), summary: Summary::default() });
+        let writing = Writing { files, state, turn: Condvar::new(), ahead_limit: u64::MAX };
+        // Chunk 1 hands on two records and decides the branch chunk 0 will leave waiting
+        // before chunk 0 is written: held.
+        let mut r1 = Released::default();
+        let mut decided = vec![(Open::Pending, Some(0x1012))];
+        writing.release(1, 0, &mut r1, &mut decided, &chunk(1, 2)).unwrap();
+        assert!(!r1.direct && r1.held.len() == 2 * record::RECORD as u64);
+        assert_eq!(decided.len(), 1, "decisions wait with the records");
+        // Chunk 0 is written; its last record waits for the next block.
+        {
+            let mut st = writing.lock().unwrap();
+            let st = &mut *st;
+            let mut c = records(chunk(0, 1));
+            c.pending = Some(Open::Local { offset: 0, fallthrough: 0x1002 });
+            st.out.as_mut().unwrap().chunk(c, &mut st.summary.losses).unwrap();
+            assert_eq!(st.out.as_ref().unwrap().held.len(), record::RECORD);
+            st.head = 1;
+        }
+        // Chunk 1's turn: the branch is decided (taken), then its records go straight out.
+        writing.release(1, 0, &mut r1, &mut decided, &chunk(3, 1)).unwrap();
+        assert!(r1.direct && decided.is_empty() && r1.held.is_empty());
+        let mut st = writing.lock().unwrap();
+        let st = &mut *st;
+        let o = st.out.as_mut().unwrap();
+        assert!(o.held.is_empty() && o.pending.is_none(), "{} bytes held", o.held.len());
+        let c = ChunkRecords { released: r1, ..records(chunk(4, 1)) };
+        o.chunk(c, &mut st.summary.losses).unwrap();
+        let w = st.out.take().unwrap().finish(&mut st.summary.losses).unwrap();
+        assert_eq!(w.records, 1 + 1, "records are counted as each chunk says");
+        assert_eq!(taken(&path), vec![1, 0, 0, 0, 0]);
+        assert_eq!(st.summary.losses, Losses::default());
     }
 
     #[test]
