@@ -285,6 +285,14 @@ fn signal_handler_interrupting_a_hot_loop() {
     corpus_check("signal_loop", &["300"]);
 }
 
+/// A trace longer than one buffer-check group, whose blocks all read through one register:
+/// the trace optimizer turns their shadow tests into constants, and a hand-off in the
+/// middle of the trace expires the register again.
+#[test]
+fn shadows_known_along_a_long_trace() {
+    corpus_check("longtrace", &[]);
+}
+
 #[test]
 fn siglongjmp_out_of_faults() {
     corpus_check("siglongjmp", &[]);

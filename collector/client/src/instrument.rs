@@ -665,6 +665,8 @@ unsafe fn step_values(e: &Emit, info: &mut BlockInfo, s: usize) {
         let src = app_value(e, r, s_reg);
         e.mov_st(mem(v, 0, OPSZ_8), reg(src));
         if checked.contains(r) {
+            // The trace optimizer (traces.rs) makes the test a constant where the shadow is known.
+            e.ins(traces::mark(dc, Mark::ShadowTest, [r.0 as usize, 0, 0, 0]));
             e.ins(instr_create_1dst_1src(dc, OP_movzx as i32, reg(s_reg), tls(S_SHADOW, r.0 as u32, OPSZ_1)));
             let m = opnd_create_base_disp(v, s_reg, 1, 0, OPSZ_0 as opnd_size_t);
             e.ins(instr_create_1dst_1src(dc, OP_lea as i32, reg(v), m));
@@ -735,13 +737,17 @@ unsafe fn post_store(e: &Emit, r: Reg) {
     unreserve(e.dc, e.bb, e.at, t);
 }
 
-/// The shadows this block changed, written before its last instruction.
-fn exit_shadows(e: &Emit, d: &Decisions) {
-    for r in d.exit_updated.iter() {
-        e.mov_st(tls(S_SHADOW, r.0 as u32, OPSZ_1), imm(UPDATED as i64, OPSZ_1));
-    }
-    for r in d.exit_recorded.iter() {
-        e.mov_st(tls(S_SHADOW, r.0 as u32, OPSZ_1), imm(0, OPSZ_1));
+/// The shadows this block changed, written before its last instruction, each after a mark
+/// that lets the trace optimizer (traces.rs) drop a store of the value already there.
+///
+/// # Safety
+/// `e` comes from the current basic-block event (see [`Emit`]); exercised by tests/collector.rs
+/// hello and every recovery-equals-truth test.
+unsafe fn exit_shadows(e: &Emit, d: &Decisions) {
+    let sets = d.exit_updated.iter().map(|r| (r, UPDATED)).chain(d.exit_recorded.iter().map(|r| (r, 0)));
+    for (r, v) in sets {
+        e.ins(traces::mark(e.dc, Mark::ShadowSet, [r.0 as usize, v as usize, 0, 0]));
+        e.mov_st(tls(S_SHADOW, r.0 as u32, OPSZ_1), imm(v as i64, OPSZ_1));
     }
 }
 

@@ -7,6 +7,12 @@
 //!   chunk ends, never what it holds, and a hand-off request waits at most one group.
 //! - H-tag checks: a block whose address has the H-tag of the block before it in the trace
 //!   finds that H-tag current, since only block entries change it.
+//! - Shadows: a block's exit stores a register's shadow (UPDATED or RECORDED) and a later
+//!   block of the trace tests it; between the two the shadow is known, so the test becomes
+//!   a constant advance (or nothing) and a store of the value already there goes. What is
+//!   known is forgotten where control can join (a label some instruction targets: the
+//!   buffer hand-off returns to one) and after a call (a clean call may expire every
+//!   register), so each shadow holds what it would have held; recovery sees no change.
 //!
 //! The block event marks both sequences with labels ([`mark`]); the trace event deletes what
 //! lies between a start label and its end label. DynamoRIO calls the trace event again when
@@ -31,10 +37,15 @@ pub enum Mark {
     HtagStart = 2,
     /// After the H-tag code.
     HtagEnd = 3,
+    /// Before the store of a register's shadow; data: the register and the value.
+    ShadowSet = 4,
+    /// Before the test of a register's shadow (`movzx s, shadow; lea v, [v + s]`); data: the
+    /// register.
+    ShadowTest = 5,
 }
 
 /// Every mark, in note order.
-const MARKS: [Mark; 4] = [Mark::CheckStart, Mark::CheckEnd, Mark::HtagStart, Mark::HtagEnd];
+const MARKS: [Mark; 6] = [Mark::CheckStart, Mark::CheckEnd, Mark::HtagStart, Mark::HtagEnd, Mark::ShadowSet, Mark::ShadowTest];
 /// The first of this client's label notes (drmgr_reserve_note_range), 0 until reserved.
 static mut NOTE_BASE: usize = 0;
 
@@ -147,5 +158,86 @@ unsafe extern "C" fn trace_event(dc: *mut c_void, _tag: *mut c_void, trace: *mut
         }
         i = instr_get_next(i);
     }
+    known_shadows(dc, trace);
     dr_emit_flags_t::DR_EMIT_DEFAULT
+}
+
+/// Removes the shadow tests and stores whose outcome the trace fixes (the module comment).
+///
+/// # Safety
+/// `list` is the live instruction list of the trace event; exercised by tests/collector.rs
+/// shadows_known_along_a_long_trace, signal_handler_interrupting_a_hot_loop,
+/// eight_threads_with_mutexes and every recovery-equals-truth test.
+unsafe fn known_shadows(dc: *mut c_void, list: *mut instrlist_t) {
+    // Where control can join: every instruction an instruction operand names.
+    let mut joins = std::collections::HashSet::new();
+    let mut i = instrlist_first(list);
+    while !i.is_null() {
+        for k in 0..instr_num_srcs(i).max(0) as u32 {
+            let o = instr_get_src(i, k);
+            if opnd_is_instr(o) != 0 {
+                joins.insert(opnd_get_instr(o) as usize);
+            }
+        }
+        i = instr_get_next(i);
+    }
+    let mut known: [Option<u8>; 24] = [None; 24];
+    let mut i = instrlist_first(list);
+    while !i.is_null() {
+        if joins.contains(&(i as usize)) {
+            known = [None; 24];
+        }
+        match mark_of(i) {
+            Some(Mark::ShadowSet) => {
+                let [r, v, ..] = data(i);
+                let store = instr_get_next(i);
+                // The store itself, not a spill another tool placed between (drreg's).
+                let shaped = r < 24
+                    && !store.is_null()
+                    && instr_get_opcode(store) == OP_mov_st as i32
+                    && opnd_same(instr_get_dst(store, 0), tls(S_SHADOW, r as u32, OPSZ_1)) != 0;
+                if shaped {
+                    if known[r] == Some(v as u8) {
+                        instrlist_remove(list, store);
+                        instr_destroy(dc, store);
+                    } else {
+                        known[r] = Some(v as u8);
+                    }
+                } else {
+                    known = [None; 24];
+                }
+            }
+            Some(Mark::ShadowTest) => {
+                let r = data(i)[0];
+                let test = instr_get_next(i);
+                let lea = if test.is_null() { test } else { instr_get_next(test) };
+                // `movzx s, shadow[r]; lea v, [v + s]`, as step_values writes it.
+                let shaped = r < 24
+                    && !lea.is_null()
+                    && instr_get_opcode(test) == OP_movzx as i32
+                    && instr_get_opcode(lea) == OP_lea as i32
+                    && opnd_same(instr_get_src(test, 0), tls(S_SHADOW, r as u32, OPSZ_1)) != 0
+                    && opnd_is_reg(instr_get_dst(lea, 0)) != 0
+                    && opnd_get_index(instr_get_src(lea, 0)) == opnd_get_reg(instr_get_dst(test, 0))
+                    && opnd_get_base(instr_get_src(lea, 0)) == opnd_get_reg(instr_get_dst(lea, 0));
+                if let (true, Some(k)) = (shaped, known.get(r).copied().flatten()) {
+                    // The pointer advances by the known shadow, with no load.
+                    let v = opnd_get_reg(instr_get_dst(lea, 0));
+                    let after = instr_get_next(lea);
+                    for x in [test, lea] {
+                        instrlist_remove(list, x);
+                        instr_destroy(dc, x);
+                    }
+                    if k != 0 {
+                        Emit::new(dc, list, after).add_lea(v, k as i32);
+                    }
+                }
+            }
+            _ => {}
+        }
+        if instr_is_call(i) != 0 || instr_is_syscall(i) != 0 || instr_is_interrupt(i) != 0 {
+            known = [None; 24];
+        }
+        i = instr_get_next(i);
+    }
 }
