@@ -112,11 +112,20 @@ unsafe fn delete_to(dc: *mut c_void, list: *mut instrlist_t, start: *mut instr_t
     let mut i = instr_get_next(start);
     while i != stop {
         let next = instr_get_next(i);
-        instrlist_remove(list, i);
-        instr_destroy(dc, i);
+        delete(dc, list, i);
         i = next;
     }
     true
+}
+
+/// Takes `i` out of `list` and frees it.
+///
+/// # Safety
+/// `i` is an instruction of the live list `list`, not used again; exercised by
+/// tests/collector.rs hello and shadows_known_along_a_long_trace.
+unsafe fn delete(dc: *mut c_void, list: *mut instrlist_t, i: *mut instr_t) {
+    instrlist_remove(list, i);
+    instr_destroy(dc, i);
 }
 
 /// Whether a group whose blocks need `sum` bytes can take a block needing `need` more.
@@ -198,8 +207,7 @@ unsafe fn known_shadows(dc: *mut c_void, list: *mut instrlist_t) {
                     && opnd_same(instr_get_dst(store, 0), tls(S_SHADOW, r as u32, OPSZ_1)) != 0;
                 if shaped {
                     if known[r] == Some(v as u8) {
-                        instrlist_remove(list, store);
-                        instr_destroy(dc, store);
+                        delete(dc, list, store);
                     } else {
                         known[r] = Some(v as u8);
                     }
@@ -224,10 +232,8 @@ unsafe fn known_shadows(dc: *mut c_void, list: *mut instrlist_t) {
                     // The pointer advances by the known shadow, with no load.
                     let v = opnd_get_reg(instr_get_dst(lea, 0));
                     let after = instr_get_next(lea);
-                    for x in [test, lea] {
-                        instrlist_remove(list, x);
-                        instr_destroy(dc, x);
-                    }
+                    delete(dc, list, test);
+                    delete(dc, list, lea);
                     if k != 0 {
                         Emit::new(dc, list, after).add_lea(v, k as i32);
                     }

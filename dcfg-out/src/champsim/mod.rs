@@ -184,7 +184,8 @@ impl Output {
         }
     }
 
-    /// Begins a chunk: its records follow those written and held.
+    /// Begins a chunk (its turn, [`State::begin`]): its records follow those written and
+    /// held.
     fn start(&mut self) {
         self.base = self.held_at + self.held.len() as u64;
     }
@@ -258,13 +259,10 @@ impl Output {
         self.pending = pending;
     }
 
-    /// Writes a chunk's records, all but what it wrote already on its turn: decides the
-    /// branches it saw the next block of, and writes everything before the oldest branch
-    /// still waiting. Returns the chunk's buffer.
+    /// Writes the rest of a chunk begun with [`start`](Self::start): decides the branches
+    /// it saw the next block of, and writes everything before the oldest branch still
+    /// waiting. Returns the chunk's buffer.
     fn chunk(&mut self, mut c: ChunkRecords, losses: &mut Losses) -> Result<Vec<u8>, ChampsimError> {
-        if !c.released.direct {
-            self.start();
-        }
         self.records += c.records;
         self.decided(&c.decided, losses);
         self.leave(&c);
@@ -394,7 +392,7 @@ pub fn export_bounded(
                 }
                 let st = &mut *st;
                 if !records.released.direct {
-                    writing.files.advance(&mut st.out, c.thread, &mut st.summary)?;
+                    st.begin(&writing.files, c.thread)?;
                 }
                 st.summary.losses.add(&records.losses);
                 if let Some(o) = st.out.as_mut() {
@@ -443,6 +441,18 @@ struct State {
     summary: Summary,
 }
 
+impl State {
+    /// Begins a chunk of thread `thread` on its turn: in the thread's file (finishing the
+    /// files before it), after what that file holds.
+    fn begin(&mut self, files: &Files, thread: u32) -> Result<(), ChampsimError> {
+        files.advance(&mut self.out, thread, &mut self.summary)?;
+        if let Some(o) = self.out.as_mut() {
+            o.start();
+        }
+        Ok(())
+    }
+}
+
 impl Writing {
     fn lock(&self) -> Result<MutexGuard<'_, State>, ChampsimError> {
         // A writer that panicked leaves the files unusable: an error, not a panic.
@@ -472,12 +482,8 @@ impl Writing {
             if st.aborted {
                 return Err(ChampsimError::Aborted);
             }
-            let st = &mut *st;
             r.direct = true;
-            self.files.advance(&mut st.out, thread, &mut st.summary)?;
-            if let Some(o) = st.out.as_mut() {
-                o.start();
-            }
+            st.begin(&self.files, thread)?;
         }
         let st = &mut *st;
         if let Some(o) = st.out.as_mut() {
@@ -567,6 +573,7 @@ mod tests {
         let mut c = records(chunk(0, 4));
         c.stack = vec![Some(Open::Local { offset: 128, fallthrough: 0x1022 })];
         c.pending = Some(Open::Local { offset: 192, fallthrough: 0x1032 });
+        o.start();
         o.chunk(c, &mut losses).unwrap();
         assert_eq!(o.held.len(), 128, "records 2 and 3 held");
         // Chunk 2: the handler's next block (record 3 taken), its return to the block
@@ -574,6 +581,7 @@ mod tests {
         let mut c = records(chunk(4, 2));
         c.decided = vec![(Open::Pending, Some(0x5000)), (Open::Outer(0), Some(0x1022))];
         c.popped = 1;
+        o.start();
         o.chunk(c, &mut losses).unwrap();
         assert!(o.held.is_empty() && o.pending.is_none() && o.stack.is_empty());
         let w = o.finish(&mut losses).unwrap();
@@ -607,6 +615,7 @@ mod tests {
             let st = &mut *st;
             let mut c = records(chunk(0, 1));
             c.pending = Some(Open::Local { offset: 0, fallthrough: 0x1002 });
+            st.begin(&writing.files, 0).unwrap();
             st.out.as_mut().unwrap().chunk(c, &mut st.summary.losses).unwrap();
             assert_eq!(st.out.as_ref().unwrap().held.len(), record::RECORD);
             st.head = 1;
@@ -635,9 +644,11 @@ mod tests {
         let mut losses = Losses::default();
         let mut c = records(chunk(0, 2));
         c.stack = vec![Some(Open::Local { offset: 0, fallthrough: 0x1002 })];
+        o.start();
         o.chunk(c, &mut losses).unwrap();
         assert_eq!(o.held.len(), 2 * record::RECORD);
         // Two more records of a handler that does not return: the branch gives up.
+        o.start();
         o.chunk(records(chunk(2, 2)), &mut losses).unwrap();
         assert_eq!(losses.undirected, 1);
         assert!(o.held.is_empty() && o.stack == vec![None]);
@@ -645,6 +656,7 @@ mod tests {
         let mut c = records(chunk(4, 1));
         c.decided = vec![(Open::Outer(0), Some(0x9999))];
         c.popped = 1;
+        o.start();
         o.chunk(c, &mut losses).unwrap();
         assert_eq!(o.finish(&mut losses).unwrap().records, 5);
         assert_eq!(taken(&path), vec![0; 5]);
