@@ -25,13 +25,21 @@ command -v make >/dev/null || need+=(make)
 command -v valgrind >/dev/null || need+=(valgrind)
 command -v python3 >/dev/null || need+=(python3)
 command -v xz >/dev/null || need+=(xz-utils)  # tests read ChampSim traces as ChampSim does
+command -v gdb >/dev/null || need+=(gdb)      # the symbolizer's tests ask gdb and addr2line
+command -v dot >/dev/null || need+=(graphviz) # scripts/callgraph.sh draws call graphs
+# KCachegrind, on a virtual display: the tests open every corpus profile in it.
+command -v kcachegrind >/dev/null || need+=(kcachegrind)
+command -v xvfb-run >/dev/null || need+=(xvfb)
+command -v dbus-run-session >/dev/null || need+=(dbus)
+# libc's separate debug file: the tests name libc's local functions as Valgrind does.
+dpkg-query -W -f='${Status}' libc6-dbg 2>/dev/null | grep -q 'ok installed' || need+=(libc6-dbg)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]} (apt-get)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${need[@]}" >/dev/null
 else
-  echo "setup: build dependencies present (cmake, libclang, gcc, g++, make, valgrind, python3, xz)"
+  echo "setup: build dependencies present (cmake, libclang, gcc, g++, make, valgrind, python3, xz, gdb, graphviz, kcachegrind, xvfb, libc6-dbg)"
 fi
 # A PyPI package through pip, unless python3 imports it already or its command is on PATH.
 pip_install() {

@@ -11,6 +11,19 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Also look for separate debug files (`.build-id/xx/rest.debug`, `.gnu_debuglink`
+    /// targets) under DIR, before /usr/lib/debug; repeatable.
+    #[arg(long = "debug-dir", value_name = "DIR", global = true)]
+    debug_dirs: Vec<PathBuf>,
+}
+
+/// `--debug-dir`, set once from the command line before any symbolizer is made.
+static DEBUG_DIRS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+
+/// The symbolizer of a profile's modules, looking for debug files where the user said.
+fn symbolizer(modules: &[dep_profile::container::ModuleEvent]) -> dep_dcfg_out::program::symbols::Symbolizer {
+    let dirs = DEBUG_DIRS.get().map_or(&[][..], Vec::as_slice);
+    dep_dcfg_out::program::symbols::Symbolizer::new(modules).with_debug_dirs(dirs)
 }
 
 /// `dep record --compression`.
@@ -255,6 +268,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
+    let _ = DEBUG_DIRS.set(cli.debug_dirs);
     match cli.cmd {
         Cmd::Dump { profile, max, all, disasm } => {
             let p = dep_profile::container::Profile::open(&profile)?;
@@ -407,8 +421,10 @@ fn recover(profile: &std::path::Path, truth: bool, format: &str, output: Option<
     let pb = progress_bar(rec.chunks().len() as u64, if truth { "replaying truth" } else { "recovering" });
     if format == "parquet" {
         let dir = output.context("--format parquet writes a directory: give it with -o DIR")?;
-        dep_dcfg_out::parquet::write(&rec, source, dir, &|n| pb.inc(n))?;
+        let syms = symbolizer(&p.modules);
+        dep_dcfg_out::parquet::write(&rec, source, dir, &syms, &|n| pb.inc(n))?;
         pb.finish_and_clear();
+        warn_symbols([&syms]);
         check_truncated(&p)?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -477,7 +493,7 @@ fn stats(profile: &std::path::Path, json: bool, compress: bool) -> Result<ExitCo
 }
 
 fn edges(profile: &std::path::Path, json: bool, truth: bool, output: Option<&std::path::Path>, jobs: usize) -> Result<ExitCode> {
-    use dep_dcfg_out::{edges, program::symbols::Symbolizer};
+    use dep_dcfg_out::edges;
     let p = dep_profile::container::Profile::open(profile)?;
     let rec = dep_recover::Recovery::new(&p, jobs);
     let source = if truth { dep_recover::Source::Truth } else { dep_recover::Source::Blocks };
@@ -485,7 +501,7 @@ fn edges(profile: &std::path::Path, json: bool, truth: bool, output: Option<&std
     let pb = progress_bar(rec.chunks().len() as u64, "counting edges");
     let threads = edges::count(&rec, source, &|n| pb.inc(n))?;
     pb.finish_and_clear();
-    let sym = Symbolizer::new(&p.modules);
+    let sym = symbolizer(&p.modules);
     let r = if json {
         serde_json::to_writer_pretty(&mut out, &edges::to_json(&threads, &sym)).map_err(std::io::Error::from).and_then(|_| writeln!(out))
     } else {
@@ -576,7 +592,7 @@ fn dcfg(profile: &std::path::Path, output: &std::path::Path, trace: Option<&std:
     for r in &recs {
         procs.push(Process::build(r, &mut ids, &|n| pb.inc(n))?);
     }
-    let syms: Vec<Symbolizer> = profiles.iter().map(|p| Symbolizer::new(&p.modules)).collect();
+    let syms: Vec<Symbolizer> = profiles.iter().map(|p| symbolizer(&p.modules)).collect();
     let mut out = create_output(Some(output))?;
     write_dcfg(&mut out, &procs, &syms)?;
     out.flush().with_context(|| format!("writing {}", output.display()))?;
@@ -606,7 +622,7 @@ fn wet(
     let mut out = create_output(Some(output))?;
     let mut ports_out = ports.map(|p| create_output(Some(p))).transpose()?;
     let rec = dep_recover::Recovery::new(&p, 0);
-    let syms = dep_dcfg_out::program::symbols::Symbolizer::new(&p.modules);
+    let syms = symbolizer(&p.modules);
     let opts = wet::Options { history, memory: usize::try_from(spill_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX) };
     let start = std::time::Instant::now();
     let s = wet::write(&rec, &syms, &opts, &mut out, ports_out.as_mut().map(|w| w as &mut dyn Write))
@@ -642,7 +658,7 @@ fn callgrind(profile: &std::path::Path, output: &std::path::Path, separate_threa
         std::fs::File::create(output).with_context(|| format!("cannot create {}", output.display()))?;
     }
     let rec = dep_recover::Recovery::new(&p, 0);
-    let syms = dep_dcfg_out::program::symbols::Symbolizer::new(&p.modules);
+    let syms = symbolizer(&p.modules);
     write_profile(&rec, &syms, &Options { separate_threads, dump_instr }, output)?;
     warn_symbols([&syms]);
     check_truncated(&p)?;
@@ -665,7 +681,7 @@ fn races(
     };
     let started = std::time::Instant::now();
     let rec = dep_recover::Recovery::new(&p, 0);
-    let syms = dep_dcfg_out::program::symbols::Symbolizer::new(&p.modules);
+    let syms = symbolizer(&p.modules);
     let a = analyse(&rec, &syms, region)?;
     let analysed = started.elapsed().as_secs_f64();
     let mut report = Report::new(&a, &syms);

@@ -177,6 +177,7 @@ fn readers_take_every_corpus_profile() {
         "bare",
         "wet",
     ];
+    let mut written = Vec::new();
     for prog in progs {
         if prog == "avx512" && !std::arch::is_x86_feature_detected!("avx512vl") {
             continue; // runs only where the CPU has it (tests/collector.rs instruments it anyway)
@@ -205,7 +206,23 @@ fn readers_take_every_corpus_profile() {
             assert_eq!(p.totals.first().copied(), Some(want), "{prog}: totals:");
             let sum: u64 = p.selfc.values().map(|c| c[0]).sum();
             assert_eq!(sum, want, "{prog}: the self costs add up to the total");
+            written.push(out);
         }
+    }
+    // KCachegrind (on a virtual display) loads each without a complaint, a few at a time.
+    let config = dir.path().join("kcachegrind-config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(config.join("kcachegrindrc"), "[TipOfDay]\nRunOnStart=false\n").unwrap();
+    for batch in written.chunks(4) {
+        std::thread::scope(|s| {
+            for out in batch {
+                let config = &config;
+                s.spawn(move || {
+                    let complaints = kcachegrind_complaints(out, config);
+                    assert!(complaints.is_empty(), "{}: KCachegrind says\n{}", out.display(), complaints.join("\n"));
+                });
+            }
+        });
     }
     // Threads apart: one file per thread, adding up to the whole.
     let profile = record(dir.path(), "threads");
@@ -223,6 +240,52 @@ fn readers_take_every_corpus_profile() {
         sum += parse(&f).totals[0];
     }
     assert_eq!(sum, recovered_instructions(&profile));
+}
+
+/// What KCachegrind's loader says of a Callgrind file (`Loading "FILE" : LINE : what`),
+/// read from its stderr until it selects `main` (`Selected "main"`, once the file is
+/// loaded), or for 15 s where the program has no `main` (bare), KCachegrind still running
+/// then; it runs under xvfb-run in a process group of its own, killed after.
+fn kcachegrind_complaints(file: &Path, config: &Path) -> Vec<String> {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let mut child = Command::new("xvfb-run")
+        .args(["-a", "dbus-run-session", "--", "kcachegrind"])
+        .arg(file)
+        .env("XDG_CONFIG_HOME", config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("xvfb-run and kcachegrind (scripts/setup.sh installs them)");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let (mut complaints, mut selected) = (Vec::new(), false);
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(line) if line.starts_with("Loading ") => complaints.push(line),
+            Ok(line) if line.starts_with("Selected ") => {
+                selected = true;
+                break;
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    let running = matches!(child.try_wait(), Ok(None));
+    let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).status();
+    let _ = child.wait();
+    assert!(selected || running, "{}: KCachegrind ended without loading the file", file.display());
+    complaints
 }
 
 /// Rep-prefixed string instructions of a program: how many references one iteration makes,
@@ -387,4 +450,229 @@ fn function_of(path: &Path, pc: u64) -> Option<String> {
         }
     }
     None
+}
+
+/// What the name comparison reads from a Callgrind file: functions with their object,
+/// source file and self Ir, and call counts between functions (recursion levels `f'2`
+/// as `f`, a cold part `f.cold` as `f`), with each callee's entry (file address, with
+/// `--dump-instr`) and object.
+#[derive(Default)]
+struct Graph {
+    /// (object, function) -> (the files named for it, self Ir). Static functions of one
+    /// name in several files (ld.so's two `check_match`) are one function by name.
+    funcs: HashMap<(String, String), (Vec<String>, u64)>,
+    /// (caller, callee) -> calls.
+    calls: HashMap<(String, String), u64>,
+    /// (callee object, callee, entry file address).
+    entries: Vec<(String, String, u64)>,
+    total: u64,
+}
+
+fn graph(path: &Path) -> Graph {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut g = Graph::default();
+    let mut names: [HashMap<String, String>; 3] = Default::default(); // ob, fl, fn
+    let name = |map: &mut HashMap<String, String>, v: &str| -> String {
+        let v = v.trim();
+        match v.strip_prefix('(').and_then(|r| r.split_once(')')) {
+            Some((id, tail)) => {
+                if !tail.trim().is_empty() {
+                    map.insert(id.to_string(), tail.trim().to_string());
+                }
+                map.get(id).cloned().unwrap_or_default()
+            }
+            None => v.to_string(),
+        }
+    };
+    let merge = |f: String| base(f.strip_suffix(".cold").unwrap_or(&f));
+    let (mut ob, mut fl, mut func, mut cob, mut cfn) = Default::default();
+    let (mut call, mut jump, mut npos) = (None::<u64>, false, 1);
+    for l in text.lines() {
+        if let Some(v) = l.strip_prefix("positions:") {
+            npos = v.split_whitespace().count();
+            continue;
+        }
+        if let Some((k, v)) = l.split_once('=') {
+            match k {
+                "ob" => ob = name(&mut names[0], v),
+                "fl" => fl = name(&mut names[1], v),
+                "fi" | "fe" | "cfi" | "cfl" => {
+                    name(&mut names[1], v);
+                }
+                "fn" => {
+                    func = merge(name(&mut names[2], v));
+                    let files = &mut g.funcs.entry((ob.clone(), func.clone())).or_default().0;
+                    if !files.contains(&fl) {
+                        files.push(fl.clone());
+                    }
+                    cob = ob.clone();
+                }
+                "cob" => cob = name(&mut names[0], v),
+                "cfn" => cfn = merge(name(&mut names[2], v)),
+                "calls" => {
+                    let f: Vec<&str> = v.split_whitespace().collect();
+                    call = Some(f[0].parse().unwrap());
+                    if npos == 2 {
+                        if let Some(h) = f.get(1).and_then(|a| a.strip_prefix("0x")) {
+                            g.entries.push((cob.clone(), cfn.clone(), u64::from_str_radix(h, 16).unwrap()));
+                        }
+                    }
+                }
+                "jump" | "jcnd" => jump = true,
+                _ => {}
+            }
+            continue;
+        }
+        if l.is_empty() || l.starts_with('#') || l.contains(':') {
+            continue;
+        }
+        if std::mem::take(&mut jump) {
+            continue;
+        }
+        if let Some(n) = call.take() {
+            *g.calls.entry((func.clone(), cfn.clone())).or_default() += n;
+            continue;
+        }
+        let ir: u64 = l.split_whitespace().nth(npos).map_or(0, |c| c.parse().unwrap());
+        g.funcs.entry((ob.clone(), func.clone())).or_default().1 += ir;
+        g.total += ir;
+    }
+    g
+}
+
+/// Whether dep's source file for a function is Valgrind's. Valgrind 3.19, like binutils,
+/// joins a DWARF 5 line table's directory 0 to the compilation directory it already is
+/// (`./stdlib/./stdlib/msort.c`); dep reads it as the standard says, as gdb does.
+fn same_file(valgrind: &str, dep: &str) -> bool {
+    valgrind == dep || valgrind.strip_suffix(dep).and_then(|d| d.strip_suffix('/')).is_some_and(|d| dep.starts_with(&format!("{d}/")))
+}
+
+/// The function symbols of an object and of its separate debug file (found by build id),
+/// as `nm -C --defined-only -S` lists them: (address, size, name).
+fn nm_symbols(object: &str) -> Vec<(u64, u64, String)> {
+    let mut files = vec![PathBuf::from(object)];
+    let notes = ok(Command::new("readelf").args(["-n", object]));
+    let notes = String::from_utf8_lossy(&notes.stdout);
+    if let Some(id) = notes.lines().find_map(|l| l.trim().strip_prefix("Build ID: ")) {
+        let debug = PathBuf::from(format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]));
+        if debug.exists() {
+            files.push(debug);
+        }
+    }
+    let mut out = Vec::new();
+    for f in files {
+        for dynamic in [false, true] {
+            let mut cmd = Command::new("nm");
+            cmd.args(["-C", "--defined-only", "-S"]);
+            if dynamic {
+                cmd.arg("-D");
+            }
+            let o = run(cmd.arg(&f));
+            for l in String::from_utf8_lossy(&o.stdout).lines() {
+                let w: Vec<&str> = l.splitn(4, ' ').collect();
+                let (addr, size, kind, name) = match w.len() {
+                    4 => (w[0], w[1], w[2], w[3]),
+                    3 => (w[0], "0", w[1], w[2]),
+                    _ => continue,
+                };
+                if matches!(kind, "t" | "T" | "i" | "W" | "w") {
+                    out.push((u64::from_str_radix(addr, 16).unwrap(), u64::from_str_radix(size, 16).unwrap_or(0), name.to_string()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Programs calling into libc and libstdc++ (qsort calling back, printf, malloc/free,
+/// large memcpy/memset, C++ std::sort and exceptions), under `dep record` and Valgrind's
+/// callgrind: every function with at least 0.5% of callgrind's self Ir has the same name,
+/// object and source file in dep's profile; the calls into and out of the program's own
+/// functions are the same, with the same counts, the lazy binder included; and every
+/// function dep names at a call's entry is a symbol of `nm` (the object's or its debug
+/// file's) that covers the entry. Valgrind's virtual CPU has no AVX-512 and no XSAVEC,
+/// so dep's run hides them from glibc (GLIBC_TUNABLES) for the same ifunc variants; the
+/// dynamic linker's CPU probing at start-up differs all the same (Valgrind's CPU is an
+/// Intel model), so a function of ld.so only callgrind's profile has is not required.
+#[test]
+fn names_and_calls_agree_with_valgrind_on_libc_programs() {
+    let dir = tempfile::tempdir().unwrap();
+    let hide = "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD,-XSAVEC";
+    for prog in ["libcalls", "hello", "exceptions"] {
+        let exe = corpus().join(prog);
+        let object = exe.display().to_string();
+        let profile = dir.path().join(format!("{prog}.dep"));
+        ok(Command::new(dep()).env("GLIBC_TUNABLES", hide).arg("record").arg("-o").arg(&profile).arg("--").arg(&exe).stdout(Stdio::null()));
+        let ours = dir.path().join(format!("{prog}.dep.cg"));
+        ok(Command::new(dep()).arg("callgrind").arg(&profile).arg("-o").arg(&ours).arg("--dump-instr"));
+        let theirs = dir.path().join(format!("{prog}.vg.cg"));
+        ok(Command::new("valgrind")
+            .args(["--tool=callgrind", "--dump-instr=yes"])
+            .arg(format!("--callgrind-out-file={}", theirs.display()))
+            .arg(&exe)
+            .stdout(Stdio::null()));
+        let (d, v) = (graph(&ours), graph(&theirs));
+        // Code Valgrind leaves unnamed (`0x…`) and the frames below main it folds into one.
+        let named = |f: &str| !f.starts_with("0x") && f != "(below main)";
+        let mut heavy = 0;
+        for ((ob, f), (files, ir)) in &v.funcs {
+            if *ir * 200 < v.total || !named(f) {
+                continue;
+            }
+            let Some((dfiles, dir_)) = d.funcs.get(&(ob.clone(), f.clone())) else {
+                // The dynamic linker's start-up probes the CPU, which Valgrind presents as
+                // a model of its own (an Intel one): its cache probing runs only there.
+                if ob.contains("/ld-linux") {
+                    continue;
+                }
+                panic!("{prog}: callgrind's {f} in {ob} ({ir} Ir of {}) is not in dep's profile", v.total)
+            };
+            assert!(*dir_ > 0, "{prog}: {f} has no cost in dep's profile");
+            for file in files {
+                assert!(dfiles.iter().any(|d| same_file(file, d)), "{prog}: {f}: callgrind's file {file}, dep's {dfiles:?}");
+            }
+            heavy += 1;
+        }
+        assert!(heavy >= 3, "{prog}: only {heavy} functions compared");
+        // Calls into and out of the program's own functions, between functions both name.
+        let own: Vec<&String> = v.funcs.keys().filter(|(ob, f)| *ob == object && named(f)).map(|(_, f)| f).collect();
+        let vnames: std::collections::HashSet<&String> = v.funcs.keys().map(|(_, f)| f).collect();
+        let arcs = |g: &Graph| -> HashMap<(String, String), u64> {
+            g.calls
+                .iter()
+                .filter(|((a, b), _)| (own.contains(&a) || own.contains(&b)) && named(a) && named(b))
+                .filter(|((a, b), _)| vnames.contains(a) && vnames.contains(b))
+                .map(|(k, n)| (k.clone(), *n))
+                .collect()
+        };
+        let (va, da) = (arcs(&v), arcs(&d));
+        assert!(va.keys().any(|(a, b)| a == "main" && b.starts_with("_dl_runtime_resolve")), "{prog}: no lazy binding seen");
+        for (k, n) in &va {
+            assert_eq!(da.get(k), Some(n), "{prog}: calls {} -> {}: callgrind {n}", k.0, k.1);
+        }
+        for (k, n) in &da {
+            assert_eq!(va.get(k), Some(n), "{prog}: calls {} -> {}: dep {n}", k.0, k.1);
+        }
+        // Every name dep gives a callee's entry comes from a symbol covering it.
+        let mut checked = 0;
+        let mut symbols: HashMap<String, Vec<(u64, u64, String)>> = HashMap::new();
+        for (ob, f, entry) in &d.entries {
+            if f.contains('+') || f.ends_with("@plt") || ob == "???" {
+                continue; // named by offset, or a PLT stub (no symbol of its own)
+            }
+            let syms = symbols.entry(ob.clone()).or_insert_with(|| nm_symbols(ob));
+            // Versions aside (`nm` and the debug file spell them differently); a cold part
+            // (`f.cold`) is read as its function, as above; a C++ name up to its parameters
+            // (cpp_demangle, dep's demangler, spells a few parameter types unlike c++filt:
+            // see the README's limits).
+            let bare = |n: &str| {
+                let n = n.split('@').next().unwrap_or(n).trim_end_matches(".cold");
+                n.split_once('(').map_or(n, |(f, _)| f).to_string()
+            };
+            let covers = syms.iter().any(|(a, size, name)| bare(name) == bare(f) && (*a == *entry || (*a < *entry && *entry < a + size)));
+            assert!(covers, "{prog}: dep names {f} at {entry:#x} in {ob}, and no symbol of that name covers it");
+            checked += 1;
+        }
+        assert!(checked > 10, "{prog}: only {checked} entries checked");
+    }
 }

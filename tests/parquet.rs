@@ -87,6 +87,31 @@ fn parquet_tables_match_the_recovered_trace() {
         );
         assert_eq!(one_number(&falling), 0, "{prog}: orders fall");
         assert_eq!(one_number(&format!("SELECT count(*) FROM {refs} WHERE \"order\" IS NULL")), 0, "{prog}: references before any sync");
+
+        // places.parquet names every instruction executed: each reference and block joins
+        // it on pc, and the program's own instructions have addr2line's function and line.
+        let places = format!("read_parquet('{}/places.parquet')", out.display());
+        let unplaced = format!("SELECT count(*) FROM {refs} r ANTI JOIN {places} p USING (pc)");
+        assert_eq!(one_number(&unplaced), 0, "{prog}: references with no place");
+        let unplaced = format!("SELECT count(*) FROM {blocks} b ANTI JOIN {places} p ON b.addr = p.pc");
+        assert_eq!(one_number(&unplaced), 0, "{prog}: blocks with no place");
+        let profile = dep_profile::container::Profile::open(&p).unwrap();
+        let base = profile.modules.iter().find(|m| m.path.ends_with(&format!("/{prog}"))).expect("the binary's load").base;
+        let own = duck(&format!(
+            "SELECT printf('0x%x %s %d', pc - {base}, inlined, line) FROM {places} WHERE module LIKE '%/{prog}' AND line IS NOT NULL ORDER BY pc"
+        ));
+        assert!(own.len() > 20, "{prog}: {} of its own instructions placed", own.len());
+        let input: String = own.iter().map(|l| format!("{}\n", l.split(' ').next().unwrap())).collect();
+        let a2l = String::from_utf8(
+            ok(Command::new("sh").arg("-c").arg(format!("addr2line -f -e {} <<'EOF'\n{input}EOF", corpus().join(prog).display()))).stdout,
+        )
+        .unwrap();
+        let a2l: Vec<&str> = a2l.lines().collect();
+        for (row, pair) in own.iter().zip(a2l.chunks(2)) {
+            let want_line = pair[1].split(" (").next().unwrap().rsplit(':').next().unwrap();
+            let want = format!("{} {} {want_line}", row.split(' ').next().unwrap(), pair[0]);
+            assert_eq!(row, &want, "{prog}: a place against addr2line");
+        }
     }
 
     // The race: both workers' increments of `counter`, at the binary's load address plus

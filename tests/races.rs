@@ -74,7 +74,10 @@ fn addr2line(p: &Path, pc: u64) -> u64 {
 
 /// An access's source line in the program: its own, or its caller's (for library code).
 fn line_of(p: &Path, access: &Value) -> u64 {
-    let (pc, line) = match access["line"].as_u64() {
+    // Library code (libc has lines too where its debug file is installed) counts at the
+    // program's call into it.
+    let own = access["module"].as_str().is_some_and(|m| m.ends_with("/races"));
+    let (pc, line) = match access["line"].as_u64().filter(|_| own) {
         Some(l) => (hex(&access["pc"]), l),
         None => {
             let c = &access["called_from"];

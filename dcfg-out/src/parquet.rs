@@ -4,8 +4,10 @@
 //! `DIR/syncs/thread-NNNN.parquet` and its entries to and returns from watched library
 //! functions in `DIR/calls/thread-NNNN.parquet` (NNNN the thread index, from 0000), zstd-compressed, in
 //! row groups of at most [`ROW_GROUP`] rows; the thread table, who created each thread and
-//! where, in `DIR/threads.parquet`; and the module table, where each image was loaded, in
-//! `DIR/modules.parquet` (to name addresses with `nm` when images are position-independent).
+//! where, in `DIR/threads.parquet`; the module table, where each image was loaded, in
+//! `DIR/modules.parquet`; and the place of every instruction the run executed (function,
+//! source file and line, as every other output names them) in `DIR/places.parquet`, to
+//! join with references and blocks on `pc`.
 //! Threads are written in parallel, each streamed through a buffer of about [`BATCH`] rows.
 //!
 //! Every row carries `order`: the number of the last synchronisation point its thread
@@ -14,6 +16,7 @@
 //! final when it arrives; only a block's own row waits for a record before its first
 //! instruction.
 
+use crate::program::symbols::Symbolizer;
 use crate::program::watched::{Ended, Pending, Watched};
 use ::parquet::arrow::ArrowWriter;
 use ::parquet::basic::{Compression, Encoding, ZstdLevel};
@@ -46,6 +49,8 @@ pub const CALLS: &str = "calls";
 pub const MODULES: &str = "modules.parquet";
 /// The thread table's file.
 pub const THREADS: &str = "threads.parquet";
+/// The places table's file.
+pub const PLACES: &str = "places.parquet";
 
 /// Why a trace could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -75,8 +80,14 @@ pub struct Written {
 
 /// Writes `rec`'s trace from `source` as Parquet tables under `dir` (created if missing;
 /// thread files of an earlier export are replaced, those of threads this profile lacks
-/// removed); `progress` sees each chunk done.
-pub fn write(rec: &Recovery, source: Source, dir: &Path, progress: &(dyn Fn(u64) + Sync)) -> Result<Written, ExportError> {
+/// removed), its code named by `symbols`; `progress` sees each chunk done.
+pub fn write(
+    rec: &Recovery,
+    source: Source,
+    dir: &Path,
+    symbols: &Symbolizer,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Written, ExportError> {
     let threads = rec.profile.threads.len();
     for sub in [REFERENCES, BLOCKS, SYNCS, CALLS] {
         let d = dir.join(sub);
@@ -86,6 +97,7 @@ pub fn write(rec: &Recovery, source: Source, dir: &Path, progress: &(dyn Fn(u64)
     }
     write_modules(&dir.join(MODULES), &rec.profile.modules)?;
     write_threads(&dir.join(THREADS), &rec.profile.threads)?;
+    write_places(&dir.join(PLACES), rec, symbols)?;
     let sinks = rec.events(source).progress(progress).per_thread(|t| ThreadWriter::new(dir, t, BATCH))?;
     Ok(Written {
         references: sinks.iter().map(|s| s.refs.next).collect(),
@@ -155,6 +167,36 @@ fn write_threads(path: &Path, threads: &[ThreadInfo]) -> Result<(), ExportError>
         Arc::new(UInt64Array::from_iter(threads.iter().map(|t| t.spawn.map(|s| s.tls).filter(|&p| p != 0)))),
         Arc::new(UInt64Array::from_iter(threads.iter().map(|t| t.start_ns))),
         Arc::new(UInt64Array::from_iter(threads.iter().map(|t| t.end_ns))),
+    ];
+    write_one(path, schema, columns)
+}
+
+/// Writes where each instruction of the block table is (the blocks the run executed):
+/// `pc`, `function` (the routine, as Callgrind's `fn=` names it), `inlined` (the innermost
+/// function there, an inlined one where DWARF says so), `file`, `line` and `module`, one
+/// row per address, sorted.
+fn write_places(path: &Path, rec: &Recovery, symbols: &Symbolizer) -> Result<(), ExportError> {
+    use DataType::*;
+    let mut pcs: Vec<u64> =
+        (0..rec.plans.len() as u32).filter_map(|b| rec.plans.get_plan(b)).flat_map(|p| p.insns.iter().map(|i| i.pc)).collect();
+    pcs.sort_unstable();
+    pcs.dedup();
+    let places = symbols.places(&pcs);
+    let schema = schema(&[
+        ("pc", UInt64, false),
+        ("function", Utf8, false),
+        ("inlined", Utf8, false),
+        ("file", Utf8, true),
+        ("line", UInt32, true),
+        ("module", Utf8, true),
+    ]);
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(UInt64Array::from(pcs)),
+        Arc::new(StringArray::from_iter_values(places.iter().map(|p| &p.symbol))),
+        Arc::new(StringArray::from_iter_values(places.iter().map(|p| &p.function))),
+        Arc::new(StringArray::from_iter(places.iter().map(|p| p.file.as_deref()))),
+        Arc::new(UInt32Array::from_iter(places.iter().map(|p| p.line))),
+        Arc::new(StringArray::from_iter(places.iter().map(|p| p.module.as_deref()))),
     ];
     write_one(path, schema, columns)
 }

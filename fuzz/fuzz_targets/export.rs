@@ -69,7 +69,7 @@ fuzz_target!(|input: Input| {
         Exporter::Parquet => {
             let dir = dep_fuzz::scratch("parquet");
             let _ = std::fs::remove_dir_all(&dir);
-            let _ = parquet::write(&rec, Source::Dep, &dir, &|_| {});
+            let _ = parquet::write(&rec, Source::Dep, &dir, &syms, &|_| {});
             let _ = std::fs::remove_dir_all(&dir);
         }
         Exporter::Edges { json, truth } => {

@@ -10,7 +10,7 @@
 //! twice (Callgrind's "calls" are the non-recursive ones for cost).
 
 use super::costs::{CallEvent, ChunkCosts, Cost, Tables};
-use crate::program::calls::{self, CallStack, FrameKind, Step, NO_RETURN};
+use crate::program::calls::{self, CallStack, FrameKind, Step, Transition, NO_RETURN};
 use rustc_hash::FxHashMap;
 
 /// A call arc's count and inclusive cost.
@@ -144,6 +144,12 @@ impl Local {
                     self.pushed(callee, dropped, cost, t);
                 }
                 Step::Close(k) => self.pop_to(k, cost, t),
+                Step::Rebind { old, to } => {
+                    let site = old.data.site;
+                    self.close(old, cost, t);
+                    let dropped = self.stack.push(calls::Frame { data: Call { site, callee: to, at: cost }, ..old });
+                    self.pushed(to, dropped, cost, t);
+                }
                 Step::Confined => {}
                 Step::Beyond(_) => self.beyond(e),
             },
@@ -242,6 +248,11 @@ impl Stack {
                         }
                     }
                     Step::Close(k) => self.pop_to(k, now, t, arcs),
+                    Step::Rebind { old, to } => {
+                        let site = old.data.site;
+                        self.close(old, now, t, arcs);
+                        self.push(calls::Frame { data: Call { site, callee: to, at: now }, ..old }, now, t, arcs);
+                    }
                     // The thread's first frame: it returns nowhere a return can reach.
                     Step::Beyond(Some(call)) => {
                         self.push(calls::Frame { ret: NO_RETURN, kind: FrameKind::TailCall, data: call }, now, t, arcs)
@@ -271,7 +282,8 @@ impl Stack {
     pub fn chunk(&mut self, c: &mut ChunkCosts, t: &Tables, tot: &mut Totals) {
         if let (Some(last), Some(first)) = (self.carry, c.first) {
             *tot.trans.entry((last, first)).or_default() += 1;
-            if let Some(tr) = t.exits.transition(last, first) {
+            let tr = if t.exits.binds(last, first) { Some(Transition::Bound { to: first }) } else { t.exits.transition(last, first) };
+            if let Some(tr) = tr {
                 self.apply(CallEvent::Flow(tr, [0; 3]), t, &mut tot.arcs);
             }
         }

@@ -43,7 +43,8 @@ const KIND_CALL_RET: u8 = 1;
 const KIND_JUMP: u8 = 2;
 /// A function starts at the block.
 const KIND_ENTRY: u8 = 4;
-/// The block is PLT code, or has instructions whose references are counted one by one.
+/// The block is PLT code or the lazy binder, or has instructions whose references are
+/// counted one by one.
 const KIND_SLOW: u8 = 8;
 
 impl Tables {
@@ -100,7 +101,7 @@ impl Tables {
             if t.exits.entry[bi] {
                 k |= KIND_ENTRY;
             }
-            if t.exits.plt[bi] || *t.has_dynamic.last().expect("pushed") {
+            if t.exits.plt[bi] || t.exits.binder[bi] || *t.has_dynamic.last().expect("pushed") {
                 k |= KIND_SLOW;
             }
             t.kind.push(k);

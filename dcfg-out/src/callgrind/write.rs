@@ -34,22 +34,25 @@ struct Where {
     bias: u64,
     file: String,
     function: String,
+    /// Where the function starts: functions of one name are told apart by it.
+    start: u64,
     line: u32,
 }
 
-/// Name compression: `(id) name` the first time, `(id)` after.
+/// Name compression: `(id) name` the first time, `(id)` after. Ids are per thing named
+/// (`key`): two functions of one name get two ids, as callgrind gives them.
 #[derive(Default)]
-struct Names {
-    ids: FxHashMap<String, usize>,
+struct Names<K> {
+    ids: FxHashMap<K, usize>,
 }
 
-impl Names {
-    fn get(&mut self, name: &str) -> String {
-        if let Some(id) = self.ids.get(name) {
+impl<K: std::hash::Hash + Eq> Names<K> {
+    fn get(&mut self, key: K, name: &str) -> String {
+        if let Some(id) = self.ids.get(&key) {
             return format!("({id})");
         }
         let id = self.ids.len() + 1;
-        self.ids.insert(name.to_string(), id);
+        self.ids.insert(key, id);
         format!("({id}) {name}")
     }
 }
@@ -170,11 +173,11 @@ pub fn write(tables: &Tables, tot: &Totals, symbols: &Symbolizer, h: &Header, ou
     let places = locate(&addrs, &block_start, symbols);
     let at = |a: u64| &places[addrs.binary_search(&a).expect("located")];
 
-    // Functions: (object, function) -> addresses, in order.
-    let mut funcs: BTreeMap<(&str, &str), Vec<u64>> = BTreeMap::new();
+    // Functions: (object, function, start) -> addresses, in order.
+    let mut funcs: BTreeMap<(&str, &str, u64), Vec<u64>> = BTreeMap::new();
     for a in selfc.keys().chain(calls.keys()).chain(jumps.keys()) {
         let w = at(*a);
-        funcs.entry((w.object.as_str(), w.function.as_str())).or_default().push(*a);
+        funcs.entry((w.object.as_str(), w.function.as_str(), w.start)).or_default().push(*a);
     }
     for v in funcs.values_mut() {
         v.sort_unstable();
@@ -196,21 +199,22 @@ pub fn write(tables: &Tables, tot: &Totals, symbols: &Symbolizer, h: &Header, ou
     writeln!(w, "events: Ir Dr Dw")?;
     writeln!(w, "summary: {}", costs(&tot.total))?;
     writeln!(w)?;
-    let (mut obs, mut files, mut fns) = (Names::default(), Names::default(), Names::default());
+    let (mut obs, mut files) = (Names::<&str>::default(), Names::<&str>::default());
+    let mut fns = Names::<(&str, &str, u64)>::default();
     let mut pos = Positions { instr: h.dump_instr, last: None };
-    for ((object, function), addrs) in &funcs {
+    for (&(object, function, start), addrs) in &funcs {
         let home = &at(addrs[0]).file;
-        writeln!(w, "ob={}", obs.get(object))?;
-        writeln!(w, "fl={}", files.get(home))?;
-        writeln!(w, "fn={}", fns.get(function))?;
+        writeln!(w, "ob={}", obs.get(object, object))?;
+        writeln!(w, "fl={}", files.get(home, home))?;
+        writeln!(w, "fn={}", fns.get((object, function, start), function))?;
         let mut cur_file = home.clone();
         for &a in addrs {
             let p = at(a);
             if p.file != cur_file {
                 if &p.file == home {
-                    writeln!(w, "fe={}", files.get(home))?;
+                    writeln!(w, "fe={}", files.get(home, home))?;
                 } else {
-                    writeln!(w, "fi={}", files.get(&p.file))?;
+                    writeln!(w, "fi={}", files.get(&p.file, &p.file))?;
                 }
                 cur_file = p.file.clone();
             }
@@ -223,9 +227,9 @@ pub fn write(tables: &Tables, tot: &Totals, symbols: &Symbolizer, h: &Header, ou
                 cs.sort_by_key(|c| (c.0, c.1.count, c.1.cost));
                 for (target, arc) in cs {
                     let t = at(target);
-                    writeln!(w, "cob={}", obs.get(&t.object))?;
-                    writeln!(w, "cfi={}", files.get(&t.file))?;
-                    writeln!(w, "cfn={}", fns.get(&t.function))?;
+                    writeln!(w, "cob={}", obs.get(&t.object, &t.object))?;
+                    writeln!(w, "cfi={}", files.get(&t.file, &t.file))?;
+                    writeln!(w, "cfn={}", fns.get((&t.object, &t.function, t.start), &t.function))?;
                     writeln!(w, "calls={} {}", arc.count, pos.target(target.wrapping_sub(t.bias), t.line))?;
                     writeln!(w, "{} {}", pos.next(fa, p.line), costs(&arc.cost))?;
                 }
@@ -255,10 +259,10 @@ fn locate(addrs: &[u64], block_start: &FxHashMap<u64, u64>, symbols: &Symbolizer
     crate::program::symbols::on_all_cores(addrs, |a| {
         let p = symbols.place(a);
         let (object, bias) = symbols.object(a).map_or(("???".to_string(), 0), |(o, b)| (o.to_string(), b));
-        let function = match block_start.get(&a) {
-            Some(&b) if !symbols.covered(a) => symbols.symbol(b),
-            _ => p.symbol,
+        let (function, start) = match block_start.get(&a) {
+            Some(&b) if !symbols.covered(a) => symbols.function(b),
+            _ => (p.symbol, p.start),
         };
-        Where { object, bias, file: p.file.unwrap_or_else(|| "???".into()), function, line: p.line.unwrap_or(0) }
+        Where { object, bias, file: p.file.unwrap_or_else(|| "???".into()), function, start, line: p.line.unwrap_or(0) }
     })
 }

@@ -9,7 +9,9 @@
 //! another function's entry is a call (a tail call) returning where the frame it leaves
 //! returns, so the return that ends the chain closes both; PLT code belongs to the call
 //! (or jump) that entered it, so a call through a stub is one call, to where the stub
-//! leads; a signal handler runs in a frame of its own, returns inside it reach only the
+//! leads, and the dynamic linker's lazy binder (`_dl_runtime_resolve*`, which a stub's
+//! first call reaches) is a call of its own that closes as it jumps to the function it
+//! bound, which the frame's caller then calls from the same site; a signal handler runs in a frame of its own, returns inside it reach only the
 //! frames above it, and sigreturn closes it with everything above it. A stack holding
 //! only part of a thread's frames (a chunk's, recovered in parallel) says where a
 //! transition reaches below it, for the thread's stack to finish.
@@ -54,18 +56,25 @@ pub enum Transition {
     Return { to: u64 },
     /// A jump at `site` into another function's entry, block `to`.
     TailCall { site: u64, to: u32 },
+    /// The lazy binder jumped to the function it bound, block `to`: its frame closes and
+    /// one calling `to` from the same site takes its place (made only with PLT code
+    /// folded into calls, as Callgrind does).
+    Bound { to: u32 },
 }
 
 /// Per block id of a profile's block table: how it leaves, whether a function starts at it,
-/// its function, and whether it is PLT code.
+/// its function, and whether it is PLT code or the lazy binder.
 #[derive(Default)]
 pub struct BlockExits {
     pub exit: Vec<Exit>,
     pub entry: Vec<bool>,
-    /// The function's index (blocks named by the same symbol share one), `u32::MAX` for
-    /// blocks with no plan.
+    /// The function's index (blocks of the same function share one: one name and one
+    /// start, so two static functions of one name are two), `u32::MAX` for blocks with no
+    /// plan.
     pub func: Vec<u32>,
     pub plt: Vec<bool>,
+    /// Whether the block is the dynamic linker's lazy binder (`_dl_runtime_resolve*`).
+    pub binder: Vec<bool>,
     /// The address of each block's first instruction.
     pub addr: Vec<u64>,
     /// Function names by index.
@@ -76,13 +85,14 @@ impl BlockExits {
     /// The exits of every block `plans` can decode; functions are named by `symbols`.
     pub fn build(plans: &Plans, symbols: &Symbolizer) -> BlockExits {
         let n = plans.len();
-        let mut ids: FxHashMap<String, u32> = FxHashMap::default();
+        let mut ids: FxHashMap<(String, u64), u32> = FxHashMap::default();
         let mut names = Vec::new();
         let mut e = BlockExits {
             exit: Vec::with_capacity(n),
             entry: Vec::with_capacity(n),
             func: Vec::with_capacity(n),
             plt: Vec::with_capacity(n),
+            binder: Vec::with_capacity(n),
             addr: Vec::with_capacity(n),
             names: Vec::new(),
         };
@@ -92,6 +102,7 @@ impl BlockExits {
                 e.entry.push(false);
                 e.func.push(u32::MAX);
                 e.plt.push(false);
+                e.binder.push(false);
                 e.addr.push(0);
                 continue;
             };
@@ -105,9 +116,10 @@ impl BlockExits {
                 _ => Exit::Other,
             });
             e.entry.push(symbols.is_function_start(p.addr));
-            let name = symbols.symbol(p.addr);
+            let function = symbols.function(p.addr);
+            e.binder.push(function.0.starts_with(LAZY_BINDER));
             let next = ids.len() as u32;
-            let id = *ids.entry(name).or_insert_with_key(|name| {
+            let id = *ids.entry(function).or_insert_with_key(|(name, _)| {
                 names.push(name.clone());
                 next
             });
@@ -129,6 +141,14 @@ impl BlockExits {
         self.exit.is_empty()
     }
 
+    /// Whether block `p`, run whole, is the lazy binder jumping into block `b`, the function
+    /// it bound.
+    #[inline]
+    pub fn binds(&self, p: u32, b: u32) -> bool {
+        let binder = |k: u32| self.binder.get(k as usize).copied().unwrap_or(false);
+        binder(p) && !binder(b) && matches!(self.exit.get(p as usize), Some(Exit::Jump { .. }))
+    }
+
     /// What control going from block `p`, run whole, into block `b` does to the stack.
     #[inline]
     pub fn transition(&self, p: u32, b: u32) -> Option<Transition> {
@@ -143,6 +163,10 @@ impl BlockExits {
         }
     }
 }
+
+/// The name glibc's lazy binders start with (`_dl_runtime_resolve_xsavec`, `_xsave`,
+/// `_fxsave`), as Callgrind recognises them.
+pub const LAZY_BINDER: &str = "_dl_runtime_resolve";
 
 /// One thread's flow between blocks: the last block, if it ran whole and nothing broke the
 /// flow since, and the PLT code under way.
@@ -182,6 +206,11 @@ impl CallFlow {
     fn step(&mut self, exits: &BlockExits, p: u32, b: u32) -> Option<Transition> {
         if !self.skip_plt {
             return exits.transition(p, b);
+        }
+        // The binder jumps to the function it bound: its frame closes, and its caller calls
+        // (or jumps to) the function from the same site (Callgrind's `pop_on_jump`).
+        if exits.binds(p, b) {
+            return Some(Transition::Bound { to: b });
         }
         let plt = exits.plt.get(b as usize).copied().unwrap_or(false);
         match (self.plt, exits.exit.get(p as usize).copied().unwrap_or(Exit::Other)) {
@@ -258,6 +287,9 @@ pub enum Step<T> {
     /// A return closes the frames from this index up; the owner pops them
     /// ([`CallStack::pop_above`], [`CallStack::truncate`]) doing what closing means to it.
     Close(usize),
+    /// The lazy binder's frame was popped: the owner closes it and pushes in its place a
+    /// frame of the same return address and kind, for the same call site, calling `to`.
+    Rebind { old: Frame<T>, to: u32 },
     /// A return above the innermost signal handler's frame that reaches none: nothing
     /// changes.
     Confined,
@@ -360,6 +392,11 @@ impl<T> CallStack<T> {
                 Reach::Frame(k) => Step::Close(k),
                 Reach::Confined => Step::Confined,
                 Reach::Beyond => Step::Beyond(None),
+            },
+            Transition::Bound { to } => match self.frames.last() {
+                Some(f) if f.kind == FrameKind::Signal => Step::Confined,
+                Some(_) => Step::Rebind { old: self.frames.pop().expect("a frame"), to },
+                None => Step::Beyond(None),
             },
         }
     }
@@ -533,6 +570,7 @@ mod tests {
             entry: vec![true, true, true, true, false, false],
             func: vec![0, 1, 2, 3, 0, 0],
             plt: vec![false, true, false, false, false, false],
+            binder: vec![false; 6],
             addr: vec![0x100, 0x200, 0x300, 0x400, 0x105, 0x120],
             names: vec!["main".into(), "f@plt".into(), "f".into(), "g".into()],
         }
@@ -566,5 +604,55 @@ mod tests {
         assert_eq!(f.block(&e, 5, true), None, "the block before was cut short");
         f.break_flow();
         assert_eq!(f.block(&e, 0, true), None);
+    }
+
+    #[test]
+    fn the_lazy_binder_closes_and_its_caller_calls_what_it_bound() {
+        // 0: main, calls the stub 1 (or jumps to it: 6); 1: the stub, jumps to the binder
+        // 2; 2: the binder, calls _dl_fixup 3; 3: returns to 4, the binder's last block,
+        // which jumps to f (5), which returns to main.
+        let e = BlockExits {
+            exit: vec![
+                Exit::Call { site: 0x100, ret: 0x105 },
+                Exit::Jump { site: 0x200, conditional: None },
+                Exit::Call { site: 0x300, ret: 0x305 },
+                Exit::Return,
+                Exit::Jump { site: 0x305, conditional: None },
+                Exit::Return,
+                Exit::Jump { site: 0x110, conditional: None },
+            ],
+            entry: vec![true, true, true, true, false, true, false],
+            func: vec![0, 1, 2, 3, 2, 4, 0],
+            plt: vec![false, true, false, false, false, false, false],
+            binder: vec![false, false, true, false, true, false, false],
+            addr: vec![0x100, 0x200, 0x300, 0x400, 0x305, 0x500, 0x10c],
+            names: ["main", "f@plt", "_dl_runtime_resolve_xsavec", "_dl_fixup", "f"].map(String::from).to_vec(),
+        };
+        let mut f = CallFlow::skipping_plt();
+        assert_eq!(f.block(&e, 0, true), None);
+        assert_eq!(f.block(&e, 1, true), None);
+        assert_eq!(f.block(&e, 2, true), Some(Transition::Call { site: 0x100, ret: 0x105, to: 2 }), "main calls the binder");
+        assert_eq!(f.block(&e, 3, true), Some(Transition::Call { site: 0x300, ret: 0x305, to: 3 }));
+        assert_eq!(f.block(&e, 4, true), Some(Transition::Return { to: 0x305 }));
+        assert_eq!(f.block(&e, 5, true), Some(Transition::Bound { to: 5 }));
+        // Without PLT folding the binder is code like any other: a tail call to f.
+        let mut f = CallFlow::default();
+        f.block(&e, 4, true);
+        assert_eq!(f.block(&e, 5, true), Some(Transition::TailCall { site: 0x305, to: 5 }));
+        assert!(e.binds(4, 5) && !e.binds(2, 3) && !e.binds(4, 4) && !e.binds(3, 5));
+
+        // On a stack: the binder's frame goes, handed back to be closed and replaced.
+        let mut s = CallStack::default();
+        assert!(s.call(0x105, 'm').is_empty());
+        assert!(s.call(0x999, 'b').is_empty());
+        match s.apply(Transition::Bound { to: 5 }, |_, _, _| unreachable!()) {
+            Step::Rebind { old, to } => assert_eq!((old.data, old.ret, old.kind, to), ('b', 0x999, FrameKind::Call, 5)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(s.len(), 1);
+        assert!(s.signal('s').is_empty());
+        assert!(matches!(s.apply(Transition::Bound { to: 5 }, |_, _, _| unreachable!()), Step::Confined));
+        let mut empty: CallStack<char> = CallStack::default();
+        assert!(matches!(empty.apply(Transition::Bound { to: 5 }, |_, _, _| unreachable!()), Step::Beyond(None)));
     }
 }

@@ -4,6 +4,7 @@
 //! build (`calls`), and the watched library calls under way (`watched`).
 
 pub mod calls;
+pub mod debug_file;
 pub mod dominators;
 pub mod module_file;
 pub mod symbols;

@@ -1,9 +1,14 @@
 //! Names for code addresses: the function (demangled) and the source line, from each
-//! module's ELF symbol tables, its PLT and its DWARF (through addr2line), checked against
-//! the build id the profile recorded. A module that cannot be read, or whose build id
-//! differs, gives `module+0xoffset` names and one warning, never a wrong name; code outside
-//! every module (JIT code) is `[jit]`. Each module is read once, on first use.
+//! module's ELF symbol tables, its PLT and its DWARF (through addr2line), and from its
+//! separate debug file where the module is stripped (debug_file.rs), checked against the
+//! build id the profile recorded. A name comes only from a symbol that covers the address;
+//! code no symbol covers is named after the DWARF subprogram holding it, else after the
+//! `.eh_frame` extent (one name per function, `module+0xstart`), else by its own offset. A
+//! module that cannot be read, or whose build id differs, gives `module+0xoffset` names and
+//! one warning, never a wrong name; code outside every module (JIT code) is `[jit]`. Each
+//! module is read once, on first use.
 
+use crate::program::debug_file::{self, DebugDirs};
 use crate::program::module_file::ModuleFile;
 use dep_profile::container::ModuleEvent;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable};
@@ -19,6 +24,8 @@ pub struct Place {
     /// The symbol (the routine, as `nm` names it): a demangled name, `name@plt`,
     /// `module+0xoffset` where the module gives none, or `[jit]`.
     pub symbol: String,
+    /// Where the symbol's function starts (run-time address; see [`Symbolizer::function`]).
+    pub start: u64,
     /// The innermost function, an inlined one where DWARF says so (as `addr2line -f` names
     /// it); the symbol where DWARF has none.
     pub function: String,
@@ -32,6 +39,7 @@ pub struct Symbolizer {
     /// Sorted by base; later loads at the same base replace earlier ones.
     modules: Vec<Module>,
     warnings: Mutex<Vec<String>>,
+    debug_dirs: DebugDirs,
 }
 
 struct Module {
@@ -51,12 +59,11 @@ struct File {
     dwarf: Mutex<addr2line::Loader>,
     /// PLT stubs: (start, end, name@plt), file addresses, sorted.
     plt: Vec<(u64, u64, String)>,
-    /// Function symbols (static and dynamic): (address, size, demangled name), sorted. An
-    /// address is named after the nearest symbol at or before it, as binutils does (padding
-    /// after a function is named after it), unless it lies past that symbol's size and its
-    /// alignment padding: then the symbol tables do not cover it (a stripped module whose
-    /// static functions are gone) and it is named by offset rather than wrongly.
-    functions: Vec<(u64, u64, String)>,
+    /// Function symbols of the module and its debug file (static and dynamic).
+    functions: Functions,
+    /// The `.eh_frame` FDEs' address ranges: (start, end), file addresses, sorted. Present
+    /// in stripped files, they give the extent of functions no symbol names.
+    extents: Vec<(u64, u64)>,
     /// Data symbols (variables) with a size: (address, size, demangled name), sorted.
     objects: Vec<(u64, u64, String)>,
     /// Executable sections' bytes: (file address, bytes), sorted.
@@ -78,7 +85,13 @@ impl Symbolizer {
             .into_iter()
             .map(|(_, e)| Module { path: e.path.clone(), base: e.base, size: e.size, build_id: e.build_id.clone(), file: OnceLock::new() })
             .collect();
-        Symbolizer { modules, warnings: Mutex::new(Vec::new()) }
+        Symbolizer { modules, warnings: Mutex::new(Vec::new()), debug_dirs: DebugDirs::default() }
+    }
+
+    /// Looks for separate debug files in `dirs` (in order, then the default directory).
+    pub fn with_debug_dirs(mut self, dirs: &[std::path::PathBuf]) -> Symbolizer {
+        self.debug_dirs = DebugDirs::with(dirs);
+        self
     }
 
     /// One line for each module that could not be read or is not the one recorded.
@@ -99,8 +112,9 @@ impl Symbolizer {
         let m = &self.modules[i];
         let Some(file) = m.file.get_or_init(|| self.open(m)) else { return Vec::new() };
         file.functions
+            .entries
             .iter()
-            .map(|(a, size, name)| (name.clone(), a.wrapping_add(file.bias).wrapping_sub(m.base), *size))
+            .map(|f| (f.name.clone(), f.start.wrapping_add(file.bias).wrapping_sub(m.base), f.size))
             .filter(|(_, off, _)| *off < m.size)
             .collect()
     }
@@ -111,21 +125,36 @@ impl Symbolizer {
         self.symbol_in(addr).2
     }
 
-    /// The module holding `addr`, its file if readable, the symbol naming `addr`, and
-    /// whether a symbol (or a PLT stub) names it rather than its module and offset.
-    fn symbol_in(&self, addr: u64) -> (Option<&Module>, Option<&File>, String, bool) {
-        let Some(m) = self.module(addr) else { return (None, None, "[jit]".into(), false) };
+    /// The symbol `addr` is in and where that function starts (run-time address): two
+    /// static functions of one name (in two source files) are two functions. Code no
+    /// symbol covers starts at its extent, or at `addr` itself.
+    pub fn function(&self, addr: u64) -> (String, u64) {
+        let (_, _, name, _, start) = self.symbol_in(addr);
+        (name, start)
+    }
+
+    /// The module holding `addr`, its file if readable, the symbol naming `addr`, whether
+    /// a symbol (or a PLT stub) names it rather than its module and offset, and where the
+    /// named function (or extent) starts.
+    fn symbol_in(&self, addr: u64) -> (Option<&Module>, Option<&File>, String, bool, u64) {
+        let Some(m) = self.module(addr) else { return (None, None, "[jit]".into(), false, 0) };
         let fallback = || format!("{}+{:#x}", short(&m.path), addr - m.base);
-        let Some(file) = m.file.get_or_init(|| self.open(m)) else { return (Some(m), None, fallback(), false) };
+        let Some(file) = m.file.get_or_init(|| self.open(m)) else { return (Some(m), None, fallback(), false, addr) };
         let probe = addr.wrapping_sub(file.bias);
-        if let Some(name) = file.plt_stub(probe) {
-            return (Some(m), Some(file), name.to_string(), true);
+        if let Some((start, name)) = file.plt_stub(probe) {
+            return (Some(m), Some(file), name.to_string(), true, start.wrapping_add(file.bias));
         }
-        let i = file.functions.partition_point(|(a, _, _)| *a <= probe);
-        let covers = |&(a, size, _): &(u64, u64, String)| size == 0 || probe < (a + size).next_multiple_of(FUNCTION_ALIGN);
-        match i.checked_sub(1).map(|i| &file.functions[i]).filter(|f| covers(f)) {
-            Some(f) => (Some(m), Some(file), f.2.clone(), true),
-            None => (Some(m), Some(file), fallback(), false),
+        if let Some(f) = file.functions.covering(probe) {
+            return (Some(m), Some(file), f.name.clone(), true, f.start.wrapping_add(file.bias));
+        }
+        // No symbol: the function DWARF says holds it, else its extent, else itself.
+        let extent = file.extent(probe).map(|(start, _)| start.wrapping_add(file.bias));
+        if let Some(name) = file.subprogram(probe) {
+            return (Some(m), Some(file), name, false, extent.unwrap_or(0));
+        }
+        match extent {
+            Some(start) => (Some(m), Some(file), format!("{}+{:#x}", short(&m.path), start.wrapping_sub(m.base)), false, start),
+            None => (Some(m), Some(file), fallback(), false, addr),
         }
     }
 
@@ -171,7 +200,8 @@ impl Symbolizer {
         Some((m.path.as_str(), file.module.bytes()))
     }
 
-    /// Whether a symbol (or a PLT stub) names `addr`, rather than its module and offset.
+    /// Whether a symbol (or a PLT stub) names `addr`, rather than DWARF, its extent or its
+    /// module and offset.
     pub fn covered(&self, addr: u64) -> bool {
         self.symbol_in(addr).3
     }
@@ -181,10 +211,13 @@ impl Symbolizer {
         self.file_at(addr).is_some_and(|(file, probe)| file.plt_sections.iter().any(|&(a, b)| (a..b).contains(&probe)))
     }
 
-    /// Whether a function symbol (or a PLT stub) starts exactly at `addr`.
+    /// Whether a function symbol (or a PLT stub) starts exactly at `addr`, or, where no
+    /// symbol covers it, an `.eh_frame` extent does.
     pub fn is_function_start(&self, addr: u64) -> bool {
         self.file_at(addr).is_some_and(|(file, probe)| {
-            file.functions.binary_search_by_key(&probe, |f| f.0).is_ok() || file.plt.binary_search_by_key(&probe, |p| p.0).is_ok()
+            file.functions.starts_at(probe)
+                || file.plt.binary_search_by_key(&probe, |p| p.0).is_ok()
+                || (file.functions.covering(probe).is_none() && file.extents.binary_search_by_key(&probe, |e| e.0).is_ok())
         })
     }
 
@@ -204,8 +237,9 @@ impl Symbolizer {
 
     /// Where `addr` is: function and, with DWARF, file and line.
     pub fn place(&self, addr: u64) -> Place {
-        let (m, file, symbol, _) = self.symbol_in(addr);
-        let mut place = Place { module: m.map(|m| m.path.clone()), symbol: symbol.clone(), function: symbol, file: None, line: None };
+        let (m, file, symbol, _, start) = self.symbol_in(addr);
+        let mut place =
+            Place { module: m.map(|m| m.path.clone()), symbol: symbol.clone(), start, function: symbol, file: None, line: None };
         let Some(file) = file else { return place };
         let probe = addr.wrapping_sub(file.bias);
         if file.plt_stub(probe).is_some() {
@@ -245,7 +279,7 @@ impl Symbolizer {
 
     /// Reads a module's file, or says why not (once).
     fn open(&self, m: &Module) -> Option<File> {
-        match read(m) {
+        match read(m, &self.debug_dirs) {
             Ok(f) => {
                 if f.module.unchecked {
                     self.warn(format!("{}: the profile recorded no build id, so its names may come from another build", m.path));
@@ -272,15 +306,137 @@ pub fn on_all_cores<T: Send>(addrs: &[u64], f: impl Fn(u64) -> T + Sync) -> Vec<
     })
 }
 
-/// Functions start at most this far apart in padding (compilers align to 16 or 64 bytes).
-const FUNCTION_ALIGN: u64 = 64;
+/// A function symbol: where it starts, its size as the symbol table gives it, and the end
+/// of what it covers (its size; for a symbol of size 0, up to the next symbol within the
+/// `.eh_frame` extent holding it).
+pub struct Function {
+    pub start: u64,
+    pub size: u64,
+    end: u64,
+    pub name: String,
+}
+
+/// Function symbols by address, with what each covers.
+#[derive(Default)]
+struct Functions {
+    /// Sorted by start; one per address.
+    entries: Vec<Function>,
+    /// The largest end of the entries up to each index: a lookup looks back no further
+    /// than an entry that could still cover the address (symbols may nest).
+    reach: Vec<u64>,
+}
+
+impl Functions {
+    /// The table of `symbols` (address, size, demangled name), any order, several names at
+    /// one address allowed; `extents` (sorted FDE ranges) bound symbols of size 0.
+    /// `sections` (sorted executable section ranges) bound the last of them.
+    fn new(mut symbols: Vec<(u64, u64, String)>, extents: &[(u64, u64)], sections: &[(u64, u64)]) -> Functions {
+        // One name per address, as Valgrind picks it: a sized symbol, then the fewest
+        // leading underscores, the shortest name, the default version, the first in order
+        // (so `malloc` over `__libc_malloc`); the address covers as far as its largest
+        // alias does.
+        symbols.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| preferred(a, b)));
+        let mut entries: Vec<Function> = Vec::with_capacity(symbols.len());
+        for (start, size, name) in symbols {
+            match entries.last_mut() {
+                Some(last) if last.start == start => last.size = last.size.max(size),
+                _ => entries.push(Function { start, size, end: 0, name }),
+            }
+        }
+        for k in 0..entries.len() {
+            let f = &entries[k];
+            let section_end = within(sections, f.start).map_or(f.start.saturating_add(1), |s| s.1);
+            let next = entries.get(k + 1).map_or(section_end, |g| g.start.min(section_end));
+            let f = &mut entries[k];
+            f.end = if f.size > 0 {
+                f.start.saturating_add(f.size)
+            } else {
+                match within(extents, f.start) {
+                    Some((_, end)) => end.min(next),
+                    None => next,
+                }
+            };
+        }
+        let mut reach = Vec::with_capacity(entries.len());
+        let mut far = 0;
+        for f in &entries {
+            far = far.max(f.end);
+            reach.push(far);
+        }
+        Functions { entries, reach }
+    }
+
+    /// The innermost symbol covering file address `probe`.
+    fn covering(&self, probe: u64) -> Option<&Function> {
+        let mut i = self.entries.partition_point(|f| f.start <= probe);
+        while i > 0 && self.reach[i - 1] > probe {
+            i -= 1;
+            if self.entries[i].end > probe {
+                return Some(&self.entries[i]);
+            }
+        }
+        None
+    }
+
+    /// Whether a symbol starts at `probe`.
+    fn starts_at(&self, probe: u64) -> bool {
+        self.entries.binary_search_by_key(&probe, |f| f.start).is_ok()
+    }
+}
+
+/// Which of two symbols at one address names it (Less: `a`).
+fn preferred(a: &(u64, u64, String), b: &(u64, u64, String)) -> std::cmp::Ordering {
+    let underscores = |n: &str| n.len() - n.trim_start_matches('_').len();
+    let unversioned = |n: &str| n.split('@').next().map_or(0, str::len);
+    // The default version (`name@@V`) first, then no version, then another (`name@V`).
+    let version = |n: &str| {
+        if n.contains("@@") {
+            0
+        } else if n.contains('@') {
+            2
+        } else {
+            1
+        }
+    };
+    (a.1 == 0)
+        .cmp(&(b.1 == 0))
+        .then_with(|| underscores(&a.2).cmp(&underscores(&b.2)))
+        .then_with(|| unversioned(&a.2).cmp(&unversioned(&b.2)))
+        .then_with(|| version(&a.2).cmp(&version(&b.2)))
+        .then_with(|| a.2.cmp(&b.2))
+}
+
+/// The range of sorted, disjoint `ranges` holding `a`.
+fn within(ranges: &[(u64, u64)], a: u64) -> Option<(u64, u64)> {
+    let i = ranges.partition_point(|r| r.0 <= a).checked_sub(1)?;
+    let r = ranges[i];
+    (a < r.1).then_some(r)
+}
 
 impl File {
-    /// The PLT stub holding file address `probe`.
-    fn plt_stub(&self, probe: u64) -> Option<&str> {
+    /// The `.eh_frame` extent holding file address `probe`.
+    fn extent(&self, probe: u64) -> Option<(u64, u64)> {
+        within(&self.extents, probe)
+    }
+
+    /// The (outermost, not inlined) function DWARF says holds file address `probe`.
+    fn subprogram(&self, probe: u64) -> Option<String> {
+        let dwarf = self.dwarf.lock().ok()?;
+        let mut frames = dwarf.find_frames(probe).ok()?;
+        let mut outer = None;
+        while let Ok(Some(frame)) = frames.next() {
+            if let Some(f) = frame.function.as_ref().and_then(|f| f.demangle().ok()) {
+                outer = Some(f.into_owned());
+            }
+        }
+        outer
+    }
+
+    /// The PLT stub holding file address `probe`: its start and name.
+    fn plt_stub(&self, probe: u64) -> Option<(u64, &str)> {
         let i = self.plt.partition_point(|(s, _, _)| *s <= probe).checked_sub(1)?;
-        let (_, end, name) = &self.plt[i];
-        (probe < *end).then_some(name.as_str())
+        let (start, end, name) = &self.plt[i];
+        (probe < *end).then_some((*start, name.as_str()))
     }
 }
 
@@ -288,31 +444,39 @@ fn short(path: &str) -> &str {
     Path::new(path).file_name().and_then(|n| n.to_str()).unwrap_or(path)
 }
 
-fn read(m: &Module) -> Result<File, String> {
+fn read(m: &Module, dirs: &DebugDirs) -> Result<File, String> {
     let module = ModuleFile::open(&m.path, m.build_id.as_deref()).map_err(|e| e.to_string())?;
     let obj = object::File::parse(module.bytes()).map_err(|e| format!("not an object file ({e})"))?;
     // The lowest loadable segment is mapped at the module's base.
     let first = obj.segments().map(|s| s.address()).min().ok_or("no loadable segment")? & !0xfff;
     let bias = m.base.wrapping_sub(first);
     let plt = plt_stubs(&obj);
-    let mut functions: Vec<(u64, u64, String)> = obj
-        .symbols()
-        .chain(obj.dynamic_symbols())
-        .filter(|s| s.kind() == object::SymbolKind::Text && s.is_definition() && s.address() != 0)
-        .filter_map(|s| Some((s.address(), s.size(), addr2line::demangle_auto(Cow::Borrowed(s.name().ok()?), None).into_owned())))
-        .collect();
-    // At one address, the symbol `nm` lists first among equals (sorted by name), sized.
-    functions.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
-    functions.dedup_by_key(|(a, _, _)| *a);
-    let mut objects: Vec<(u64, u64, String)> = obj
-        .symbols()
-        .chain(obj.dynamic_symbols())
-        .filter(|s| matches!(s.kind(), object::SymbolKind::Data) && s.is_definition() && s.size() > 0)
-        .filter_map(|s| Some((s.address(), s.size(), addr2line::demangle_auto(Cow::Borrowed(s.name().ok()?), None).into_owned())))
-        .collect();
+    // A stripped module's symbols and DWARF are in its debug file, at the same addresses.
+    let debug = debug_file::find(Path::new(&m.path), &obj, dirs);
+    let debug_obj = debug.as_ref().and_then(|d| object::File::parse(d.file.bytes()).ok());
+    let symbols = |kind: fn(object::SymbolKind, u64) -> bool| -> Vec<(u64, u64, String)> {
+        obj.symbols()
+            .chain(obj.dynamic_symbols())
+            .chain(debug_obj.iter().flat_map(|d| d.symbols()))
+            .filter(|s| kind(s.kind(), s.size()) && s.is_definition() && s.address() != 0)
+            .filter_map(|s| Some((s.address(), s.size(), addr2line::demangle_auto(Cow::Borrowed(s.name().ok()?), None).into_owned())))
+            .collect()
+    };
+    let mut sections: Vec<(u64, u64)> =
+        obj.sections().filter(|s| s.kind() == object::SectionKind::Text).map(|s| (s.address(), s.address() + s.size())).collect();
+    sections.sort_unstable();
+    let extents = fde_extents(&obj);
+    let functions = Functions::new(symbols(|k, _| k == object::SymbolKind::Text), &extents, &sections);
+    let mut objects = symbols(|k, size| k == object::SymbolKind::Data && size > 0);
     objects.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
     objects.dedup_by_key(|(a, _, _)| *a);
-    let dwarf = addr2line::Loader::new(&m.path).map_err(|e| format!("cannot read its debugging information ({e})"))?;
+    drop(debug_obj);
+    let loader = |path: &Path, sup: Option<&Path>| addr2line::Loader::new_with_sup(path, sup);
+    let dwarf = match &debug {
+        Some(d) => loader(&d.path, d.sup.as_deref()).or_else(|_| loader(Path::new(&m.path), None)),
+        None => loader(Path::new(&m.path), None),
+    }
+    .map_err(|e| format!("cannot read its debugging information ({e})"))?;
     let mut text: Vec<(u64, Vec<u8>)> = obj
         .sections()
         .filter(|s| s.kind() == object::SectionKind::Text)
@@ -325,7 +489,49 @@ fn read(m: &Module) -> Result<File, String> {
         .map(|s| (s.address(), s.address() + s.size()))
         .collect();
     drop(obj);
-    Ok(File { module, bias, dwarf: Mutex::new(dwarf), plt, functions, objects, text, plt_sections })
+    Ok(File { module, bias, dwarf: Mutex::new(dwarf), plt, functions, extents, objects, text, plt_sections })
+}
+
+/// The address ranges of `obj`'s `.eh_frame` FDEs, sorted; overlapping or malformed
+/// entries end the list where they start (a bad table costs names, never a wrong one).
+fn fde_extents(obj: &object::File) -> Vec<(u64, u64)> {
+    use gimli::UnwindSection;
+    let Some(section) = obj.section_by_name(".eh_frame") else { return Vec::new() };
+    let Ok(data) = section.data() else { return Vec::new() };
+    let eh = gimli::EhFrame::new(data, gimli::LittleEndian);
+    let mut bases = gimli::BaseAddresses::default().set_eh_frame(section.address());
+    if let Some(text) = obj.section_by_name(".text") {
+        bases = bases.set_text(text.address());
+    }
+    if let Some(got) = obj.section_by_name(".got") {
+        bases = bases.set_got(got.address());
+    }
+    let mut out = Vec::new();
+    let mut entries = eh.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        let gimli::CieOrFde::Fde(partial) = entry else { continue };
+        let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else { continue };
+        let (start, len) = (fde.initial_address(), fde.len());
+        if len > 0 {
+            if let Some(end) = start.checked_add(len) {
+                out.push((start, end));
+            }
+        }
+    }
+    out.sort_unstable();
+    // Disjoint, so a lookup finds at most one: a range overlapping the one before is cut.
+    let mut disjoint: Vec<(u64, u64)> = Vec::with_capacity(out.len());
+    for (s, e) in out {
+        match disjoint.last_mut() {
+            Some(last) if s == last.0 => last.1 = last.1.max(e),
+            Some(last) if s < last.1 => {
+                last.1 = s;
+                disjoint.push((s, e));
+            }
+            _ => disjoint.push((s, e)),
+        }
+    }
+    disjoint
 }
 
 /// x86-64 PLT stubs as binutils names them: each entry of `.plt`, `.plt.sec` and `.plt.got`

@@ -412,6 +412,8 @@ impl<'a> Engine<'a> {
         let frames = &mut self.threads[t].frames;
         match frames.apply(tr, |_, _, top| runtime.unwrap_or_else(|| top.is_some_and(|f| f.data))) {
             Step::Close(k) => frames.truncate(k),
+            // Only Callgrind's PLT folding makes it: the frame stays as it was.
+            Step::Rebind { old, .. } => drop(frames.push(old)),
             Step::Pushed(_) | Step::Confined | Step::Beyond(_) => {}
         }
     }

@@ -34,15 +34,16 @@ struct Loc<'p> {
 }
 
 impl Loc<'_> {
-    /// The source location the report groups by.
+    /// The source location the report groups by: for library code, the call into it (the
+    /// library's own line, where its debug file gives one, is in the report).
     fn key(&self) -> String {
         let line = |p: &Place| p.file.as_ref().zip(p.line).map(|(f, l)| format!("{f}:{l}"));
-        match (line(self.place), self.via) {
-            (Some(l), _) => l,
-            (None, Some(v)) => match line(v) {
+        match (self.via, line(self.place)) {
+            (Some(v), _) => match line(v) {
                 Some(l) => format!("{} via {l}", self.place.function),
                 None => format!("{} via {}", self.place.function, v.function),
             },
+            (None, Some(l)) => l,
             (None, None) => self.place.function.clone(),
         }
     }
@@ -131,7 +132,10 @@ impl<'a> Report<'a> {
 
     fn loc(&self, s: &Site) -> Loc<'_> {
         let place = self.places.get(s.pc);
-        let via = (place.line.is_none() && s.caller != 0).then(|| self.places.get(s.caller - 1));
+        // Code with no line, and library code (which has lines where its debug file is
+        // installed), is also named at the call into it.
+        let library = place.module.as_deref().is_some_and(|m| super::feed::is_runtime(m) || super::feed::is_dynamic_linker(m));
+        let via = ((place.line.is_none() || library) && s.caller != 0).then(|| self.places.get(s.caller - 1));
         Loc { place, via }
     }
 

@@ -77,6 +77,8 @@ impl Control {
         match self.frames.apply(tr, |_, _, _| frame) {
             Step::Pushed(dropped) => self.dropped(!dropped.is_empty()),
             Step::Close(k) => self.pop_to(k),
+            // Only Callgrind's PLT folding makes it: the frame stays as it was.
+            Step::Rebind { old, .. } => drop(self.frames.push(old)),
             // A tail call from the thread's outermost code: its regions stay as they are.
             Step::Beyond(_) | Step::Confined => {}
         }
