@@ -839,7 +839,16 @@ def measure(name, spec, args, workdir, result, save):
         def callgrind():
             out = profile + ".callgrind"
             try:
-                timed("callgrind", [DEP, "callgrind", profile, "-o", out])
+                err = timed("callgrind", [DEP, "callgrind", profile, "-o", out])
+                # The symbolizer's share of the command's CPU (issue 27: at most 10%).
+                m = re.search(r"naming code took ([0-9.]+) s of CPU", err or "")
+                if m and cpu.get("callgrind"):
+                    result["callgrind_names_s"] = float(m[1])
+                    notes.append(f"callgrind: naming code {float(m[1]):.2f} s of "
+                                 f"{cpu['callgrind']:.2f} s CPU "
+                                 f"({100 * float(m[1]) / cpu['callgrind']:.1f}%)")
+                else:
+                    notes.append("callgrind: no 'naming code took' line on stderr")
             finally:
                 if os.path.exists(out):
                     os.remove(out)

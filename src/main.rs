@@ -661,6 +661,7 @@ fn callgrind(profile: &std::path::Path, output: &std::path::Path, separate_threa
     let syms = symbolizer(&p.modules);
     write_profile(&rec, &syms, &Options { separate_threads, dump_instr }, output)?;
     warn_symbols([&syms]);
+    eprintln!("dep callgrind: naming code took {:.3} s of CPU", syms.busy().as_secs_f64());
     check_truncated(&p)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -14,7 +14,9 @@ use dep_profile::container::ModuleEvent;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable};
 use std::borrow::Cow;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// Where an address is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +42,17 @@ pub struct Symbolizer {
     modules: Vec<Module>,
     warnings: Mutex<Vec<String>>,
     debug_dirs: DebugDirs,
+    /// CPU time spent answering, in nanoseconds, summed over the threads that asked.
+    busy: AtomicU64,
+}
+
+/// Adds the time from its making to its drop to a counter.
+struct Clock<'a>(&'a AtomicU64, Instant);
+
+impl Drop for Clock<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(self.1.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
 }
 
 struct Module {
@@ -85,13 +98,23 @@ impl Symbolizer {
             .into_iter()
             .map(|(_, e)| Module { path: e.path.clone(), base: e.base, size: e.size, build_id: e.build_id.clone(), file: OnceLock::new() })
             .collect();
-        Symbolizer { modules, warnings: Mutex::new(Vec::new()), debug_dirs: DebugDirs::default() }
+        Symbolizer { modules, warnings: Mutex::new(Vec::new()), debug_dirs: DebugDirs::default(), busy: AtomicU64::new(0) }
     }
 
     /// Looks for separate debug files in `dirs` (in order, then the default directory).
     pub fn with_debug_dirs(mut self, dirs: &[std::path::PathBuf]) -> Symbolizer {
         self.debug_dirs = DebugDirs::with(dirs);
         self
+    }
+
+    /// The time spent naming so far (reading modules and debug files included), summed
+    /// over the threads that asked: what naming costs an output.
+    pub fn busy(&self) -> Duration {
+        Duration::from_nanos(self.busy.load(Ordering::Relaxed))
+    }
+
+    fn clock(&self) -> Clock<'_> {
+        Clock(&self.busy, Instant::now())
     }
 
     /// One line for each module that could not be read or is not the one recorded.
@@ -108,6 +131,7 @@ impl Symbolizer {
     /// The function symbols of the module loaded at `base`, as (name, offset from the base,
     /// size), sorted by offset; empty where the module cannot be read.
     pub fn module_symbols(&self, base: u64) -> Vec<(String, u64, u64)> {
+        let _clock = self.clock();
         let Ok(i) = self.modules.binary_search_by_key(&base, |m| m.base) else { return Vec::new() };
         let m = &self.modules[i];
         let Some(file) = m.file.get_or_init(|| self.open(m)) else { return Vec::new() };
@@ -122,6 +146,7 @@ impl Symbolizer {
     /// The symbol (routine) `addr` is in, from the symbol tables alone: cheaper than
     /// [`place`](Self::place), which also reads DWARF.
     pub fn symbol(&self, addr: u64) -> String {
+        let _clock = self.clock();
         self.symbol_in(addr).2
     }
 
@@ -129,6 +154,7 @@ impl Symbolizer {
     /// static functions of one name (in two source files) are two functions. Code no
     /// symbol covers starts at its extent, or at `addr` itself.
     pub fn function(&self, addr: u64) -> (String, u64) {
+        let _clock = self.clock();
         let (_, _, name, _, start) = self.symbol_in(addr);
         (name, start)
     }
@@ -168,6 +194,7 @@ impl Symbolizer {
     /// The variable (data symbol) holding `addr` and the offset into it, as `nm -S` lists
     /// them; None outside every sized data symbol.
     pub fn variable(&self, addr: u64) -> Option<(String, u64)> {
+        let _clock = self.clock();
         let (file, probe) = self.file_at(addr)?;
         let i = file.objects.partition_point(|(a, _, _)| *a <= probe).checked_sub(1)?;
         let (a, size, name) = &file.objects[i];
@@ -203,17 +230,20 @@ impl Symbolizer {
     /// Whether a symbol (or a PLT stub) names `addr`, rather than DWARF, its extent or its
     /// module and offset.
     pub fn covered(&self, addr: u64) -> bool {
+        let _clock = self.clock();
         self.symbol_in(addr).3
     }
 
     /// Whether `addr` is in a PLT section (stubs, and the lazy binder's first entry).
     pub fn in_plt(&self, addr: u64) -> bool {
+        let _clock = self.clock();
         self.file_at(addr).is_some_and(|(file, probe)| file.plt_sections.iter().any(|&(a, b)| (a..b).contains(&probe)))
     }
 
     /// Whether a function symbol (or a PLT stub) starts exactly at `addr`, or, where no
     /// symbol covers it, an `.eh_frame` extent does.
     pub fn is_function_start(&self, addr: u64) -> bool {
+        let _clock = self.clock();
         self.file_at(addr).is_some_and(|(file, probe)| {
             file.functions.starts_at(probe)
                 || file.plt.binary_search_by_key(&probe, |p| p.0).is_ok()
@@ -237,6 +267,7 @@ impl Symbolizer {
 
     /// Where `addr` is: function and, with DWARF, file and line.
     pub fn place(&self, addr: u64) -> Place {
+        let _clock = self.clock();
         let (m, file, symbol, _, start) = self.symbol_in(addr);
         let mut place =
             Place { module: m.map(|m| m.path.clone()), symbol: symbol.clone(), start, function: symbol, file: None, line: None };
