@@ -14,7 +14,9 @@ a vector clock per thread can follow them in sequence. A thread learns another's
   argument); a lock, wait or barrier that returned, successfully where it can fail, takes
   what was left there; a condition wait also gives its mutex up at entry and takes it back;
   a pthread_join that returned takes the end clock of the thread whose pthread_t it was
-  given (DIR/threads' `tls`);
+  given (DIR/threads' `tls`); a lock taken, by the points, while another thread held it in
+  a way that excludes this one was taken after that holder gave it up (a waiting reader
+  polls with plain loads, and a writer's release is a plain store: neither makes a point);
 - through atomic instructions on one address outside those functions (each leaves its
   clock there at its point before, and takes what was left there before its point after:
   two atomics whose points interleave count as ordered both ways).
@@ -42,6 +44,7 @@ at the binary's load address from DIR/modules.parquet), the threads, the referen
 (reads and writes) and their pcs with counts.
 """
 
+import bisect
 import csv
 import os
 import subprocess
@@ -116,14 +119,27 @@ ACQUIRE = {
 }
 
 
+# Locks whose holders exclude each other, by the functions that take them: exclusive
+# (mutexes, spinlocks, write locks, a condition wait's mutex at its return) or shared (read
+# locks); and the functions that give them up, with the argument naming the lock.
+EXCLUSIVE = {"pthread_mutex_lock", "pthread_mutex_trylock", "pthread_mutex_timedlock", "pthread_spin_lock",
+             "pthread_spin_trylock", "pthread_rwlock_wrlock", "pthread_rwlock_trywrlock",
+             "pthread_rwlock_timedwrlock", "pthread_cond_wait", "pthread_cond_timedwait"}
+SHARED = {"pthread_rwlock_rdlock", "pthread_rwlock_tryrdlock", "pthread_rwlock_timedrdlock"}
+GIVE_UP = {"pthread_mutex_unlock": 0, "pthread_spin_unlock": 0, "pthread_rwlock_unlock": 0,
+           "pthread_cond_wait": 1, "pthread_cond_timedwait": 1}
+
+
 def calls(db):
     """From DIR/calls: each thread's synchronisation at calls, as (thread, point before it or
     -1, references before it, its number in the span from 1, objects released, objects
-    acquired, pthread_t joined or None), in the thread's order; and the ranges of references
-    inside watched calls, as (thread, first, end)."""
+    acquired, pthread_t joined or None), in the thread's order; the ranges of references
+    inside watched calls, as (thread, first, end); and the sections each thread held a lock
+    in, as (lock, exclusive, index of the acquiring sync, index of the releasing sync)."""
     rows = db.execute("""SELECT thread, coalesce("order"::BIGINT, -1), refs, event, func, arg0, arg1, value
                          FROM calls ORDER BY thread, seq""").fetchall()
     syncs, inside, depth, first, before = [], [], defaultdict(int), {}, defaultdict(int)
+    held, sections = {}, []  # (thread, lock) -> (exclusive, acquiring sync)
 
     def sync(t, lo, refs, released, acquired, tls):
         before[(t, lo)] += 1
@@ -134,6 +150,9 @@ def calls(db):
         if event == "call":
             if func in RELEASE:
                 sync(t, lo, refs, [args[i] for i in RELEASE[func]], [], None)
+            if func in GIVE_UP and (t, args[GIVE_UP[func]]) in held:
+                exclusive, start = held.pop((t, args[GIVE_UP[func]]))
+                sections.append((args[GIVE_UP[func]], exclusive, start, len(syncs) - 1))
             if func != "pthread_once":
                 if depth[t] == 0:
                     first[t] = refs
@@ -154,17 +173,27 @@ def calls(db):
             sync(t, lo, refs, acquired, [], None)
         else:
             sync(t, lo, refs, [], acquired, a0 if func == "pthread_join" else None)
+            if func in EXCLUSIVE or func in SHARED:
+                lock = a1 if func in ("pthread_cond_wait", "pthread_cond_timedwait") else a0
+                held[(t, lock)] = (func in EXCLUSIVE, len(syncs) - 1)
     # A call that never returned: everything after its entry.
     inside += [(t, f, 2**63) for t, f in first.items()]
-    return syncs, inside
+    return syncs, inside, sections
 
 
-def clocks(db, syncs, wanted):
+def clocks(db, syncs, sections, wanted):
     """Each segment (thread, point, n) of `wanted`, its references after the point and after
     the n first of `syncs` in that span: the thread's vector clock there, {thread: point};
     and where each segment after a call's synchronisation stands among the points, in an
     order in which nothing happens before what came earlier (a segment after none stands at
-    its point)."""
+    its point).
+
+    A call's synchronisation stands at its thread's last point before it, but a lock can be
+    taken after points that came later: a reader waiting for a writer polls with plain
+    loads (x86's acquire loads) and sees the writer's plain release store, and neither makes
+    a point. Holders exclude each other, so a lock taken while another thread's section of
+    it that excludes this one is open (by the points) was taken after that section's
+    release: it stands just after it."""
     threads = db.execute("SELECT thread, parent, spawn, tls FROM threads ORDER BY thread").fetchall()
     spawned_at = {(p, s): c for c, p, s, _ in threads if p is not None}
     by_tls = defaultdict(list)
@@ -193,11 +222,37 @@ def clocks(db, syncs, wanted):
     # joined thread's end and its thread's synchronisation before it have passed (it comes
     # before the thread's next point, which follows all of them).
     events = [(p, 0, t, 0, None) for t, p in db.execute("SELECT thread, lo FROM spans").fetchall()]
-    at = {}
-    for i, (t, lo, _, n, _, _, _) in enumerate(syncs):
-        key = max(lo, last.get(joined.get(i), -1), at.get((t, lo, n - 1), (lo,))[0])
-        at[(t, lo, n)] = (key, 1, t, n)
-        events.append((key, 1, t, n, i))
+    after = {}  # sync -> the least place a lock's exclusion puts it at
+    while True:
+        at, keys = {}, []
+        for i, (t, lo, _, n, _, _, _) in enumerate(syncs):
+            key = max(lo, last.get(joined.get(i), -1), at.get((t, lo, n - 1), (lo,))[0], after.get(i, -1))
+            at[(t, lo, n)] = (key, 1, t, n)
+            keys.append(key)
+        # Per lock, its sections by where they start, with the furthest end so far: a lock
+        # taken at k looks back only over sections that may still be open at k.
+        moved, by_lock = False, defaultdict(list)
+        for lock, exclusive, start, end in sections:
+            by_lock[lock].append((keys[start], keys[end], exclusive, syncs[start][0]))
+        reach = {}
+        for lock, secs in by_lock.items():
+            secs.sort()
+            far, r = -1, []
+            for sec in secs:
+                far = max(far, sec[1])
+                r.append(far)
+            reach[lock] = r
+        for lock, exclusive, start, _ in sections:
+            k, t, secs, r = keys[start], syncs[start][0], by_lock[lock], reach[lock]
+            j = bisect.bisect_right(secs, (k, float("inf")))
+            while j > 0 and r[j - 1] > k:
+                j -= 1
+                s, e, other, u = secs[j]
+                if u != t and (exclusive or other) and s <= k < e and after.get(start, -1) < e + 0.5:
+                    after[start], moved = e + 0.5, True
+        if not moved:
+            break
+    events += [(keys[i], 1, t, n, i) for i, (t, _, _, n, _, _, _) in enumerate(syncs)]
     events.sort(key=lambda e: e[:4])
     at_spawn, end, at_addr, vc, out = {}, {}, {}, {}, {}
     for p, kind, t, n, i in events:
@@ -258,7 +313,7 @@ def main():
                         AND lead(block) OVER w = block, false) AS atomic
         FROM read_parquet('{d}/syncs/*.parquet')
         WINDOW w AS (PARTITION BY thread ORDER BY "order")""")
-    syncs, inside = calls(db)
+    syncs, inside, sections = calls(db)
     table(db, "inside", {"thread": "UINTEGER", "lo": "UBIGINT", "hi": "UBIGINT"}, inside)
     table(db, "at_calls", {"thread": "UINTEGER", "lo": "BIGINT", "refs": "UBIGINT", "n": "BIGINT"}, [s[:4] for s in syncs])
     # The references to addresses two threads use, one writing, but the atomics' and those
@@ -280,7 +335,7 @@ def main():
         SELECT r.addr, r.lo, coalesce(c.n, 0) AS n, r.thread, r.pc, r.kind, count(*)
         FROM outside r ASOF LEFT JOIN at_calls c ON c.thread = r.thread AND c.lo = r.lo AND r.seq >= c.refs
         GROUP BY ALL ORDER BY ALL""").fetchall()
-    vcs, at = clocks(db, syncs, {(t, lo, n) for (_, lo, n, t, _, _, _) in acc})
+    vcs, at = clocks(db, syncs, sections, {(t, lo, n) for (_, lo, n, t, _, _, _) in acc})
     # Per address, in order of the segments' places: each against the last write and each
     # thread's last read.
     spans = defaultdict(lambda: [False, False])  # (addr, thread, lo, n) -> [reads, writes]
