@@ -26,6 +26,7 @@ command -v valgrind >/dev/null || need+=(valgrind)
 command -v python3 >/dev/null || need+=(python3)
 command -v xz >/dev/null || need+=(xz-utils)  # tests read ChampSim traces as ChampSim does
 command -v gdb >/dev/null || need+=(gdb)      # the symbolizer's tests ask gdb and addr2line
+command -v dwz >/dev/null || need+=(dwz)      # ... and read a debug file dwz split
 command -v dot >/dev/null || need+=(graphviz) # scripts/callgraph.sh draws call graphs
 # KCachegrind, on a virtual display: the tests open every corpus profile in it.
 command -v kcachegrind >/dev/null || need+=(kcachegrind)
@@ -39,7 +40,7 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq "${need[@]}" >/dev/null
 else
-  echo "setup: build dependencies present (cmake, libclang, gcc, g++, make, valgrind, python3, xz, gdb, graphviz, kcachegrind, xvfb, libc6-dbg)"
+  echo "setup: build dependencies present (cmake, libclang, gcc, g++, make, valgrind, python3, xz, gdb, dwz, graphviz, kcachegrind, xvfb, libc6-dbg)"
 fi
 # A PyPI package through pip, unless python3 imports it already or its command is on PATH.
 pip_install() {
