@@ -10,7 +10,7 @@
 //! twice (Callgrind's "calls" are the non-recursive ones for cost).
 
 use super::costs::{CallEvent, ChunkCosts, Cost, Tables};
-use crate::program::calls::{self, CallStack, FrameKind, Step, Transition, NO_RETURN};
+use crate::program::calls::{self, CallStack, FrameKind, Step, NO_RETURN};
 use rustc_hash::FxHashMap;
 
 /// A call arc's count and inclusive cost.
@@ -282,8 +282,7 @@ impl Stack {
     pub fn chunk(&mut self, c: &mut ChunkCosts, t: &Tables, tot: &mut Totals) {
         if let (Some(last), Some(first)) = (self.carry, c.first) {
             *tot.trans.entry((last, first)).or_default() += 1;
-            let tr = if t.exits.binds(last, first) { Some(Transition::Bound { to: first }) } else { t.exits.transition(last, first) };
-            if let Some(tr) = tr {
+            if let Some(tr) = t.exits.bound(last, first).or_else(|| t.exits.transition(last, first)) {
                 self.apply(CallEvent::Flow(tr, [0; 3]), t, &mut tot.arcs);
             }
         }

@@ -141,12 +141,13 @@ impl BlockExits {
         self.exit.is_empty()
     }
 
-    /// Whether block `p`, run whole, is the lazy binder jumping into block `b`, the function
-    /// it bound.
+    /// [`Transition::Bound`] where block `p`, run whole, is the lazy binder jumping into
+    /// block `b`, the function it bound (Callgrind's `pop_on_jump`): the one test of it for
+    /// flows within a chunk and across chunks.
     #[inline]
-    pub fn binds(&self, p: u32, b: u32) -> bool {
+    pub fn bound(&self, p: u32, b: u32) -> Option<Transition> {
         let binder = |k: u32| self.binder.get(k as usize).copied().unwrap_or(false);
-        binder(p) && !binder(b) && matches!(self.exit.get(p as usize), Some(Exit::Jump { .. }))
+        (binder(p) && !binder(b) && matches!(self.exit.get(p as usize), Some(Exit::Jump { .. }))).then_some(Transition::Bound { to: b })
     }
 
     /// What control going from block `p`, run whole, into block `b` does to the stack.
@@ -208,9 +209,10 @@ impl CallFlow {
             return exits.transition(p, b);
         }
         // The binder jumps to the function it bound: its frame closes, and its caller calls
-        // (or jumps to) the function from the same site (Callgrind's `pop_on_jump`).
-        if exits.binds(p, b) {
-            return Some(Transition::Bound { to: b });
+        // (or jumps to) the function from the same site, even where that is a PLT stub (a
+        // non-PIE program's canonical PLT entry).
+        if let Some(bound) = exits.bound(p, b) {
+            return Some(bound);
         }
         let plt = exits.plt.get(b as usize).copied().unwrap_or(false);
         match (self.plt, exits.exit.get(p as usize).copied().unwrap_or(Exit::Other)) {
@@ -639,7 +641,8 @@ mod tests {
         let mut f = CallFlow::default();
         f.block(&e, 4, true);
         assert_eq!(f.block(&e, 5, true), Some(Transition::TailCall { site: 0x305, to: 5 }));
-        assert!(e.binds(4, 5) && !e.binds(2, 3) && !e.binds(4, 4) && !e.binds(3, 5));
+        assert_eq!(e.bound(4, 5), Some(Transition::Bound { to: 5 }));
+        assert!(e.bound(2, 3).is_none() && e.bound(4, 4).is_none() && e.bound(3, 5).is_none());
 
         // On a stack: the binder's frame goes, handed back to be closed and replaced.
         let mut s = CallStack::default();
