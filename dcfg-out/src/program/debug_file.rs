@@ -65,10 +65,12 @@ pub fn find(module_path: &Path, module: &object::File, dirs: &DebugDirs) -> Opti
 
 /// `DIR/.build-id/xx/rest.debug` under each directory, carrying build id `id`.
 fn by_build_id(id: &str, dirs: &DebugDirs) -> Option<(PathBuf, ModuleFile)> {
-    dirs.dirs().iter().find_map(|d| {
-        let path = d.join(".build-id").join(&id[..2]).join(format!("{}.debug", &id[2..]));
-        open_with_id(&path, id)
-    })
+    dirs.dirs().iter().find_map(|d| open_with_id(&build_id_path(d, id), id))
+}
+
+/// Where debug directory `dir` keeps the file of build id `id` (hex, at least 2 digits).
+fn build_id_path(dir: &Path, id: &str) -> PathBuf {
+    dir.join(".build-id").join(&id[..2]).join(format!("{}.debug", &id[2..]))
 }
 
 /// The file `.gnu_debuglink` names whose contents have the CRC it records (and, if both
@@ -124,7 +126,7 @@ fn supplementary(debug_path: &Path, debug: &ModuleFile, dirs: &DebugDirs) -> Opt
     }
     let name = std::str::from_utf8(name).ok().filter(|n| !n.is_empty());
     let beside = name.and_then(|n| Some(debug_path.parent()?.join(n)));
-    let by_id = dirs.dirs().iter().map(|d| d.join(".build-id").join(&id[..2]).join(format!("{}.debug", &id[2..])));
+    let by_id = dirs.dirs().iter().map(|d| build_id_path(d, &id));
     beside.into_iter().chain(by_id).find(|p| open_with_id(p, &id).is_some())
 }
 

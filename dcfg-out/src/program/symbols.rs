@@ -493,9 +493,13 @@ fn read(m: &Module, dirs: &DebugDirs) -> Result<File, String> {
             .filter_map(|s| Some((s.address(), s.size(), addr2line::demangle_auto(Cow::Borrowed(s.name().ok()?), None).into_owned())))
             .collect()
     };
-    let mut sections: Vec<(u64, u64)> =
-        obj.sections().filter(|s| s.kind() == object::SectionKind::Text).map(|s| (s.address(), s.address() + s.size())).collect();
-    sections.sort_unstable();
+    let mut text: Vec<(u64, Vec<u8>)> = obj
+        .sections()
+        .filter(|s| s.kind() == object::SectionKind::Text)
+        .filter_map(|s| Some((s.address(), s.data().ok()?.to_vec())))
+        .collect();
+    text.sort_by_key(|t| t.0);
+    let sections: Vec<(u64, u64)> = text.iter().map(|(a, bytes)| (*a, a + bytes.len() as u64)).collect();
     let extents = fde_extents(&obj);
     let functions = Functions::new(symbols(|k, _| k == object::SymbolKind::Text), &extents, &sections);
     let mut objects = symbols(|k, size| k == object::SymbolKind::Data && size > 0);
@@ -508,12 +512,6 @@ fn read(m: &Module, dirs: &DebugDirs) -> Result<File, String> {
         None => loader(Path::new(&m.path), None),
     }
     .map_err(|e| format!("cannot read its debugging information ({e})"))?;
-    let mut text: Vec<(u64, Vec<u8>)> = obj
-        .sections()
-        .filter(|s| s.kind() == object::SectionKind::Text)
-        .filter_map(|s| Some((s.address(), s.data().ok()?.to_vec())))
-        .collect();
-    text.sort_by_key(|t| t.0);
     let plt_sections = obj
         .sections()
         .filter(|s| matches!(s.name(), Ok(".plt" | ".plt.sec" | ".plt.got")))
@@ -523,8 +521,9 @@ fn read(m: &Module, dirs: &DebugDirs) -> Result<File, String> {
     Ok(File { module, bias, dwarf: Mutex::new(dwarf), plt, functions, extents, objects, text, plt_sections })
 }
 
-/// The address ranges of `obj`'s `.eh_frame` FDEs, sorted; overlapping or malformed
-/// entries end the list where they start (a bad table costs names, never a wrong one).
+/// The address ranges of `obj`'s `.eh_frame` FDEs, sorted and disjoint: a range that
+/// starts inside the one before cuts it short there, and a malformed entry is skipped (a bad
+/// table costs names, never a wrong one).
 fn fde_extents(obj: &object::File) -> Vec<(u64, u64)> {
     use gimli::UnwindSection;
     let Some(section) = obj.section_by_name(".eh_frame") else { return Vec::new() };
