@@ -51,6 +51,21 @@ struct Profile {
     totals: Vec<u64>,
 }
 
+/// A name as a Callgrind file gives it, compressed (`(id) name` the first time, `(id)`
+/// after, ids kept in `map`) or not.
+fn compressed(map: &mut HashMap<String, String>, v: &str) -> String {
+    let v = v.trim();
+    if let Some(rest) = v.strip_prefix('(') {
+        let (id, tail) = rest.split_once(')').unwrap();
+        let tail = tail.trim();
+        if !tail.is_empty() {
+            map.insert(id.to_string(), tail.to_string());
+        }
+        return map.get(id).cloned().unwrap_or_else(|| format!("?{id}"));
+    }
+    v.to_string()
+}
+
 /// Callgrind's recursion levels (`f'2`) are the function `f`.
 fn base(name: &str) -> String {
     match name.rfind('\'') {
@@ -63,18 +78,6 @@ fn parse(path: &Path) -> Profile {
     let text = std::fs::read_to_string(path).unwrap();
     let mut p = Profile::default();
     let (mut obs, mut fns): (HashMap<String, String>, HashMap<String, String>) = (HashMap::new(), HashMap::new());
-    let name = |map: &mut HashMap<String, String>, v: &str| -> String {
-        let v = v.trim();
-        if let Some(rest) = v.strip_prefix('(') {
-            let (id, tail) = rest.split_once(')').unwrap();
-            let tail = tail.trim();
-            if !tail.is_empty() {
-                map.insert(id.to_string(), tail.to_string());
-            }
-            return map.get(id).cloned().unwrap_or_else(|| format!("?{id}"));
-        }
-        v.to_string()
-    };
     let (mut npos, mut ob, mut func, mut cfn) = (1usize, String::new(), String::new(), String::new());
     let (mut in_call, mut in_jump) = (false, false);
     let mut last = [0u64; 2];
@@ -93,12 +96,12 @@ fn parse(path: &Path) -> Profile {
         if let Some((k, v)) = l.split_once('=') {
             if !k.contains(' ') && !k.chars().next().unwrap().is_ascii_digit() {
                 match k {
-                    "ob" => ob = name(&mut obs, v),
+                    "ob" => ob = compressed(&mut obs, v),
                     "cob" => {
-                        name(&mut obs, v);
+                        compressed(&mut obs, v);
                     }
-                    "fn" => func = base(&name(&mut fns, v)),
-                    "cfn" => cfn = base(&name(&mut fns, v)),
+                    "fn" => func = base(&compressed(&mut fns, v)),
+                    "cfn" => cfn = base(&compressed(&mut fns, v)),
                     "calls" => in_call = true,
                     "jump" | "jcnd" => in_jump = true,
                     _ => {}
@@ -331,14 +334,7 @@ fn costs_agree_with_valgrind_callgrind() {
         let exe = corpus().join(prog);
         let object = exe.display().to_string();
         let profile = record(dir.path(), prog);
-        let ours = dir.path().join(format!("{prog}.dep.cg"));
-        ok(Command::new(dep()).arg("callgrind").arg(&profile).arg("-o").arg(&ours).arg("--dump-instr"));
-        let theirs = dir.path().join(format!("{prog}.vg.cg"));
-        run(Command::new("valgrind")
-            .args(["--tool=callgrind", "--dump-instr=yes"])
-            .arg(format!("--callgrind-out-file={}", theirs.display()))
-            .arg(&exe)
-            .stdout(Stdio::null()));
+        let (ours, theirs, _) = both_callgrinds(dir.path(), prog, &profile, &exe);
         let (d, v) = (parse(&ours), parse(&theirs));
         // Iterations of each rep instruction, from dep's own references at it.
         let reps = rep_instructions(&exe);
@@ -400,6 +396,21 @@ fn costs_agree_with_valgrind_callgrind() {
             assert!(compared > 0, "{prog}: no call of {caller} into its own code compared");
         }
     }
+}
+
+/// `dep callgrind --dump-instr` of `profile` and `valgrind --tool=callgrind --dump-instr=yes`
+/// of `exe` (whose exit status may be its own) into DIR/`prog`.dep.cg and DIR/`prog`.vg.cg,
+/// with valgrind's run.
+fn both_callgrinds(dir: &Path, prog: &str, profile: &Path, exe: &Path) -> (PathBuf, PathBuf, Output) {
+    let ours = dir.join(format!("{prog}.dep.cg"));
+    ok(Command::new(dep()).arg("callgrind").arg(profile).arg("-o").arg(&ours).arg("--dump-instr"));
+    let theirs = dir.join(format!("{prog}.vg.cg"));
+    let valgrind = run(Command::new("valgrind")
+        .args(["--tool=callgrind", "--dump-instr=yes"])
+        .arg(format!("--callgrind-out-file={}", theirs.display()))
+        .arg(exe)
+        .stdout(Stdio::null()));
+    (ours, theirs, valgrind)
 }
 
 /// The function a Callgrind file puts address `pc` in (positions: instr line).
@@ -472,18 +483,6 @@ fn graph(path: &Path) -> Graph {
     let text = std::fs::read_to_string(path).unwrap();
     let mut g = Graph::default();
     let mut names: [HashMap<String, String>; 3] = Default::default(); // ob, fl, fn
-    let name = |map: &mut HashMap<String, String>, v: &str| -> String {
-        let v = v.trim();
-        match v.strip_prefix('(').and_then(|r| r.split_once(')')) {
-            Some((id, tail)) => {
-                if !tail.trim().is_empty() {
-                    map.insert(id.to_string(), tail.trim().to_string());
-                }
-                map.get(id).cloned().unwrap_or_default()
-            }
-            None => v.to_string(),
-        }
-    };
     let merge = |f: String| base(f.strip_suffix(".cold").unwrap_or(&f));
     let (mut ob, mut fl, mut func, mut cob, mut cfn) = Default::default();
     let (mut call, mut jump, mut npos) = (None::<u64>, false, 1);
@@ -494,21 +493,21 @@ fn graph(path: &Path) -> Graph {
         }
         if let Some((k, v)) = l.split_once('=') {
             match k {
-                "ob" => ob = name(&mut names[0], v),
-                "fl" => fl = name(&mut names[1], v),
+                "ob" => ob = compressed(&mut names[0], v),
+                "fl" => fl = compressed(&mut names[1], v),
                 "fi" | "fe" | "cfi" | "cfl" => {
-                    name(&mut names[1], v);
+                    compressed(&mut names[1], v);
                 }
                 "fn" => {
-                    func = merge(name(&mut names[2], v));
+                    func = merge(compressed(&mut names[2], v));
                     let files = &mut g.funcs.entry((ob.clone(), func.clone())).or_default().0;
                     if !files.contains(&fl) {
                         files.push(fl.clone());
                     }
                     cob = ob.clone();
                 }
-                "cob" => cob = name(&mut names[0], v),
-                "cfn" => cfn = merge(name(&mut names[2], v)),
+                "cob" => cob = compressed(&mut names[0], v),
+                "cfn" => cfn = merge(compressed(&mut names[2], v)),
                 "calls" => {
                     let f: Vec<&str> = v.split_whitespace().collect();
                     call = Some(f[0].parse().unwrap());
@@ -603,14 +602,8 @@ fn names_and_calls_agree_with_valgrind_on_libc_programs() {
         let object = exe.display().to_string();
         let profile = dir.path().join(format!("{prog}.dep"));
         ok(Command::new(dep()).env("GLIBC_TUNABLES", hide).arg("record").arg("-o").arg(&profile).arg("--").arg(&exe).stdout(Stdio::null()));
-        let ours = dir.path().join(format!("{prog}.dep.cg"));
-        ok(Command::new(dep()).arg("callgrind").arg(&profile).arg("-o").arg(&ours).arg("--dump-instr"));
-        let theirs = dir.path().join(format!("{prog}.vg.cg"));
-        ok(Command::new("valgrind")
-            .args(["--tool=callgrind", "--dump-instr=yes"])
-            .arg(format!("--callgrind-out-file={}", theirs.display()))
-            .arg(&exe)
-            .stdout(Stdio::null()));
+        let (ours, theirs, valgrind) = both_callgrinds(dir.path(), prog, &profile, &exe);
+        assert!(valgrind.status.success(), "{prog}: valgrind: {}", String::from_utf8_lossy(&valgrind.stderr));
         let (d, v) = (graph(&ours), graph(&theirs));
         // Code Valgrind leaves unnamed (`0x…`) and the frames below main it folds into one.
         let named = |f: &str| !f.starts_with("0x") && f != "(below main)";
