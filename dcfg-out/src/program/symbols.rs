@@ -471,6 +471,17 @@ impl File {
     }
 }
 
+/// A symbol's name as a user reads it: C++ (`_Z`) and Rust (`_R`, and legacy `_ZN`) names
+/// demangled, every other name as it is. (The demanglers also take a bare type encoding:
+/// C's `x` and `g` would read `long long` and `__float128`.)
+pub fn demangle(name: &str) -> String {
+    if name.starts_with("_Z") || name.starts_with("_R") {
+        addr2line::demangle_auto(Cow::Borrowed(name), None).into_owned()
+    } else {
+        name.to_string()
+    }
+}
+
 fn short(path: &str) -> &str {
     Path::new(path).file_name().and_then(|n| n.to_str()).unwrap_or(path)
 }
@@ -490,7 +501,7 @@ fn read(m: &Module, dirs: &DebugDirs) -> Result<File, String> {
             .chain(obj.dynamic_symbols())
             .chain(debug_obj.iter().flat_map(|d| d.symbols()))
             .filter(|s| kind(s.kind(), s.size()) && s.is_definition() && s.address() != 0)
-            .filter_map(|s| Some((s.address(), s.size(), addr2line::demangle_auto(Cow::Borrowed(s.name().ok()?), None).into_owned())))
+            .filter_map(|s| Some((s.address(), s.size(), demangle(s.name().ok()?))))
             .collect()
     };
     let mut text: Vec<(u64, Vec<u8>)> = obj
@@ -596,7 +607,7 @@ fn plt_stubs(obj: &object::File) -> Vec<(u64, u64, String)> {
                 .take_while(|i| !i.is_invalid())
                 .find(|i| i.flow_control() == FlowControl::IndirectBranch && i.memory_base() == Register::RIP);
             if let Some(name) = jump.and_then(|j| slots.get(&j.memory_displacement64())) {
-                stubs.push((at, at + entsize, format!("{}@plt", addr2line::demangle_auto(Cow::Borrowed(name), None))));
+                stubs.push((at, at + entsize, format!("{}@plt", demangle(name))));
             }
         }
     }
@@ -607,6 +618,19 @@ fn plt_stubs(obj: &object::File) -> Vec<(u64, u64, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Plain C names stay as they are (c++filt, the oracle, demangles only `_Z` names);
+    /// C++ names read as c++filt reads them.
+    #[test]
+    fn only_mangled_names_are_demangled() {
+        let names = ["x", "g", "d", "i", "counter", "main", "_Z3fooi", "_ZN3bar3bazEv", "_ZL5countv"];
+        let Ok(out) = std::process::Command::new("c++filt").args(names).output() else {
+            panic!("c++filt (binutils) is needed as the oracle");
+        };
+        let want: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+        let got: Vec<String> = names.iter().map(|n| demangle(n)).collect();
+        assert_eq!(got, want);
+    }
 
     fn load(path: &str, base: u64) -> ModuleEvent {
         ModuleEvent {
