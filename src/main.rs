@@ -78,6 +78,11 @@ enum Cmd {
         /// Recovery threads (0: one per core). Chunks recover in parallel; output keeps its order.
         #[arg(short, long, default_value_t = 0)]
         jobs: usize,
+        /// Also write the memory each recorded system call's kernel side read and wrote,
+        /// as lines of the system call instruction ending in `kernel` (text only; Parquet
+        /// always has them, marked in its `kernel` column).
+        #[arg(long)]
+        kernel_refs: bool,
     },
     /// Instruction, block and reference counts and stream sizes against the paper's baselines.
     Stats {
@@ -286,7 +291,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Record { output, truth, discard, no_sync, compression, program } => {
             record(output, truth, discard, no_sync, compression, program)
         }
-        Cmd::Recover { profile, truth, format, output, jobs } => recover(&profile, truth, &format, output.as_deref(), jobs),
+        Cmd::Recover { profile, truth, format, output, jobs, kernel_refs } => {
+            recover(&profile, truth, &format, output.as_deref(), jobs, kernel_refs)
+        }
         Cmd::Stats { profile, json, no_compress } => stats(&profile, json, !no_compress),
         Cmd::Edges { profile, json, truth, output, jobs } => edges(&profile, json, truth, output.as_deref(), jobs),
         Cmd::Dcfg { check: Some(pair), blocks, .. } => dcfg_check(&pair[0], &pair[1], blocks),
@@ -391,8 +398,18 @@ fn incomplete(p: &dep_profile::container::Profile) -> Option<String> {
     }
 }
 
-fn recover(profile: &std::path::Path, truth: bool, format: &str, output: Option<&std::path::Path>, jobs: usize) -> Result<ExitCode> {
+fn recover(
+    profile: &std::path::Path,
+    truth: bool,
+    format: &str,
+    output: Option<&std::path::Path>,
+    jobs: usize,
+    kernel_refs: bool,
+) -> Result<ExitCode> {
     use dep_recover::{Format, Recovery, Renderer, Source};
+    if kernel_refs && format != "text" {
+        bail!("--kernel-refs writes text lines: it needs --format text (Parquet has the kernel's references in its `kernel` column)");
+    }
     let p = dep_profile::container::Profile::open(profile)?;
     let rec = Recovery::new(&p, jobs);
     let source = if truth { Source::Truth } else { Source::Dep };
@@ -429,6 +446,7 @@ fn recover(profile: &std::path::Path, truth: bool, format: &str, output: Option<
         return Ok(ExitCode::SUCCESS);
     }
     let fmt = Format::parse(format).with_context(|| format!("unknown format {format:?} (text, blocks, binary, parquet or null)"))?;
+    let fmt = if kernel_refs { Format::TextKernel } else { fmt };
     let mut out = create_output(output)?;
     out.write_all(fmt.header()).context("writing output")?;
     let r = if rec.workers() == 1 {

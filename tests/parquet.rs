@@ -53,11 +53,22 @@ fn parquet_tables_match_the_recovered_trace() {
         let (p, out) = record_and_export(dir.path(), prog, args);
         let refs = format!("read_parquet('{}/references/*.parquet')", out.display());
         let blocks = format!("read_parquet('{}/blocks/*.parquet')", out.display());
-        // Row for row what the text renderings list, thread by thread in execution order.
+        // Row for row what the text renderings list, thread by thread in execution order:
+        // the program's references, and with the kernel's those of --kernel-refs.
         let text = recovered(&p, "text");
-        let rows = duck(&format!("SELECT printf('%d 0x%x %s 0x%x %d', thread, pc, kind, addr, size) FROM {refs} ORDER BY thread, seq"));
+        let rows = duck(&format!(
+            "SELECT printf('%d 0x%x %s 0x%x %d', thread, pc, kind, addr, size) FROM {refs} WHERE NOT kernel ORDER BY thread, seq"
+        ));
         assert_eq!(rows.len(), text.len(), "{prog}: references");
         assert!(rows == text, "{prog}: the references differ from --format text");
+        let o = ok(Command::new(dep()).arg("recover").arg(&p).arg("--kernel-refs"));
+        let text: Vec<String> = String::from_utf8(o.stdout).unwrap().lines().map(str::to_string).collect();
+        let rows = duck(&format!(
+            "SELECT printf('%d 0x%x %s 0x%x %d%s', thread, pc, kind, addr, size, CASE WHEN kernel THEN ' kernel' ELSE '' END) \
+             FROM {refs} ORDER BY thread, seq"
+        ));
+        assert!(text.iter().any(|l| l.ends_with(" kernel")), "{prog}: no kernel references");
+        assert!(rows == text, "{prog}: the references differ from --format text --kernel-refs");
         let text = recovered(&p, "blocks");
         let rows = duck(&format!("SELECT printf('%d 0x%x %d', thread, addr, instructions) FROM {blocks} ORDER BY thread, seq"));
         assert_eq!(rows.len(), text.len(), "{prog}: blocks");
@@ -67,18 +78,15 @@ fn parquet_tables_match_the_recovered_trace() {
         // in a block of its own thread's table.
         let stats = ok(Command::new(dep()).arg("stats").arg(&p).args(["--json", "--no-compress"]));
         let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
-        let want: Vec<String> = stats["threads"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| format!("{} {} {}", t["thread"], t["refs"], t["refs"].as_u64().unwrap().saturating_sub(1)))
-            .collect();
+        let want: Vec<String> = stats["threads"].as_array().unwrap().iter().map(|t| format!("{} {}", t["thread"], t["refs"])).collect();
         assert!(want.len() >= if prog == "races" { 3 } else { 9 }, "{prog}: {} threads", want.len());
         let got = duck(&format!(
-            "SELECT t.thread, count(r.seq), coalesce(max(r.seq), 0) FROM (SELECT DISTINCT thread FROM {blocks}) t \
+            "SELECT t.thread, count(r.seq) FILTER (WHERE NOT r.kernel) FROM (SELECT DISTINCT thread FROM {blocks}) t \
              LEFT JOIN {refs} r USING (thread) GROUP BY ALL ORDER BY 1"
         ));
-        assert_eq!(got, want, "{prog}: per thread references (thread, count, last seq)");
+        assert_eq!(got, want, "{prog}: per thread references (thread, count)");
+        let gaps = format!("SELECT count(*) FROM (SELECT count(*) AS n, max(seq) AS last FROM {refs} GROUP BY thread) WHERE n != last + 1");
+        assert_eq!(one_number(&gaps), 0, "{prog}: references numbered with gaps");
         let orphans = format!("SELECT count(*) FROM {refs} r ANTI JOIN {blocks} b ON r.thread = b.thread AND r.block = b.seq");
         assert_eq!(one_number(&orphans), 0, "{prog}: references without their block");
         // Orders rise with seq in each thread.

@@ -232,7 +232,7 @@ fn dependences_of_the_wet_corpus_program() {
 }
 
 /// Memory dependences of whole (single-threaded) programs equal the independent script's,
-/// pair for pair. (With threads, dep also follows the sync order between them, which the
+/// pair for pair, the kernel's writes for system calls included. (With threads, dep also follows the sync order between them, which the
 /// text format does not carry: `dependences_between_threads` checks that.)
 #[test]
 fn memory_dependences_agree_with_an_independent_script() {
@@ -251,7 +251,7 @@ fn memory_dependences_agree_with_an_independent_script() {
             }
         }
         let text = dir.path().join("refs.txt");
-        ok(Command::new(dep()).arg("recover").arg(&profile).args(["--format", "text", "-o"]).arg(&text));
+        ok(Command::new(dep()).arg("recover").arg(&profile).args(["--format", "text", "--kernel-refs", "-o"]).arg(&text));
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scripts/memdeps.py");
         let out = ok(Command::new("python3").arg(script).arg(&text));
         let theirs: BTreeMap<(u64, u64), u64> = String::from_utf8(out)

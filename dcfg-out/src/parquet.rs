@@ -1,5 +1,6 @@
 //! Parquet traces (`dep recover --format parquet -o DIR`), for pandas, polars, DuckDB or
-//! Spark: per thread, its memory references in `DIR/references/thread-NNNN.parquet`, its
+//! Spark: per thread, its memory references in `DIR/references/thread-NNNN.parquet` (with
+//! the kernel's for its system calls, `kernel` true), its
 //! executed blocks in `DIR/blocks/thread-NNNN.parquet`, its synchronisation points in
 //! `DIR/syncs/thread-NNNN.parquet` and its entries to and returns from watched library
 //! functions in `DIR/calls/thread-NNNN.parquet` (NNNN the thread index, from 0000), zstd-compressed, in
@@ -227,6 +228,7 @@ fn references_schema() -> SchemaRef {
         ("kind", kind, false),
         ("conditional", Boolean, false),
         ("block", UInt64, false),
+        ("kernel", Boolean, false),
     ])
 }
 
@@ -322,6 +324,8 @@ struct RefRows {
     write: Vec<bool>,
     conditional: Vec<bool>,
     block: Vec<u64>,
+    /// The kernel's, for a system call of the instruction.
+    kernel: Vec<bool>,
     /// Each reference's instruction in its block (not written: for placing sync points).
     insn: Vec<u16>,
 }
@@ -336,7 +340,16 @@ impl RefRows {
         self.conditional.push(m.conditional);
         self.block.push(block);
         self.insn.push(m.insn);
+        self.kernel.push(false);
         self.next += 1;
+    }
+
+    /// Memory the kernel accessed for the system call of instruction `insn` at `pc`.
+    #[allow(clippy::too_many_arguments)]
+    fn push_kernel(&mut self, pc: u64, insn: u16, addr: u64, size: u32, write: bool, order: Option<u64>, block: u64) {
+        let m = MemEvent { pc, addr, size, access: if write { Access::Write } else { Access::Read }, conditional: false, insn };
+        self.push(&m, order, block);
+        *self.kernel.last_mut().expect("pushed") = true;
     }
 
     /// The first `n` rows, as thread `thread`'s.
@@ -355,6 +368,7 @@ impl RefRows {
             Arc::new(kind),
             Arc::new(BooleanArray::from(self.conditional[..n].to_vec())),
             Arc::new(UInt64Array::from(self.block[..n].to_vec())),
+            Arc::new(BooleanArray::from(self.kernel[..n].to_vec())),
         ];
         RecordBatch::try_new(references_schema(), columns)
     }
@@ -369,6 +383,7 @@ impl RefRows {
         self.conditional.drain(..n);
         self.block.drain(..n);
         self.insn.drain(..n);
+        self.kernel.drain(..n);
     }
 }
 
@@ -544,6 +559,10 @@ struct ThreadWriter {
     watched: Watched,
     /// The last sync point's number.
     order: Option<u64>,
+    /// The current block's instruction pcs, and the system call that returned last in it
+    /// (instruction, pc).
+    pcs: Vec<u64>,
+    syscall: Option<(u16, u64)>,
 }
 
 impl ThreadWriter {
@@ -559,6 +578,8 @@ impl ThreadWriter {
             calls: CallRows::default(),
             watched: Watched::default(),
             order: None,
+            pcs: Vec::new(),
+            syscall: None,
         }
     }
 
@@ -640,6 +661,9 @@ impl Sink for ThreadWriter {
         self.blocks.id.push(b.id);
         self.blocks.instructions.push(b.executed);
         self.blocks.next += 1;
+        self.pcs.clear();
+        self.pcs.extend(b.plan.iter().flat_map(|p| p.insns.iter().map(|i| i.pc)));
+        self.syscall = None;
         let ended = self.watched.block(b.addr);
         self.call_rows(&ended, false)?;
         Ok(true)
@@ -680,6 +704,16 @@ impl Sink for ThreadWriter {
                 self.syncs.insn.push(insn.map(u32::from));
                 self.syncs.after.push(after);
                 self.syncs.next += 1;
+            }
+            Marker::SyscallReturn { insn, .. } => self.syscall = self.pcs.get(insn as usize).map(|&pc| (insn, pc)),
+            Marker::Kernel { addr, size, write } => {
+                if let Some((insn, pc)) = self.syscall {
+                    let block = self.blocks.next.wrapping_sub(1);
+                    self.refs.push_kernel(pc, insn, addr, size, write, self.order, block);
+                    if self.refs.pc.len() >= self.batch {
+                        self.flush_refs(self.refs.pc.len())?;
+                    }
+                }
             }
             _ => {}
         }

@@ -42,6 +42,27 @@ pub enum Func {
     Realloc = 28,
     Free = 29,
     Once = 30,
+    MutexInit = 31,
+    MutexDestroy = 32,
+    CondInit = 33,
+    CondDestroy = 34,
+    RwInit = 35,
+    RwDestroy = 36,
+    BarrierInit = 37,
+    BarrierDestroy = 38,
+    SemInit = 39,
+    SemDestroy = 40,
+    SpinInit = 41,
+    SpinDestroy = 42,
+    /// C++ function-local statics: `__cxa_guard_acquire` returns 1 to the one caller that
+    /// runs the initialiser, 0 once another has; `__cxa_guard_release` publishes it.
+    GuardAcquire = 43,
+    GuardRelease = 44,
+    GuardAbort = 45,
+    /// stdio's stream locks.
+    Flockfile = 46,
+    Ftrylockfile = 47,
+    Funlockfile = 48,
 }
 
 /// What a call does to a lock (the first argument, or the second for condition waits).
@@ -53,6 +74,15 @@ pub enum LockOp {
     Release,
     /// Gives the mutex (second argument) up at entry and holds it again at return.
     Wait,
+}
+
+/// What a call does to its object's memory ([`Func::object_access`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectAccess {
+    /// Creates or destroys it: a plain write.
+    Write,
+    /// Uses it: an atomic read.
+    Use,
 }
 
 /// (exported name, function). Aliases of one function share its number.
@@ -95,6 +125,27 @@ pub const NAMES: &[(&str, Func)] = &[
     ("free", Func::Free),
     ("pthread_once", Func::Once),
     ("call_once", Func::Once),
+    ("pthread_mutex_init", Func::MutexInit),
+    ("pthread_mutex_destroy", Func::MutexDestroy),
+    ("pthread_cond_init", Func::CondInit),
+    ("pthread_cond_destroy", Func::CondDestroy),
+    ("pthread_rwlock_init", Func::RwInit),
+    ("pthread_rwlock_destroy", Func::RwDestroy),
+    ("pthread_barrier_init", Func::BarrierInit),
+    ("pthread_barrier_destroy", Func::BarrierDestroy),
+    ("sem_init", Func::SemInit),
+    ("sem_destroy", Func::SemDestroy),
+    ("pthread_spin_init", Func::SpinInit),
+    ("pthread_spin_destroy", Func::SpinDestroy),
+    ("__cxa_guard_acquire", Func::GuardAcquire),
+    ("__cxa_guard_release", Func::GuardRelease),
+    ("__cxa_guard_abort", Func::GuardAbort),
+    ("flockfile", Func::Flockfile),
+    ("_IO_flockfile", Func::Flockfile),
+    ("ftrylockfile", Func::Ftrylockfile),
+    ("_IO_ftrylockfile", Func::Ftrylockfile),
+    ("funlockfile", Func::Funlockfile),
+    ("_IO_funlockfile", Func::Funlockfile),
 ];
 
 impl Func {
@@ -118,12 +169,27 @@ impl Func {
         use Func::*;
         let acquire = |shared, may_fail| Some(LockOp::Acquire { shared, may_fail });
         match self {
-            MutexLock | SpinLock | RwWrlock => acquire(false, false),
-            MutexTrylock | MutexTimedlock | SpinTrylock | RwTrywrlock | RwTimedwrlock => acquire(false, true),
+            MutexLock | SpinLock | RwWrlock | Flockfile => acquire(false, false),
+            MutexTrylock | MutexTimedlock | SpinTrylock | RwTrywrlock | RwTimedwrlock | Ftrylockfile => acquire(false, true),
             RwRdlock => acquire(true, false),
             RwTryrdlock | RwTimedrdlock => acquire(true, true),
-            MutexUnlock | SpinUnlock | RwUnlock => Some(LockOp::Release),
+            MutexUnlock | SpinUnlock | RwUnlock | Funlockfile => Some(LockOp::Release),
             CondWait | CondTimedwait => Some(LockOp::Wait),
+            _ => None,
+        }
+    }
+
+    /// What it does to the synchronisation object its first argument points at, as memory:
+    /// creating or destroying it writes it; every other use of a lock, condition variable,
+    /// barrier or semaphore reads it atomically (as ThreadSanitizer's interceptors model
+    /// them). None for the rest.
+    pub fn object_access(self) -> Option<ObjectAccess> {
+        use Func::*;
+        match self {
+            MutexInit | MutexDestroy | CondInit | CondDestroy | RwInit | RwDestroy | BarrierInit | BarrierDestroy | SemInit
+            | SemDestroy | SpinInit | SpinDestroy => Some(ObjectAccess::Write),
+            CondSignal | CondBroadcast | BarrierWait | SemWait | SemTrywait | SemTimedwait | SemPost => Some(ObjectAccess::Use),
+            _ if self.lock_op().is_some() => Some(ObjectAccess::Use),
             _ => None,
         }
     }
@@ -137,7 +203,7 @@ impl Func {
     /// Whether its return value matters to an analysis (the collector records it for all).
     pub fn result_matters(self) -> bool {
         matches!(self.lock_op(), Some(LockOp::Acquire { may_fail: true, .. }))
-            || matches!(self, Func::SemTrywait | Func::SemTimedwait | Func::Malloc | Func::Calloc | Func::Realloc)
+            || matches!(self, Func::GuardAcquire | Func::SemTrywait | Func::SemTimedwait | Func::Malloc | Func::Calloc | Func::Realloc)
     }
 }
 
@@ -154,7 +220,7 @@ mod tests {
             assert_eq!(Func::by_name(name), Some(f));
         }
         assert_eq!(Func::from_u16(0), None);
-        assert_eq!(Func::from_u16(31), None);
+        assert_eq!(Func::from_u16(49), None);
         assert_eq!(Func::MutexTimedlock.name(), "pthread_mutex_timedlock");
     }
 

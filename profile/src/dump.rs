@@ -189,6 +189,9 @@ fn dump_chunk(p: &Profile, v: &ChunkView, out: &mut dyn Write, opts: DumpOptions
                     TruthKind::RepRead => writeln!(out, "        R from {:#x} by {}", rec.pc, rec.addr as i64)?,
                     TruthKind::RepWrite => writeln!(out, "        W from {:#x} by {}", rec.pc, rec.addr as i64)?,
                     TruthKind::RepEnd => writeln!(out, "        {} iterations", rec.addr)?,
+                    TruthKind::SyscallReturn => writeln!(out, "      {:#x} system call returned {}", rec.pc, rec.addr as i64)?,
+                    TruthKind::KernelRead => writeln!(out, "        kernel R {:#x} {}", rec.addr, rec.size)?,
+                    TruthKind::KernelWrite => writeln!(out, "        kernel W {:#x} {}", rec.addr, rec.size)?,
                 }
             }
             n += 1;

@@ -13,6 +13,7 @@ pub mod packing;
 pub mod regs;
 pub mod semantics;
 pub mod simulate;
+pub mod syscalls;
 pub mod tags;
 pub mod truth;
 pub mod values;

@@ -9,7 +9,7 @@
 //! | `0x0000`                     | block whose L-tag is 0 (paper)                           |
 //! | `H` in `0x0001..=0xffef`     | bits 16..31 of the H-tag become `H` (paper's H change)   |
 //! | `0xfff0` + 1 or 3 words      | the whole H-tag (32-bit: 1 word; 64-bit: 3 words)        |
-//! | `0xfff1..=0xfffb` + payload  | escape records, see [`Escape`]                           |
+//! | `0xfff1..=0xffff` + payload  | escape records, see [`Escape`]                           |
 //!
 //! For 32-bit programs this is exactly the paper's scheme for every H-tag below `0xfff0`.
 //! `profile/FORMAT.md` documents the layout byte by byte.
@@ -46,6 +46,18 @@ pub const CTL_SYNC: u16 = 0xfff9;
 pub const CTL_CALL: u16 = 0xfffa;
 /// Control word: a watched function returns, 1-word function and a value follow.
 pub const CTL_RETURN: u16 = 0xfffb;
+/// Control word: a recorded system call is made, 1-word place, 1-word number and 3 values
+/// follow.
+pub const CTL_SYSCALL: u16 = 0xfffc;
+/// Control word: the system call returned, 1-word place and a value follow.
+pub const CTL_SYSCALL_RETURN: u16 = 0xfffd;
+/// Control word: the descriptors a pipe or socket pair made, 2 two-word numbers follow.
+pub const CTL_DESCRIPTORS: u16 = 0xfffe;
+/// Control word: memory the kernel accessed for the system call, 1-word flags, a value
+/// (the address) and a two-word size follow.
+pub const CTL_KERNEL: u16 = 0xffff;
+/// [`Escape::Kernel`] flags: the kernel wrote the memory (else read it).
+pub const KERNEL_WRITE: u16 = 1;
 
 /// [`Escape::Sync`] place: the point is not an instruction (thread start or end, signal
 /// delivery, chunk hand-off).
@@ -86,6 +98,18 @@ pub enum Escape {
     /// The block last named ends with a `ret` of watched function `func`, which returns
     /// `value` (rax). Format version 4.
     Return { func: u16, value: u64 },
+    /// Instruction `at` of the block last named makes system call `nr` (one the collector
+    /// records: [`syscalls::recorded`](crate::syscalls::recorded)) with these first three
+    /// arguments (rdi, rsi, rdx). Written before the call. Format version 7.
+    Syscall { at: u16, nr: u16, args: [u64; 3] },
+    /// The system call of instruction `at` returned `value` (rax). Format version 7.
+    SyscallReturn { at: u16, value: u64 },
+    /// The descriptors the system call that returned last wrote to memory (pipe, pipe2,
+    /// socketpair). Format version 7.
+    Descriptors { fds: [u32; 2] },
+    /// The system call that returned last read (or, `write`, wrote) `size` bytes of user
+    /// memory at `addr`. Format version 7.
+    Kernel { write: bool, addr: u64, size: u32 },
 }
 
 /// One decoded item of DEP_c.
@@ -102,8 +126,8 @@ pub enum TagItem {
 pub enum TagError {
     #[error("tag stream ends inside a record that starts at word {0}")]
     Truncated(usize),
-    #[error("unknown control word {word:#06x} at word {offset}")]
-    UnknownControl { word: u16, offset: usize },
+    #[error("kernel memory record at word {offset} has unknown flags {flags:#06x}")]
+    KernelFlags { flags: u16, offset: usize },
     #[error("tag stream has an odd number of bytes ({0})")]
     OddLength(usize),
 }
@@ -217,6 +241,24 @@ pub fn push_escape(e: Escape, out: &mut Vec<u16>) {
             out.extend([ESC, CTL_RETURN, func]);
             push_u64(value, out);
         }
+        Escape::Syscall { at, nr, args } => {
+            out.extend([ESC, CTL_SYSCALL, at, nr]);
+            for v in args {
+                push_u64(v, out);
+            }
+        }
+        Escape::SyscallReturn { at, value } => {
+            out.extend([ESC, CTL_SYSCALL_RETURN, at]);
+            push_u64(value, out);
+        }
+        Escape::Descriptors { fds } => {
+            out.extend([ESC, CTL_DESCRIPTORS, fds[0] as u16, (fds[0] >> 16) as u16, fds[1] as u16, (fds[1] >> 16) as u16])
+        }
+        Escape::Kernel { write, addr, size } => {
+            out.extend([ESC, CTL_KERNEL, if write { KERNEL_WRITE } else { 0 }]);
+            push_u64(addr, out);
+            out.extend([size as u16, (size >> 16) as u16]);
+        }
     }
 }
 
@@ -289,6 +331,10 @@ impl<'a> TagDecoder<'a> {
             }
             None => Err(TagError::Truncated(start / 2)),
         }
+    }
+
+    fn u32(&mut self, start: usize) -> Result<u32, TagError> {
+        Ok(self.word(start)? as u32 | (self.word(start)? as u32) << 16)
     }
 
     fn u64(&mut self, start: usize) -> Result<u64, TagError> {
@@ -368,7 +414,30 @@ impl<'a> TagDecoder<'a> {
                     let func = self.word(start)?;
                     TagItem::Escape(Escape::Return { func, value: self.u64(start)? })
                 }
-                word => return Err(TagError::UnknownControl { word, offset: start / 2 }),
+                CTL_SYSCALL => {
+                    let (at, nr) = (self.word(start)?, self.word(start)?);
+                    let args = [self.u64(start)?, self.u64(start)?, self.u64(start)?];
+                    TagItem::Escape(Escape::Syscall { at, nr, args })
+                }
+                CTL_SYSCALL_RETURN => {
+                    let at = self.word(start)?;
+                    TagItem::Escape(Escape::SyscallReturn { at, value: self.u64(start)? })
+                }
+                CTL_DESCRIPTORS => {
+                    let mut fds = [0u32; 2];
+                    for fd in &mut fds {
+                        *fd = self.u32(start)?;
+                    }
+                    TagItem::Escape(Escape::Descriptors { fds })
+                }
+                CTL_KERNEL => {
+                    let flags = self.word(start)?;
+                    if flags & !KERNEL_WRITE != 0 {
+                        return Err(TagError::KernelFlags { flags, offset: start / 2 });
+                    }
+                    let addr = self.u64(start)?;
+                    TagItem::Escape(Escape::Kernel { write: flags & KERNEL_WRITE != 0, addr, size: self.u32(start)? })
+                }
             };
             return Ok(Some(item));
         }
@@ -458,7 +527,10 @@ mod tests {
         let e = TagDecoder::new(Width::W64, &words_to_bytes(&[0x10, 0]), 0).unwrap().collect::<Result<Vec<_>, _>>();
         assert_eq!(e, Err(TagError::Truncated(1)));
         let e = TagDecoder::new(Width::W64, &words_to_bytes(&[0, 0xfffe]), 0).unwrap().collect::<Result<Vec<_>, _>>();
-        assert_eq!(e, Err(TagError::UnknownControl { word: 0xfffe, offset: 0 }));
+        assert_eq!(e, Err(TagError::Truncated(0)));
+        let e =
+            TagDecoder::new(Width::W64, &words_to_bytes(&[0, CTL_KERNEL, 2, 0, 0, 0, 0, 0, 0]), 0).unwrap().collect::<Result<Vec<_>, _>>();
+        assert_eq!(e, Err(TagError::KernelFlags { flags: 2, offset: 0 }));
         let e = TagDecoder::new(Width::W64, &words_to_bytes(&[0, 0xfff0, 1]), 0).unwrap().collect::<Result<Vec<_>, _>>();
         assert_eq!(e, Err(TagError::Truncated(0)));
         assert!(matches!(TagDecoder::new(Width::W64, &[1, 2, 3], 0), Err(TagError::OddLength(3))));
@@ -477,6 +549,10 @@ mod tests {
             (any::<u16>(), any::<u64>()).prop_map(|(at, seq)| Escape::Sync { at, seq }),
             (any::<u16>(), any::<[u64; 2]>(), any::<u64>()).prop_map(|(func, args, ret)| Escape::Call { func, args, ret }),
             (any::<u16>(), any::<u64>()).prop_map(|(func, value)| Escape::Return { func, value }),
+            (any::<u16>(), any::<u16>(), any::<[u64; 3]>()).prop_map(|(at, nr, args)| Escape::Syscall { at, nr, args }),
+            (any::<u16>(), any::<u64>()).prop_map(|(at, value)| Escape::SyscallReturn { at, value }),
+            any::<[u32; 2]>().prop_map(|fds| Escape::Descriptors { fds }),
+            (any::<bool>(), any::<u64>(), any::<u32>()).prop_map(|(write, addr, size)| Escape::Kernel { write, addr, size }),
         ]
     }
 

@@ -29,6 +29,12 @@ pub enum TruthKind {
     /// The rep string that started last made `addr` iterations (an interrupted one counts
     /// the iteration it was attempting).
     RepEnd,
+    /// The system call instruction at `pc` returned `addr` (rax). Format version 7.
+    SyscallReturn,
+    /// The kernel read `size` bytes at `addr` for the system call that returned last.
+    KernelRead,
+    /// The kernel wrote `size` bytes at `addr` for it.
+    KernelWrite,
 }
 
 impl TruthKind {
@@ -43,6 +49,9 @@ impl TruthKind {
             TruthKind::RepRead => 5,
             TruthKind::RepWrite => 6,
             TruthKind::RepEnd => 7,
+            TruthKind::SyscallReturn => 8,
+            TruthKind::KernelRead => 9,
+            TruthKind::KernelWrite => 10,
         }
     }
 
@@ -56,6 +65,9 @@ impl TruthKind {
             5 => TruthKind::RepRead,
             6 => TruthKind::RepWrite,
             7 => TruthKind::RepEnd,
+            8 => TruthKind::SyscallReturn,
+            9 => TruthKind::KernelRead,
+            10 => TruthKind::KernelWrite,
             _ => return None,
         })
     }
@@ -120,7 +132,11 @@ mod tests {
         let back: Vec<_> = records(&b).unwrap().collect::<Result<_, _>>().unwrap();
         assert_eq!(back, vec![r]);
         assert_eq!(records(&b[..23]).err(), Some(TruthError::Length(23)));
-        b[0] = 8;
-        assert!(matches!(records(&b).unwrap().next(), Some(Err(TruthError::Kind { kind: 8, offset: 0 }))));
+        b[0] = 11;
+        assert!(matches!(records(&b).unwrap().next(), Some(Err(TruthError::Kind { kind: 11, offset: 0 }))));
+        for kind in [TruthKind::SyscallReturn, TruthKind::KernelRead, TruthKind::KernelWrite] {
+            b[0] = kind.code() as u8;
+            assert_eq!(records(&b).unwrap().next().unwrap().unwrap().kind, kind);
+        }
     }
 }

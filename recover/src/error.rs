@@ -54,6 +54,9 @@ pub enum ChunkFault {
     /// An interruption record with no block before it.
     #[error("tag word {word}: interruption record without a block before it")]
     StrayInterruption { word: usize },
+    /// A system call record (or its return) with no block before it.
+    #[error("tag word {word}: system call record without a block before it")]
+    StraySyscall { word: usize },
     /// A chunk start record whose number is not the chunk's.
     #[error("tag word {word}: chunk start record says {record}, header says {header}")]
     ChunkStart { word: usize, record: u32, header: u32 },

@@ -121,6 +121,30 @@ pub enum Marker {
         func: u16,
         value: u64,
     },
+    /// Instruction `insn` of the block last entered makes system call `nr` (one the
+    /// collector records, [`dep_profile::syscalls`]) with rdi, rsi and rdx = `args`. Comes
+    /// with the sync record before the instruction, if it has one.
+    Syscall {
+        insn: u16,
+        nr: u16,
+        args: [u64; 3],
+    },
+    /// The system call of instruction `insn` returned `value` (rax; a negative errno on
+    /// failure). Comes with the sync record after the instruction, if it has one.
+    SyscallReturn {
+        insn: u16,
+        value: u64,
+    },
+    /// The descriptors the system call that returned last made through memory (pipe,
+    /// pipe2, socketpair), after its return.
+    Descriptors([u32; 2]),
+    /// Memory the kernel read or wrote for the system call that returned last (a
+    /// reference of its instruction, the kernel's), after its return: reads first.
+    Kernel {
+        addr: u64,
+        size: u32,
+        write: bool,
+    },
 }
 
 impl Marker {
@@ -130,6 +154,8 @@ impl Marker {
     pub fn place(&self) -> Option<u32> {
         match *self {
             Marker::Sync { insn: Some(k), after, .. } => Some(2 * k as u32 + after as u32),
+            Marker::Syscall { insn, .. } => Some(2 * insn as u32),
+            Marker::SyscallReturn { insn, .. } => Some(2 * insn as u32 + 1),
             _ => None,
         }
     }

@@ -1,13 +1,16 @@
 //! The `text`, `blocks` and `binary` renderings of `dep recover`.
 //!
 //! - text: `<thread> <pc> <R|W> <addr> <size>` per reference (pc, addr in `0x` lowercase hex);
+//!   with the kernel's references (`--kernel-refs`), also the memory each recorded system
+//!   call's kernel side read and wrote, as `<thread> <pc> <R|W> <addr> <size> kernel` lines of
+//!   the system call instruction, after its own references;
 //! - blocks: `<thread> <start-pc> <instruction-count>` per executed block;
 //! - binary: a 16-byte header (`DEPREFS\0`, version u16 = 1, record size u16 = 24, 4 zero
 //!   bytes), then 24-byte little-endian records `pc u64, addr u64, thread u32, size u16,
 //!   kind u8 (0 read, 1 write), flags u8 (bit 0 conditional)`; sizes above 65535 saturate.
 
 use crate::error::RecoverError;
-use crate::events::{BlockEvent, MemEvent, Run};
+use crate::events::{BlockEvent, Marker, MemEvent, Run};
 use crate::sink::Sink;
 use dep_profile::semantics::Access;
 use std::io::{self, Write};
@@ -16,6 +19,8 @@ use std::io::{self, Write};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     Text,
+    /// Text with the kernel's references of system calls.
+    TextKernel,
     Blocks,
     Binary,
 }
@@ -78,11 +83,22 @@ pub struct Renderer<W: Write> {
     format: Format,
     buf: Vec<u8>,
     out: W,
+    /// TextKernel: the pcs of the block last entered, and the pc of the system call that
+    /// returned last in it.
+    pcs: Vec<u64>,
+    syscall: Option<u64>,
 }
 
 impl<W: Write> Renderer<W> {
     pub fn new(format: Format, out: W) -> Self {
-        Renderer { format, buf: Vec::with_capacity(1 << 16), out }
+        Renderer { format, buf: Vec::with_capacity(1 << 16), out, pcs: Vec::new(), syscall: None }
+    }
+
+    /// TextKernel: the block's instructions, for its system calls' lines.
+    fn enter(&mut self, b: &BlockEvent) {
+        self.pcs.clear();
+        self.pcs.extend(b.plan.iter().flat_map(|p| p.insns.iter().map(|i| i.pc)));
+        self.syscall = None;
     }
 
     #[inline]
@@ -106,6 +122,9 @@ impl<W: Write> Sink for Renderer<W> {
 
     #[inline]
     fn block(&mut self, b: &BlockEvent) -> Result<bool, Self::Error> {
+        if self.format == Format::TextKernel {
+            self.enter(b);
+        }
         if self.format == Format::Blocks {
             push_dec(&mut self.buf, b.thread as u64);
             self.buf.push(b' ');
@@ -131,6 +150,36 @@ impl<W: Write> Sink for Renderer<W> {
             }
         } else {
             self.references(run.thread, run.refs())?;
+            if self.format == Format::TextKernel {
+                if let Some((b, _)) = run.iter().last() {
+                    self.enter(&b);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    fn marker(&mut self, thread: u32, m: Marker) -> Result<bool, Self::Error> {
+        if self.format != Format::TextKernel {
+            return Ok(true);
+        }
+        match m {
+            Marker::SyscallReturn { insn, .. } => self.syscall = self.pcs.get(insn as usize).copied(),
+            Marker::Kernel { addr, size, write } => {
+                // A kernel record with no system call instruction known is left out.
+                if let Some(pc) = self.syscall {
+                    push_dec(&mut self.buf, thread as u64);
+                    self.buf.push(b' ');
+                    push_hex(&mut self.buf, pc);
+                    self.buf.extend_from_slice(if write { b" W " } else { b" R " });
+                    push_hex(&mut self.buf, addr);
+                    self.buf.push(b' ');
+                    push_dec(&mut self.buf, size as u64);
+                    self.buf.extend_from_slice(b" kernel\n");
+                    self.spill()?;
+                }
+            }
+            _ => {}
         }
         Ok(true)
     }
@@ -142,7 +191,7 @@ impl<W: Write> Renderer<W> {
     fn references(&mut self, thread: u32, refs: &[MemEvent]) -> io::Result<()> {
         match self.format {
             Format::Blocks => {}
-            Format::Text => {
+            Format::Text | Format::TextKernel => {
                 // "<thread> " once per block, not per reference.
                 let mut tmp = [b' '; 20];
                 let digits = dec(&mut tmp, thread as u64).len();

@@ -240,6 +240,10 @@ fn control(e: Escape, chunk: &ChunkView, word: usize) -> Result<Control, ChunkFa
         Escape::Sync { at, seq } => Control::Marker(sync_marker(at, seq)),
         Escape::Call { func, args, ret } => Control::Marker(Marker::Call { func, args, ret }),
         Escape::Return { func, value } => Control::Marker(Marker::Return { func, value }),
+        // Records of a block's instructions, found elsewhere than right after the block.
+        Escape::Syscall { .. } | Escape::SyscallReturn { .. } => return Err(ChunkFault::StraySyscall { word }),
+        Escape::Descriptors { fds } => Control::Marker(Marker::Descriptors(fds)),
+        Escape::Kernel { write, addr, size } => Control::Marker(Marker::Kernel { addr, size, write }),
     })
 }
 
@@ -299,6 +303,25 @@ fn block_at(
                 records.push((last, m));
             }
             Ok(Some(TagItem::Escape(Escape::Call { func, args, ret }))) => records.push((last, Marker::Call { func, args, ret })),
+            Ok(Some(TagItem::Escape(Escape::Syscall { at, nr, args }))) => {
+                if at as u32 >= n {
+                    return Err(ChunkFault::BeyondBlock { word, addr, insns: n, record: "system call record", at: at as u32 });
+                }
+                let m = Marker::Syscall { insn: at, nr, args };
+                last = m.place().unwrap_or(u32::MAX);
+                records.push((last, m));
+            }
+            Ok(Some(TagItem::Escape(Escape::SyscallReturn { at, value }))) => {
+                if at as u32 >= n {
+                    return Err(ChunkFault::BeyondBlock { word, addr, insns: n, record: "system call return", at: at as u32 });
+                }
+                let m = Marker::SyscallReturn { insn: at, value };
+                last = m.place().unwrap_or(u32::MAX);
+                records.push((last, m));
+            }
+            // The return's results: where the return stands.
+            Ok(Some(TagItem::Escape(Escape::Descriptors { fds }))) => records.push((last, Marker::Descriptors(fds))),
+            Ok(Some(TagItem::Escape(Escape::Kernel { write, addr, size }))) => records.push((last, Marker::Kernel { addr, size, write })),
             Ok(Some(TagItem::Escape(Escape::Return { func, value }))) => {
                 last = u32::MAX;
                 records.push((last, Marker::Return { func, value }))

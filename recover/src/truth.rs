@@ -1,7 +1,7 @@
 //! Replays a chunk's truth stream as events, so recovered and observed traces render alike.
 
 use crate::error::RepProblem;
-use crate::events::{BlockEvent, MemEvent};
+use crate::events::{BlockEvent, Marker, MemEvent};
 use crate::plans::Plans;
 use crate::sink::Sink;
 use crate::traverse::{go, ChunkFault, Halt};
@@ -48,6 +48,18 @@ pub fn replay_chunk<S: Sink>(plans: &Plans, chunk: &ChunkView, buf: &mut Vec<u8>
                 batch.push(MemEvent { pc: r.pc, addr: r.addr, size: r.size, access, conditional: false, insn: index(plan, r.pc) });
             }
             TruthKind::Interrupted => {}
+            // A system call's return and the kernel's accesses, after its references.
+            TruthKind::SyscallReturn | TruthKind::KernelRead | TruthKind::KernelWrite => {
+                if !batch.is_empty() {
+                    go(sink.refs(&block, &batch))?;
+                    batch.clear();
+                }
+                let m = match r.kind {
+                    TruthKind::SyscallReturn => Marker::SyscallReturn { insn: index(plan, r.pc), value: r.addr },
+                    kind => Marker::Kernel { addr: r.addr, size: r.size, write: kind == TruthKind::KernelWrite },
+                };
+                go(sink.marker(thread, m))?;
+            }
             TruthKind::Rep | TruthKind::RepRead | TruthKind::RepWrite | TruthKind::RepEnd => {
                 let ended = rep.record(r, index(plan, r.pc)).map_err(|problem| ChunkFault::TruthRep { record: i, problem })?;
                 if let Some((count, operands)) = ended {

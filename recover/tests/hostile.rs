@@ -98,8 +98,8 @@ fn top_address_from_a_chunk_header_is_not_in_the_table() {
 }
 
 /// Damaged control records are refused with the variant naming them, on every engine: a
-/// chunk start record that is not the chunk's, an interruption with no block before it, an
-/// unknown control word, a tag stream cut inside a record.
+/// chunk start record that is not the chunk's, an interruption with no block before it, a
+/// kernel memory record with unknown flags, a tag stream cut inside a record.
 #[test]
 fn damaged_records_are_named_by_their_variant() {
     use dep_profile::tags::{CTL_CHUNK_START, CTL_INTERRUPTED};
@@ -107,7 +107,9 @@ fn damaged_records_are_named_by_their_variant() {
     let cases: [(&[u16], fn(&ChunkFault) -> bool); 4] = [
         (&[ESC, CTL_CHUNK_START, 5, 0], |f| matches!(f, ChunkFault::ChunkStart { word: 0, record: 5, header: 0 })),
         (&[ESC, CTL_INTERRUPTED, 0], |f| matches!(f, ChunkFault::StrayInterruption { word: 0 })),
-        (&[ESC, 0xfffe], |f| matches!(f, ChunkFault::Tags { err: dep_profile::tags::TagError::UnknownControl { word: 0xfffe, .. }, .. })),
+        (&[ESC, 0xffff, 4, 0, 0, 0, 0, 0, 0], |f| {
+            matches!(f, ChunkFault::Tags { err: dep_profile::tags::TagError::KernelFlags { flags: 4, .. }, .. })
+        }),
         (&[ESC, CTL_CHUNK_START, 0], |f| matches!(f, ChunkFault::Tags { err: dep_profile::tags::TagError::Truncated(0), .. })),
     ];
     for (tags, named) in cases {

@@ -361,7 +361,12 @@ pub unsafe extern "C" fn analysis(
     } else {
         plan.insns.iter().take(MAX_SYNC_INSNS).filter(|i| i.atomic || i.flow == dep_profile::semantics::Flow::Syscall).count()
     };
-    let need_tag = tag_room(syncs);
+    // A system call's kernel accesses (and, in the truth, its return) come after it.
+    let syscall = plan.insns.iter().any(|i| i.flow == dep_profile::semantics::Flow::Syscall);
+    if syscall {
+        need_t += 24 * (dep_profile::syscalls::MAX_REFS + 1);
+    }
+    let need_tag = tag_room(syncs, syscall);
     if need_v > VAL_SLACK || need_t > TRU_SLACK {
         say(&format!("internal error: block at {start:#x} needs {need_v} value bytes and {need_t} truth bytes"));
         dr_abort();
@@ -469,16 +474,18 @@ pub unsafe extern "C" fn insertion(
         }
         // Synchronisation points: atomics, and system calls (which the callee sorts out).
         let insn = &info.plan.insns[k];
-        if !info.expanded && !opts().no_sync && k < crate::state::MAX_SYNC_INSNS {
+        if !info.expanded && k < crate::state::MAX_SYNC_INSNS && insn.flow == dep_profile::semantics::Flow::Syscall {
+            // Every system call: the recorded ones get their records, the ordering ones
+            // their sync records (the callee sorts them out).
+            let flags = dr_cleancall_save_t_DR_CLEANCALL_READS_APP_CONTEXT;
+            dr_insert_clean_call_ex(dc, bb, inst, crate::syscall_cc as *mut c_void, flags, 2, imm32(k as u32), imm(insn.pc as i64, OPSZ_8));
+        } else if !info.expanded && !opts().no_sync && k < crate::state::MAX_SYNC_INSNS {
             if insn.atomic {
                 // Stamped before (its release side) and, at the next instruction of the
                 // block, after (its acquire side); an atomic that ends its block (at
                 // DynamoRIO's length limit) gets no second stamp, which only orders less.
                 dr_insert_clean_call_ex(dc, bb, inst, crate::atomic_cc as *mut c_void, 0, 1, imm32(k as u32));
                 info.pending_sync_after = Some(k as u32);
-            } else if insn.flow == dep_profile::semantics::Flow::Syscall {
-                let flags = dr_cleancall_save_t_DR_CLEANCALL_READS_APP_CONTEXT;
-                dr_insert_clean_call_ex(dc, bb, inst, crate::syscall_cc as *mut c_void, flags, 1, imm32(k as u32));
             }
         }
     }

@@ -22,6 +22,7 @@ mod watch;
 use core::ffi::{c_char, c_int, c_void};
 use dep_collector::wire;
 use dep_profile::container::{Metadata, ModuleEvent, ModuleEventKind, ParentLink, ThreadEvent, ThreadEventKind, VERSION};
+use dep_profile::syscalls;
 use dep_profile::tags::Escape;
 use dynamorio_sys::*;
 use state::*;
@@ -306,6 +307,7 @@ unsafe extern "C" fn signal_event(dc: *mut c_void, si: *mut dr_siginfo_t) -> dr_
     // A system call the signal interrupted gets no record of its return: the handler's
     // blocks now come between.
     pt.sync_syscall = None;
+    pt.syscall = None;
     expire_all(pt);
     // A signal may end the process: hand off what is buffered (a chunk may end here, as
     // every register has just expired).
@@ -345,7 +347,8 @@ const SYS_MAPPING: [c_int; 8] = [
 unsafe extern "C" fn syscall_filter(_dc: *mut c_void, sysnum: c_int) -> bool_ {
     (matches!(sysnum, SYS_RT_SIGRETURN | SYS_EXECVE | SYS_EXECVEAT | SYS_EXIT_GROUP | SYS_CLOSE | SYS_DUP2 | SYS_DUP3 | SYS_CLOSE_RANGE)
         || SYS_MAPPING.contains(&sysnum)
-        || SYS_SYNC.contains(&sysnum)) as bool_
+        || SYS_SYNC.contains(&sysnum)
+        || (sysnum >= 0 && (syscalls::recorded(sysnum as u64) || syscalls::orders_threads(sysnum as u64)))) as bool_
 }
 
 /// After a mapping change too: a block built while the call ran may have seen the old one.
@@ -366,6 +369,9 @@ unsafe extern "C" fn post_syscall(dc: *mut c_void, sysnum: c_int) {
     if !pt.is_null() {
         if let Some(k) = (*pt).sync_syscall.take() {
             push_sync(&mut *pt, dep_profile::tags::SYNC_AFTER | k);
+        }
+        if let Some(call) = (*pt).syscall.take().filter(|c| c.nr == sysnum as u64) {
+            syscall_returned(dc, &mut *pt, call);
         }
         if let Some((seq, tls)) = (*pt).cloning.take() {
             let child = dr_syscall_get_result(dc) as i64;
@@ -471,14 +477,66 @@ unsafe fn app_regs(dc: *mut c_void, pt: *mut PerThread, flags: dr_mcontext_flags
 /// # Safety
 /// Only called from a clean call inserted by this client, on an application thread whose PerThread
 /// is set up; exercised by tests/collector.rs thread_local_storage_and_syscalls.
-pub unsafe extern "C" fn syscall_cc(k: u32) {
+pub unsafe extern "C" fn syscall_cc(k: u32, pc: u64) {
     let dc = dr_get_current_drcontext();
     let pt = get(dc);
     let Some(r) = app_regs(dc, pt, dr_mcontext_flags_t::DR_MC_INTEGER) else { return };
     let nr = r[0] as i64;
-    if SYS_SYNC.contains(&(nr as c_int)) && nr >= 0 && nr < 1024 {
-        (*pt).syscall_seq = push_sync(&mut *pt, k as u16);
-        (*pt).sync_syscall = Some(k as u16);
+    let pt = &mut *pt;
+    if (0..1024).contains(&nr) && (SYS_SYNC.contains(&(nr as c_int)) || syscalls::orders_threads(nr as u64)) {
+        pt.syscall_seq = push_sync(pt, k as u16);
+        pt.sync_syscall = Some(k as u16);
+    }
+    pt.syscall = None;
+    if (0..1024).contains(&nr) && syscalls::recorded(nr as u64) {
+        // rdi, rsi, rdx, r10, r8, r9: the kernel's argument registers.
+        let args = [r[7], r[6], r[2], r[10], r[8], r[9]];
+        push_in_block(pt, Escape::Syscall { at: k as u16, nr: nr as u16, args: [args[0], args[1], args[2]] });
+        pt.syscall = Some(PendingSyscall { at: k as u16, pc, nr: nr as u64, args });
+    }
+}
+
+/// The records of a recorded system call's return: its result, the descriptors a pipe or
+/// socket pair wrote to memory, and the memory the kernel accessed ([`syscalls::memory`]),
+/// in DEP_c and, with `--truth`, in the truth.
+///
+/// # Safety
+/// `dc` is the calling thread's live drcontext in its post-syscall event, and `pt` its
+/// PerThread; exercised by tests/kernel_refs.rs and tests/races.rs kernel_categories.
+unsafe fn syscall_returned(dc: *mut c_void, pt: &mut PerThread, call: PendingSyscall) {
+    let value = dr_syscall_get_result(dc) as u64;
+    push_in_block(pt, Escape::SyscallReturn { at: call.at, value });
+    let truth = opts().truth;
+    if truth {
+        push_truth(
+            pt,
+            dep_profile::truth::TruthRecord { kind: dep_profile::truth::TruthKind::SyscallReturn, size: 0, pc: call.pc, addr: value },
+        );
+    }
+    let mut read = |addr: u64, buf: &mut [u8]| {
+        let mut got = 0usize;
+        dr_safe_read(addr as *const c_void, buf.len(), buf.as_mut_ptr() as *mut c_void, &mut got) != 0 && got == buf.len()
+    };
+    let pair_at = match call.nr as i64 {
+        libc::SYS_pipe | libc::SYS_pipe2 => Some(call.args[0]),
+        libc::SYS_socketpair => Some(call.args[3]),
+        _ => None,
+    };
+    if let (Some(at), 0) = (pair_at, value) {
+        let mut b = [0u8; 8];
+        if read(at, &mut b) {
+            let fd = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+            push_in_block(pt, Escape::Descriptors { fds: [fd(0), fd(4)] });
+        }
+    }
+    let mut refs = Vec::new();
+    syscalls::memory(call.nr, &call.args, value as i64, &mut read, &mut refs);
+    for r in refs.iter().take(syscalls::MAX_REFS) {
+        push_in_block(pt, Escape::Kernel { write: r.write, addr: r.addr, size: r.size });
+        if truth {
+            let kind = if r.write { dep_profile::truth::TruthKind::KernelWrite } else { dep_profile::truth::TruthKind::KernelRead };
+            push_truth(pt, dep_profile::truth::TruthRecord { kind, size: r.size, pc: call.pc, addr: r.addr });
+        }
     }
 }
 

@@ -28,15 +28,20 @@ pub const NUM_SLOTS: u32 = 12;
 
 pub const TAG_BUF: usize = 2 << 20;
 /// Room a block's entry code, the sync records of its instructions (in blocks of at most
-/// `MAX_SYNC_INSNS` instructions that have them) and the escapes a signal adds may use past
-/// the limit.
-pub const TAG_SLACK: usize = tag_room(MAX_SYNC_INSNS);
+/// `MAX_SYNC_INSNS` instructions that have them), a system call's records and the escapes
+/// a signal adds may use past the limit.
+pub const TAG_SLACK: usize = tag_room(MAX_SYNC_INSNS, true);
 
 /// Tag bytes one block may write: 128 of entry code and a signal's escapes, two sync
-/// records (14 bytes each) per instruction with `syncs` of them, and one call record.
-pub const fn tag_room(syncs: usize) -> usize {
-    128 + 2 * 14 * syncs + CALL_SLACK
+/// records (14 bytes each) per instruction with `syncs` of them, one call record and, for a
+/// block that makes a system call, its records.
+pub const fn tag_room(syncs: usize, syscall: bool) -> usize {
+    128 + 2 * 14 * syncs + CALL_SLACK + if syscall { SYSCALL_SLACK } else { 0 }
 }
+/// A system call's records: the call (34 bytes), its return (14), the descriptors it made
+/// (12) and at most [`MAX_REFS`](dep_profile::syscalls::MAX_REFS) kernel accesses (18 bytes
+/// each).
+pub const SYSCALL_SLACK: usize = 34 + 14 + 12 + 18 * dep_profile::syscalls::MAX_REFS;
 /// A watched function's call record with its sync record (44 bytes) and a return record
 /// (14 bytes): a block holds at most one entry and one `ret`.
 pub const CALL_SLACK: usize = 64;
@@ -340,6 +345,19 @@ pub struct PerThread {
     pub syscall_seq: Option<u64>,
     /// A clone under way: the sync record before it and the new thread's TLS pointer.
     pub cloning: Option<(u64, u64)>,
+    /// The recorded system call under way ([`dep_profile::syscalls::recorded`]).
+    pub syscall: Option<PendingSyscall>,
+}
+
+/// A recorded system call under way: what its return's records need.
+#[derive(Clone, Copy, Debug)]
+pub struct PendingSyscall {
+    /// Its instruction in the current block, and that instruction's pc.
+    pub at: u16,
+    pub pc: u64,
+    pub nr: u64,
+    /// rdi, rsi, rdx, r10, r8, r9 at entry (the kernel may change them).
+    pub args: [u64; 6],
 }
 
 /// The process-wide sequence every sync record takes its number from: one counter for all
@@ -525,6 +543,7 @@ pub unsafe fn new_thread(dc: *mut c_void) -> *mut PerThread {
         sync_syscall: None,
         syscall_seq: None,
         cloning: None,
+        syscall: None,
     }));
     *slot(&*pt, S_PREVHI) = 0;
     begin_chunk(&mut *pt);

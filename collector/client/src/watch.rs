@@ -36,8 +36,13 @@ pub fn functions_in(data: &[u8]) -> Vec<(u64, u64, Func)> {
         let Ok(name) = sym.name() else { continue };
         let name = name.split('@').next().unwrap_or(name);
         if let Some(f) = Func::by_name(name) {
-            if !out.iter().any(|&(a, _, g)| a == sym.address() && g == f) {
-                out.push((sym.address(), sym.size(), f));
+            // One function under two watched names (glibc's pthread_spin_init is its
+            // pthread_spin_unlock: both store 0): the call cannot say which was meant, so
+            // the lower number, the synchronising one, is kept.
+            match out.iter_mut().find(|(a, _, _)| *a == sym.address()) {
+                Some(e) if (f as u16) < (e.2 as u16) => *e = (sym.address(), sym.size(), f),
+                Some(_) => {}
+                None => out.push((sym.address(), sym.size(), f)),
             }
         }
     }
@@ -99,13 +104,22 @@ mod tests {
         let nm = std::process::Command::new("nm").args(["-D", "-S", "--defined-only", &libc]).output().unwrap();
         let nm = String::from_utf8_lossy(&nm.stdout);
         let found = functions_in(&std::fs::read(&libc).unwrap());
-        for name in ["pthread_mutex_lock", "pthread_mutex_trylock", "pthread_spin_unlock", "malloc", "pthread_join"] {
+        for name in [
+            "pthread_mutex_lock",
+            "pthread_mutex_trylock",
+            "pthread_spin_unlock",
+            "malloc",
+            "pthread_join",
+            "pthread_mutex_destroy",
+            "flockfile",
+        ] {
             // "ADDR SIZE T name@@VERSION"
             let line = nm.lines().find(|l| l.split_whitespace().nth(3).is_some_and(|n| n.split('@').next() == Some(name))).unwrap();
             let f: Vec<&str> = line.split_whitespace().collect();
             let (addr, size) = (u64::from_str_radix(f[0], 16).unwrap(), u64::from_str_radix(f[1], 16).unwrap());
             let func = Func::by_name(name).unwrap();
             assert!(found.contains(&(addr, size, func)), "{name} at {addr:#x} size {size} not found: {found:x?}");
+            assert_eq!(found.iter().filter(|e| e.0 == addr).count(), 1, "{name}: one function per address");
         }
     }
 }

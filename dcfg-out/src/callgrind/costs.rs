@@ -304,7 +304,8 @@ impl Sink for CostSink<'_> {
             Marker::SignalReturn => Some(CallEvent::SignalReturn(c.cost)),
             Marker::ThreadEnd => Some(CallEvent::End(c.cost)),
             Marker::ThreadStart => None,
-            Marker::ChunkStart(_) | Marker::Sync { .. } | Marker::Call { .. } | Marker::Return { .. } => return Ok(true),
+            // The rest leave the flow between blocks as it is.
+            _ => return Ok(true),
         };
         if let Some(e) = ev {
             c.local.event(e, self.t);

@@ -17,7 +17,8 @@ use super::feed::{Class, Ev};
 use super::shadow::{access_end, granules, At, Shadow, Slot, SLOTS};
 use crate::program::calls::{CallStack, Step, Transition, NO_RETURN};
 use crate::program::watched::{Pending, Watched};
-use dep_profile::calls::{Func, LockOp};
+use dep_profile::calls::{Func, LockOp, ObjectAccess};
+use dep_profile::syscalls::{self, FdOp};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 
@@ -29,6 +30,11 @@ pub struct Site {
     pub caller: u64,
     pub write: bool,
     pub size: u32,
+    /// An atomic access: a locked instruction of the program's, or a use of a
+    /// synchronisation object by a library call. Two atomic accesses never race.
+    pub atomic: bool,
+    /// The kernel's, for a system call made at `pc`.
+    pub kernel: bool,
 }
 
 /// One side of a race.
@@ -102,7 +108,32 @@ struct Thread {
     /// Lowest and highest address reached through rsp.
     stack: (u64, u64),
     ended: bool,
+    /// The recorded system call under way or returned last.
+    syscall: Option<Syscall>,
 }
+
+/// A thread's recorded system call.
+#[derive(Clone, Copy, Debug)]
+struct Syscall {
+    nr: u16,
+    args: [u64; 3],
+    /// The thread's epoch before the call's release, for a send.
+    sent: Option<u32>,
+    returned: bool,
+}
+
+/// Descriptor channels every socket, and every file, shares (as ThreadSanitizer's).
+const SOCKETS: u64 = 1;
+const FILES: u64 = 2;
+
+/// The sync object of descriptor channel `c`: outside the user half of the address space,
+/// where no program object is.
+fn channel_object(c: u64) -> u64 {
+    (1 << 63) | c << 3
+}
+
+/// Bytes of a freed block checked as written by the free.
+const FREE_CHECKED: u64 = 1024;
 
 /// Frames kept per thread (only the innermost is looked at); deeper recursion forgets the
 /// outer half.
@@ -114,6 +145,15 @@ pub struct Engine<'a> {
     /// Sync objects (atomic locations, locks, condition variables, semaphores, barriers),
     /// by 8-aligned address: the clock their releases left.
     objects: FxHashMap<u64, Clocks>,
+    /// Each open descriptor's channel (a pipe's two ends share one).
+    fds: FxHashMap<u64, u64>,
+    /// The epoll channel a descriptor's channel was added to: what is sent to it is sent
+    /// to the epoll too.
+    epoll_of: FxHashMap<u64, u64>,
+    next_channel: u64,
+    /// Reader locks by address: the clock their read-unlocks left, which only writers
+    /// acquire (readers are not ordered with each other).
+    read_objects: FxHashMap<u64, Clocks>,
     /// Granules locked instructions touch, with their bytes.
     atomic: &'a FxHashMap<u64, u8>,
     /// Parent's sync record number → the thread it created.
@@ -168,6 +208,7 @@ impl<'a> Engine<'a> {
                     frames: CallStack::with_limit(MAX_FRAMES),
                     stack: (u64::MAX, 0),
                     ended: false,
+                    syscall: None,
                 }
             })
             .collect();
@@ -188,6 +229,10 @@ impl<'a> Engine<'a> {
         Engine {
             threads,
             objects: FxHashMap::default(),
+            read_objects: FxHashMap::default(),
+            fds: FxHashMap::default(),
+            epoll_of: FxHashMap::default(),
+            next_channel: FILES + 1,
             atomic,
             spawned_at,
             spawn_clock: vec![None; n],
@@ -198,8 +243,8 @@ impl<'a> Engine<'a> {
             tls,
             shadow: Shadow::default(),
             site_ids: FxHashMap::default(),
-            sites: vec![Site { pc: 0, caller: 0, write: false, size: 0 }],
-            site_cache: vec![(Site { pc: 0, caller: 0, write: false, size: 0 }, 0); 4096],
+            sites: vec![Site { pc: 0, caller: 0, write: false, size: 0, atomic: false, kernel: false }],
+            site_cache: vec![(Site { pc: 0, caller: 0, write: false, size: 0, atomic: false, kernel: false }, 0); 4096],
             lockset_ids,
             locksets: vec![Vec::new()],
             disjoint: FxHashMap::default(),
@@ -246,7 +291,7 @@ impl<'a> Engine<'a> {
     /// Vector clock components held, of threads, sync objects and thread ends.
     pub fn clock_components(&self) -> usize {
         let threads: usize = self.threads.iter().map(|t| t.clock.len()).sum();
-        let objects: usize = self.objects.values().map(Clocks::len).sum();
+        let objects: usize = self.objects.values().chain(self.read_objects.values()).map(Clocks::len).sum();
         let kept: usize = self.spawn_clock.iter().chain(&self.end_clock).flatten().map(Clocks::len).sum();
         threads + objects + kept + self.ended_all.len()
     }
@@ -317,17 +362,32 @@ impl<'a> Engine<'a> {
         self.threads[t].locks = id;
     }
 
+    /// Thread `t` takes lock `l`: a reader acquires what writers released, a writer also
+    /// what readers released.
     fn lock(&mut self, t: usize, l: u64, shared: bool) {
         self.acquire_as(t, l, true);
+        if !shared {
+            if let Some(o) = self.read_objects.get(&(l & !7)) {
+                self.threads[t].clock.join(o, true);
+            }
+        }
         self.threads[t].held.push((l, shared));
         self.set_locks(t);
     }
 
+    /// Thread `t` gives lock `l` up: a reader's release reaches only later writers.
     fn unlock(&mut self, t: usize, l: u64) {
-        self.release_as(t, l, true);
         let held = &mut self.threads[t].held;
-        if let Some(i) = held.iter().position(|&(a, _)| a == l) {
-            held.remove(i);
+        let shared = match held.iter().position(|&(a, _)| a == l) {
+            Some(i) => held.remove(i).1,
+            None => false,
+        };
+        if shared {
+            let c = &self.threads[t].clock;
+            self.read_objects.entry(l & !7).or_default().join(c, true);
+            self.tick(t);
+        } else {
+            self.release_as(t, l, true);
         }
         self.set_locks(t);
     }
@@ -350,7 +410,7 @@ impl<'a> Engine<'a> {
     #[inline]
     fn site(&mut self, s: Site) -> u32 {
         // Most accesses repeat a recent site: a direct-mapped cache before the table.
-        let h = (s.pc ^ s.caller.rotate_left(17) ^ s.write as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52;
+        let h = (s.pc ^ s.caller.rotate_left(17) ^ s.write as u64 ^ (s.atomic as u64) << 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52;
         let c = &mut self.site_cache[h as usize];
         if c.1 != 0 && c.0 == s {
             return c.1;
@@ -397,6 +457,14 @@ impl<'a> Engine<'a> {
             }
             Ev::Call { func, args, ret } => self.call(t, func, args, ret),
             Ev::Return { func, value } => self.ret(t, func, value),
+            Ev::Syscall { nr, args } => self.syscall(t, nr, args),
+            Ev::SyscallReturn { value } => self.syscall_return(t, value),
+            Ev::Descriptors(fds) => self.descriptors(t, fds),
+            Ev::Kernel { pc, addr, size, write, class } => {
+                // What the kernel read for a send, it read before the send's release.
+                let epoch = if write { None } else { self.threads[t].syscall.and_then(|s| s.sent) };
+                self.access_at(t, pc, addr, size, write, class, epoch, true)
+            }
             Ev::Start => {}
             Ev::End => self.end(t),
         }
@@ -427,16 +495,52 @@ impl<'a> Engine<'a> {
     fn call(&mut self, t: usize, func: u16, args: [u64; 2], ret: u64) {
         let Some(p) = self.threads[t].calls.call(func, args, ret) else { return };
         self.stats.calls += 1;
+        let site = self.call_site(t, ret);
+        if let (Some(how), Some((pc, caller))) = (p.func.object_access(), site) {
+            // The object as memory: a use races with its creation, destruction or freeing
+            // in another thread, unless ordered with them.
+            let write = how == ObjectAccess::Write;
+            self.checked(t, Site { pc, caller, write, size: 1, atomic: !write, kernel: false }, args[0]);
+            if p.func.lock_op() == Some(LockOp::Wait) {
+                self.checked(t, Site { pc, caller, write: false, size: 1, atomic: true, kernel: false }, args[1]);
+            }
+        }
         match p.func.lock_op() {
             Some(LockOp::Release) => self.unlock(t, args[0]),
             Some(LockOp::Wait) => self.unlock(t, args[1]),
             _ => {}
         }
         match p.func {
-            Func::CondSignal | Func::CondBroadcast | Func::SemPost | Func::BarrierWait => self.release(t, args[0]),
-            Func::Free => self.free(args[0]),
+            Func::CondSignal | Func::CondBroadcast | Func::SemPost | Func::BarrierWait | Func::GuardRelease => self.release(t, args[0]),
+            Func::Free => {
+                // Freeing writes the block (its first KiB, as ThreadSanitizer checks it): an
+                // access of another thread not ordered before it races with it.
+                if let (Some((pc, caller)), Some(b)) = (site, self.blocks.get(&args[0])) {
+                    let size = b.size.clamp(1, FREE_CHECKED) as u32;
+                    self.checked(t, Site { pc, caller, write: true, size, atomic: false, kernel: false }, args[0]);
+                }
+                self.free(args[0])
+            }
             _ => {}
         }
+    }
+
+    /// Where thread `t`'s call returning to `ret` was made, as (pc, caller), if it is the
+    /// program's: not the C runtime's, nor made inside another watched call.
+    fn call_site(&self, t: usize, ret: u64) -> Option<(u64, u64)> {
+        let th = &self.threads[t];
+        let pending = th.calls.pending();
+        if ret == 0 || self.in_runtime(ret) || pending[..pending.len().saturating_sub(1)].iter().any(|p| !p.func.runs_program_code()) {
+            return None;
+        }
+        // The frame below the call's own (if the call was seen as one) names the caller.
+        let frames = th.frames.frames();
+        let caller = match frames.iter().rposition(|f| f.ret == ret) {
+            Some(k) => frames[..k].last().map_or(0, |f| f.ret),
+            None => frames.last().map_or(0, |f| f.ret),
+        };
+        // The call instruction's last byte: its line, as a debugger's backtrace gives it.
+        Some((ret - 1, if caller == NO_RETURN { 0 } else { caller }))
     }
 
     fn ret(&mut self, t: usize, func: u16, value: u64) {
@@ -458,6 +562,9 @@ impl<'a> Engine<'a> {
         }
         match p.func {
             Func::SemWait | Func::SemTrywait | Func::SemTimedwait if ok => self.acquire(t, p.args[0]),
+            // Returns 0 where another ran the initialiser (and released the guard), 1 to
+            // the caller that runs it now: either way, acquiring is right.
+            Func::GuardAcquire => self.acquire(t, p.args[0]),
             Func::BarrierWait => self.acquire(t, p.args[0]),
             // Whoever ran the initialiser released it; every caller acquires it.
             Func::Once => {
@@ -491,6 +598,103 @@ impl<'a> Engine<'a> {
                 self.alloc(t, value, p.args[1], p.ret);
             }
             _ => {}
+        }
+    }
+
+    /// The channel descriptor `fd` is open on, if known.
+    fn channel(&self, fd: u64) -> Option<u64> {
+        self.fds.get(&fd).copied()
+    }
+
+    /// Thread `t` makes a recorded system call: a send releases its descriptor's channel
+    /// (and the epoll's it was added to) before the kernel takes the data.
+    fn syscall(&mut self, t: usize, nr: u16, args: [u64; 3]) {
+        let mut call = Syscall { nr, args, sent: None, returned: false };
+        match syscalls::fd_op(nr as u64, args) {
+            FdOp::Send { fd } => {
+                if let Some(c) = self.channel(fd) {
+                    call.sent = Some(self.threads[t].clock.get(t));
+                    self.stats.syncs += 1;
+                    self.release(t, channel_object(c));
+                    if let Some(&e) = self.epoll_of.get(&c) {
+                        self.release(t, channel_object(e));
+                    }
+                }
+            }
+            FdOp::EpollCtl { epfd, op, fd } => {
+                if let Some(e) = self.channel(epfd) {
+                    self.stats.syncs += 1;
+                    self.release(t, channel_object(e));
+                    if let Some(c) = self.channel(fd) {
+                        if op == syscalls::EPOLL_CTL_DEL {
+                            self.epoll_of.remove(&c);
+                        } else {
+                            self.epoll_of.insert(c, e);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.threads[t].syscall = Some(call);
+    }
+
+    /// Thread `t`'s system call returned `value`: a receive acquires its channel; calls
+    /// that make, copy or close descriptors change the table.
+    fn syscall_return(&mut self, t: usize, value: u64) {
+        let Some(call) = self.threads[t].syscall.as_mut() else { return };
+        if call.returned {
+            return;
+        }
+        call.returned = true;
+        let (nr, args) = (call.nr as u64, call.args);
+        let result = value as i64;
+        if result < 0 {
+            return;
+        }
+        let open = |fds: &mut FxHashMap<u64, u64>, c: u64| {
+            fds.insert(value, c);
+        };
+        match syscalls::fd_op(nr, args) {
+            // A pipe or socket pair names its descriptors in memory (their own record).
+            FdOp::Channel if nr == libc::SYS_pipe as u64 || nr == libc::SYS_pipe2 as u64 || nr == libc::SYS_socketpair as u64 => {}
+            FdOp::Channel => {
+                let c = self.next_channel;
+                self.next_channel += 1;
+                open(&mut self.fds, c);
+            }
+            FdOp::Socket => open(&mut self.fds, SOCKETS),
+            FdOp::File => open(&mut self.fds, FILES),
+            FdOp::Accept { listener } => {
+                if let Some(c) = self.channel(listener) {
+                    self.stats.syncs += 1;
+                    self.acquire(t, channel_object(c));
+                }
+                open(&mut self.fds, SOCKETS);
+            }
+            FdOp::Dup { old } => match self.channel(old) {
+                Some(c) => open(&mut self.fds, c),
+                None => drop(self.fds.remove(&value)),
+            },
+            FdOp::Close { fd } => drop(self.fds.remove(&fd)),
+            FdOp::Receive { fd } | FdOp::EpollWait { epfd: fd } => {
+                if let Some(c) = self.channel(fd) {
+                    self.stats.syncs += 1;
+                    self.acquire(t, channel_object(c));
+                }
+            }
+            FdOp::Send { .. } | FdOp::EpollCtl { .. } | FdOp::None => {}
+        }
+    }
+
+    /// The descriptors thread `t`'s pipe or socket pair made: one new channel for both.
+    fn descriptors(&mut self, t: usize, fds: [u32; 2]) {
+        if self.threads[t].syscall.is_some_and(|s| s.returned) {
+            let c = self.next_channel;
+            self.next_channel += 1;
+            for fd in fds {
+                self.fds.insert(fd as u64, c);
+            }
         }
     }
 
@@ -530,6 +734,13 @@ impl<'a> Engine<'a> {
     }
 
     fn access(&mut self, t: usize, pc: u64, addr: u64, size: u32, write: bool, class: Class) {
+        self.access_at(t, pc, addr, size, write, class, None, false)
+    }
+
+    /// An access (the kernel's for a system call, `kernel`), remembered at `epoch` of its
+    /// thread if given (else the thread's own).
+    #[allow(clippy::too_many_arguments)]
+    fn access_at(&mut self, t: usize, pc: u64, addr: u64, size: u32, write: bool, class: Class, epoch: Option<u32>, kernel: bool) {
         let th = &mut self.threads[t];
         if class == Class::Stack {
             th.stack = (th.stack.0.min(addr), th.stack.1.max(access_end(addr, size)));
@@ -540,24 +751,41 @@ impl<'a> Engine<'a> {
         // locks (which make no happens-before here).
         let internal = class == Class::Runtime && caller_runtime;
         let in_library = th.calls.pending().iter().any(|p| !p.func.runs_program_code());
-        if matches!(class, Class::Tls | Class::Atomic | Class::Linker) || internal || in_library || size == 0 {
+        if matches!(class, Class::RuntimeAtomic | Class::Linker) || internal || in_library || size == 0 {
             self.stats.skipped += 1;
             return;
         }
-        let (locks, clock) = (th.locks, th.clock.get(t));
-        if self.is_atomic(addr, size) {
-            // A plain load or store of an atomic: an acquire or a release, never a race.
+        let atomic = class == Class::Atomic;
+        // A plain access of a location locked instructions use. A load may be an atomic
+        // load (a plain move on x86, as the program's atomic loads compile): an acquire,
+        // never a race. A store is checked (against the locked accesses too), then
+        // releases what the thread did, its own store included.
+        let shared_atomic = !atomic && self.is_atomic(addr, size);
+        if shared_atomic && !write {
             self.stats.skipped += 1;
             self.stats.syncs += 1;
-            if write {
-                self.release(t, addr);
-            } else {
-                self.acquire(t, addr);
-            }
+            self.acquire(t, addr);
             return;
         }
+        self.checked_at(t, Site { pc, caller, write, size, atomic, kernel }, addr, epoch);
+        if shared_atomic {
+            self.stats.syncs += 1;
+            self.release(t, addr);
+        }
+    }
+
+    /// Checks thread `t`'s access at `site` to `[addr, addr + site.size)` against those
+    /// remembered, and remembers it.
+    fn checked(&mut self, t: usize, site: Site, addr: u64) {
+        self.checked_at(t, site, addr, None)
+    }
+
+    /// [`checked`](Self::checked), remembered at `epoch` of the thread if given.
+    fn checked_at(&mut self, t: usize, site: Site, addr: u64, epoch: Option<u32>) {
         self.stats.checked += 1;
-        let site = self.site(Site { pc, caller, write, size });
+        let (locks, write, size) = (self.threads[t].locks, site.write, site.size);
+        let clock = epoch.unwrap_or_else(|| self.threads[t].clock.get(t));
+        let site = self.site(site);
         if let Some(r) = &mut self.region {
             if addr < r.end && access_end(addr, size) > r.start {
                 *r.seen.entry((t as u32, site, locks)).or_insert(0) += 1;
@@ -579,6 +807,9 @@ impl<'a> Engine<'a> {
         }
         for s in slots.iter() {
             if s.clock == 0 || s.mask & mask == 0 || s.thread as usize == t || !(s.write || cur.write) {
+                continue;
+            }
+            if self.sites[s.site as usize].atomic && self.sites[cur.site as usize].atomic {
                 continue;
             }
             let c = &self.threads[t].clock;
@@ -790,6 +1021,132 @@ mod tests {
         e.event(2, write(0x1008, 0x22));
         let r = e.races.values().next().unwrap();
         assert_eq!(r.block.map(|(b, blk)| (b, blk.size, blk.thread)), Some((0x1000, 16, 1)));
+    }
+
+    /// A write under a reader lock races with another reader's: readers acquire only what
+    /// writers released. A writer after them is ordered with both.
+    #[test]
+    fn reader_locks_order_readers_only_after_writers() {
+        let none = FxHashMap::default();
+        let l = 0x9000;
+        let mut e = two(&none);
+        for (t, pc) in [(1, 0x10), (2, 0x20)] {
+            e.event(t, call(Func::RwRdlock, l, 0x50));
+            e.event(t, ret(Func::RwRdlock, 0));
+            e.event(t, write(0x1000, pc));
+            e.event(t, call(Func::RwUnlock, l, 0x51));
+            e.event(t, Ev::Block { addr: 0x51 });
+        }
+        assert_eq!(e.races.len(), 1, "{:?}", e.races);
+        // Thread 1 takes the write side after both readers: ordered after their writes.
+        e.event(1, call(Func::RwWrlock, l, 0x52));
+        e.event(1, ret(Func::RwWrlock, 0));
+        e.event(1, Ev::Block { addr: 0x52 });
+        e.event(1, write(0x1000, 0x11));
+        assert_eq!(e.races.len(), 1, "the writer is ordered after both readers: {:?}", e.races);
+    }
+
+    /// A plain store to a location locked instructions use races with another thread's
+    /// locked access; two locked accesses never do; a plain load of it is an atomic load.
+    #[test]
+    fn plain_stores_race_with_atomics_and_atomics_do_not_race() {
+        let mut atomic = FxHashMap::default();
+        atomic.insert(0x4000u64, 0xffu8);
+        let locked = |pc| Ev::Access { pc, addr: 0x4000, size: 8, write: true, class: Class::Atomic };
+        let mut e = two(&atomic);
+        e.event(1, locked(0x10));
+        e.event(1, Ev::Release(0x4000));
+        e.event(2, locked(0x20));
+        e.event(2, Ev::Release(0x4000));
+        assert!(e.races.is_empty(), "{:?}", e.races);
+        e.event(2, write(0x4000, 0x22));
+        let r: Vec<&Race> = e.races.values().collect();
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert!(r[0].first.site.atomic && !r[0].second.site.atomic && r[0].second.site.pc == 0x22);
+        // A plain load is an atomic load (an acquire): thread 2's store after it is ordered
+        // after thread 1's locked access, and no load races.
+        let mut e = two(&atomic);
+        e.event(1, locked(0x10));
+        e.event(1, Ev::Release(0x4000));
+        e.event(2, read(0x4000, 0x21));
+        e.event(2, write(0x4000, 0x22));
+        assert!(e.races.is_empty(), "{:?}", e.races);
+        // The atomic's release covers its own access: a thread acquiring it is ordered
+        // after it, and its plain store is no race.
+        let mut e = two(&atomic);
+        e.event(1, locked(0x10));
+        e.event(1, Ev::Release(0x4000));
+        e.event(2, Ev::Acquire(0x4000));
+        e.event(2, write(0x4000, 0x22));
+        assert!(e.races.is_empty(), "{:?}", e.races);
+    }
+
+    /// Destroying a mutex races with another thread's unordered use of it; freeing a block
+    /// writes it; calls from the C runtime are its own business.
+    #[test]
+    fn synchronisation_objects_are_memory() {
+        let none = FxHashMap::default();
+        let m = 0x9000;
+        let mut e = two(&none);
+        e.event(1, call(Func::MutexLock, m, 0x51));
+        e.event(1, ret(Func::MutexLock, 0));
+        e.event(2, call(Func::MutexDestroy, m, 0x61));
+        let r: Vec<&Race> = e.races.values().collect();
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!((r[0].first.site.pc, r[0].second.site.pc), (0x50, 0x60), "at the calls' last bytes");
+        assert!(r[0].first.site.atomic && r[0].second.site.write);
+        // Freed while another thread still reads it.
+        let mut e = two(&none);
+        e.event(1, call(Func::Malloc, 64, 0x51));
+        e.event(1, ret(Func::Malloc, 0x20000));
+        e.event(2, read(0x20010, 0x20));
+        e.event(1, call(Func::Free, 0x20000, 0x52));
+        assert_eq!(e.races.len(), 1, "{:?}", e.races);
+        // The runtime's own calls (returning into it) are not checked.
+        let mut e = Engine::new(&[None, Some((0, 1, 0x7000)), Some((0, 2, 0x8000))], &none, vec![(0x7f00_0000, 0x7f10_0000)]);
+        for (t, s) in [(0, 0), (0, 1), (0, 2), (1, 3), (2, 4)] {
+            e.sync(t, s);
+        }
+        e.event(1, call(Func::MutexLock, m, 0x7f00_1000));
+        e.event(2, call(Func::MutexDestroy, m, 0x7f00_2000));
+        assert!(e.races.is_empty(), "{:?}", e.races);
+    }
+
+    /// A pipe orders what is written before a send with what follows a receive on its
+    /// other end; another pipe, or a receive before the send, does not.
+    #[test]
+    fn descriptors_hand_over() {
+        let none = FxHashMap::default();
+        let (pipe2, write_nr, read_nr) = (libc::SYS_pipe2 as u16, libc::SYS_write as u16, libc::SYS_read as u16);
+        for (other_pipe, races) in [(false, 0), (true, 1)] {
+            let mut e = two(&none);
+            e.event(0, Ev::Syscall { nr: pipe2, args: [0x7000, 0, 0] });
+            e.event(0, Ev::SyscallReturn { value: 0 });
+            e.event(0, Ev::Descriptors([3, 4]));
+            e.event(0, Ev::Syscall { nr: pipe2, args: [0x7000, 0, 0] });
+            e.event(0, Ev::SyscallReturn { value: 0 });
+            e.event(0, Ev::Descriptors([5, 6]));
+            e.event(1, write(0x1000, 0x10));
+            e.event(1, Ev::Syscall { nr: write_nr, args: [4, 0x2000, 1] });
+            e.event(1, Ev::SyscallReturn { value: 1 });
+            e.event(2, Ev::Syscall { nr: read_nr, args: [if other_pipe { 5 } else { 3 }, 0x3000, 1] });
+            e.event(2, Ev::SyscallReturn { value: 1 });
+            e.event(2, read(0x1000, 0x20));
+            assert_eq!(e.races.len(), races, "other pipe: {other_pipe}: {:?}", e.races);
+        }
+        // What the kernel read for the send, it read before the release: the receiver may
+        // write the buffer then.
+        let mut e = two(&none);
+        e.event(0, Ev::Syscall { nr: pipe2, args: [0x7000, 0, 0] });
+        e.event(0, Ev::SyscallReturn { value: 0 });
+        e.event(0, Ev::Descriptors([3, 4]));
+        e.event(1, Ev::Syscall { nr: write_nr, args: [4, 0x2000, 8] });
+        e.event(1, Ev::SyscallReturn { value: 8 });
+        e.event(1, Ev::Kernel { pc: 0x10, addr: 0x2000, size: 8, write: false, class: Class::Plain });
+        e.event(2, Ev::Syscall { nr: read_nr, args: [3, 0x3000, 8] });
+        e.event(2, Ev::SyscallReturn { value: 8 });
+        e.event(2, write(0x2000, 0x20));
+        assert!(e.races.is_empty(), "{:?}", e.races);
     }
 
     /// Accesses at the top of the address space (a damaged profile's addresses) end there:

@@ -3,11 +3,12 @@
 //! separates, and each atomic instruction bracketed by the release before it and the
 //! acquire after it.
 
-use dep_profile::semantics::{Access, Insn};
+use dep_profile::semantics::{Access, Flow, Insn};
 use dep_profile::Reg;
 use dep_recover::events::{BlockEvent, Marker, MemEvent};
 use dep_recover::plans::Plans;
 use dep_recover::{RecoverError, Sink};
+use rustc_hash::FxHashMap;
 
 use crate::program::calls::{BlockExits, CallFlow, Transition};
 
@@ -16,9 +17,14 @@ use crate::program::calls::{BlockExits, CallFlow, Transition};
 pub enum Class {
     /// An ordinary access: checked.
     Plain,
-    /// A locked instruction's: synchronisation, never a race.
+    /// A locked instruction of the program's: synchronisation, and checked against the
+    /// plain writes of its location.
     Atomic,
-    /// Through the FS or GS segment: thread-local storage, private to its thread.
+    /// A locked instruction of the C runtime or the dynamic linker: their own
+    /// synchronisation, never checked.
+    RuntimeAtomic,
+    /// Through the FS or GS segment: thread-local storage, checked by address like any
+    /// other memory (another thread may be handed its address).
     Tls,
     /// Through rsp (push, pop, call, ret, locals): checked, and it marks the thread's stack.
     Stack,
@@ -61,7 +67,8 @@ pub enum Ev {
     },
     /// A sync record: the thread's point number `seq` in the process-wide order.
     Sync(u64),
-    /// An atomic instruction on the location at `addr` is about to run (its release side).
+    /// An atomic instruction on the location at `addr` ran (its release side, after its
+    /// references).
     Release(u64),
     /// The atomic instruction on `addr` ran (its acquire side).
     Acquire(u64),
@@ -75,6 +82,25 @@ pub enum Ev {
     Return {
         func: u16,
         value: u64,
+    },
+    /// A recorded system call is made ([`dep_profile::syscalls`]).
+    Syscall {
+        nr: u16,
+        args: [u64; 3],
+    },
+    /// It returned `value`.
+    SyscallReturn {
+        value: u64,
+    },
+    /// The descriptors it made through memory (a pipe's, a socket pair's).
+    Descriptors([u32; 2]),
+    /// Memory the kernel accessed for it, as an access of its instruction.
+    Kernel {
+        pc: u64,
+        addr: u64,
+        size: u32,
+        write: bool,
+        class: Class,
     },
     Start,
     End,
@@ -90,6 +116,8 @@ const RUNTIME: u8 = 16;
 pub struct Facts {
     /// Per block id: flags per instruction.
     blocks: Vec<Box<[u8]>>,
+    /// The pc of each system call instruction, by (block id, instruction).
+    syscalls: FxHashMap<(u32, u16), u64>,
     /// How each block leaves: calls and returns.
     exits: BlockExits,
 }
@@ -112,6 +140,7 @@ impl Facts {
     /// The facts of every block `plans` can decode; `code` says whose code is at an address,
     /// `exits` how each block leaves.
     pub fn new(plans: &Plans, blocks: usize, code: &dyn Fn(u64) -> Code, exits: BlockExits) -> Facts {
+        let mut syscalls = FxHashMap::default();
         let blocks = (0..blocks as u32)
             .map(|id| match plans.get_plan(id) {
                 Some(p) => {
@@ -120,12 +149,15 @@ impl Facts {
                         Some(Code::Runtime) => RUNTIME,
                         _ => 0,
                     };
+                    for (k, i) in p.insns.iter().enumerate().filter(|(_, i)| i.flow == Flow::Syscall) {
+                        syscalls.insert((id, k as u16), i.pc);
+                    }
                     p.insns.iter().map(|i| insn_flags(i) | extra).collect()
                 }
                 None => Box::default(),
             })
             .collect();
-        Facts { blocks, exits }
+        Facts { blocks, syscalls, exits }
     }
 
     fn flags(&self, id: Option<u32>) -> &[u8] {
@@ -160,14 +192,20 @@ pub struct Feed<'f, F: FnMut(Vec<Ev>) -> Sent> {
     flags: &'f [u8],
     open: bool,
     /// The instruction whose references are coming: its index, and the address of its
-    /// first reference when it is an atomic (whose acquire follows its references and the
-    /// records right after it).
+    /// first reference when it is an atomic (whose release follows its references, and
+    /// whose acquire follows the records right after it).
     cur: Option<(u16, Option<u64>)>,
+    /// The atomic under way was released.
+    released: bool,
     /// Where the block's last record stood ([`Marker::place`]; a call record stands with
     /// the record before it).
     last_place: u32,
     /// The flow between the thread's blocks, for calls and returns.
     flow: CallFlow,
+    /// The open block's id.
+    block: Option<u32>,
+    /// The system call that returned last in the open block: its pc and flags.
+    syscall: Option<(u64, u8)>,
 }
 
 /// What handing events on comes to: `Err(Gone)` when the receiver is gone (it failed, and
@@ -183,7 +221,19 @@ const BATCH: usize = 4096;
 impl<'f, F: FnMut(Vec<Ev>) -> Sent> Feed<'f, F> {
     /// A feed sending batches to `out`.
     pub fn new(facts: &'f Facts, out: F) -> Self {
-        Feed { facts, out, batch: Vec::with_capacity(BATCH), flags: &[], open: false, cur: None, last_place: 0, flow: CallFlow::default() }
+        Feed {
+            facts,
+            out,
+            batch: Vec::with_capacity(BATCH),
+            flags: &[],
+            open: false,
+            cur: None,
+            released: false,
+            last_place: 0,
+            flow: CallFlow::default(),
+            block: None,
+            syscall: None,
+        }
     }
 
     fn push(&mut self, e: Ev) -> Sent {
@@ -195,8 +245,20 @@ impl<'f, F: FnMut(Vec<Ev>) -> Sent> Feed<'f, F> {
         Ok(())
     }
 
-    fn marker_ev(m: Marker) -> Option<Ev> {
+    fn marker_ev(&mut self, m: Marker) -> Option<Ev> {
         match m {
+            Marker::Syscall { nr, args, .. } => Some(Ev::Syscall { nr, args }),
+            Marker::SyscallReturn { insn, value } => {
+                let pc = self.block.and_then(|b| self.facts.syscalls.get(&(b, insn)).copied());
+                self.syscall = pc.map(|pc| (pc, self.flags.get(insn as usize).copied().unwrap_or(0)));
+                Some(Ev::SyscallReturn { value })
+            }
+            Marker::Descriptors(fds) => Some(Ev::Descriptors(fds)),
+            // The kernel's accesses of a call whose instruction is known.
+            Marker::Kernel { addr, size, write } => {
+                let (pc, flags) = self.syscall?;
+                Some(Ev::Kernel { pc, addr, size, write, class: Self::class(flags) })
+            }
             Marker::Sync { seq, .. } => Some(Ev::Sync(seq)),
             Marker::Call { func, args, ret } => Some(Ev::Call { func, args, ret }),
             Marker::Return { func, value } => Some(Ev::Return { func, value }),
@@ -208,8 +270,11 @@ impl<'f, F: FnMut(Vec<Ev>) -> Sent> Feed<'f, F> {
         }
     }
 
-    fn access(&mut self, r: &MemEvent, flags: u8) -> Sent {
-        let class = if flags & ATOMIC != 0 {
+    /// What an access of an instruction with `flags` is.
+    fn class(flags: u8) -> Class {
+        if flags & ATOMIC != 0 && flags & (RUNTIME | LINKER) != 0 {
+            Class::RuntimeAtomic
+        } else if flags & ATOMIC != 0 {
             Class::Atomic
         } else if flags & LINKER != 0 {
             Class::Linker
@@ -221,13 +286,28 @@ impl<'f, F: FnMut(Vec<Ev>) -> Sent> Feed<'f, F> {
             Class::Stack
         } else {
             Class::Plain
-        };
+        }
+    }
+
+    fn access(&mut self, r: &MemEvent, flags: u8) -> Sent {
+        let class = Self::class(flags);
         self.push(Ev::Access { pc: r.pc, addr: r.addr, size: r.size, write: r.access == Access::Write, class })
+    }
+
+    /// An atomic's release once its references are all out: the release covers the
+    /// atomic's own access, as an atomic read-modify-write publishes what it wrote.
+    fn release_insn(&mut self) -> Sent {
+        if let (Some((_, Some(addr))), false) = (self.cur, self.released) {
+            self.released = true;
+            self.push(Ev::Release(addr))?;
+        }
+        Ok(())
     }
 
     /// Ends the instruction under way: an atomic's acquire after its references and the
     /// records right after it.
     fn end_insn(&mut self) -> Sent {
+        self.release_insn()?;
         if let Some((_, Some(addr))) = self.cur.take() {
             self.push(Ev::Acquire(addr))?;
         }
@@ -266,6 +346,8 @@ impl<F: FnMut(Vec<Ev>) -> Sent> Feed<'_, F> {
             _ => self.flow.break_flow(),
         }
         self.push(Ev::Block { addr: b.addr })?;
+        self.block = b.id;
+        self.syscall = None;
         self.flags = flags;
         self.open = true;
         self.last_place = 0;
@@ -286,10 +368,8 @@ impl<F: FnMut(Vec<Ev>) -> Sent> Feed<'_, F> {
                 // The runtime's own atomics (its internal locks) order its internals, not
                 // the program: they make no release or acquire.
                 let atomic = f & ATOMIC != 0 && f & (RUNTIME | LINKER) == 0;
-                if atomic {
-                    self.push(Ev::Release(r.addr))?;
-                }
                 self.cur = Some((r.insn, atomic.then_some(r.addr)));
+                self.released = false;
             }
             self.access(r, f)?;
         }
@@ -298,11 +378,13 @@ impl<F: FnMut(Vec<Ev>) -> Sent> Feed<'_, F> {
 
     fn on_marker(&mut self, m: Marker) -> Sent {
         let place = match m {
-            Marker::Sync { insn: Some(_), .. } => m.place(),
+            Marker::Sync { insn: Some(_), .. } | Marker::Syscall { .. } | Marker::SyscallReturn { .. } => m.place(),
+            Marker::Descriptors(_) | Marker::Kernel { .. } => Some(self.last_place),
             Marker::Call { .. } => Some(self.last_place),
             Marker::Return { .. } => Some(u32::MAX),
             _ => None,
         };
+        self.release_insn()?;
         match place {
             Some(p) if self.open => {
                 self.last_place = p;
@@ -317,7 +399,7 @@ impl<F: FnMut(Vec<Ev>) -> Sent> Feed<'_, F> {
         if matches!(m, Marker::Signal(_) | Marker::SignalReturn | Marker::ThreadStart | Marker::ThreadEnd) {
             self.flow.break_flow();
         }
-        match Self::marker_ev(m) {
+        match self.marker_ev(m) {
             Some(e) => self.push(e),
             None => Ok(()),
         }
@@ -355,12 +437,13 @@ mod tests {
     }
 
     /// A block's events go out as they come (a rep string of a million references is never
-    /// held whole), in the order the analysis needs: an atomic's release before its
-    /// references, its acquire after them and after the record right after it.
+    /// held whole), in the order the analysis needs: an atomic's release right after its
+    /// references, its acquire after the record right after it.
     #[test]
     fn a_block_streams_in_order() {
         // Block 0: instruction 0 a rep string, 1 an atomic, 2 a plain store.
-        let facts = Facts { blocks: vec![vec![0, ATOMIC, 0].into_boxed_slice()], exits: BlockExits::default() };
+        let facts =
+            Facts { blocks: vec![vec![0, ATOMIC, 0].into_boxed_slice()], syscalls: FxHashMap::default(), exits: BlockExits::default() };
         let mut sent: Vec<Vec<Ev>> = Vec::new();
         let out = std::cell::Cell::new(0usize);
         let mut feed = Feed::new(&facts, |b| {
@@ -388,8 +471,8 @@ mod tests {
         let tail: Vec<String> = evs[evs.len() - 7..].iter().map(|e| format!("{e:?}")).collect();
         let want = [
             "Sync(7)",
-            "Release(36864)",
             "Access { pc: 4097, addr: 36864, size: 1, write: true, class: Atomic }",
+            "Release(36864)",
             "Sync(8)",
             "Acquire(36864)",
             "Access { pc: 4098, addr: 37120, size: 1, write: true, class: Plain }",

@@ -76,10 +76,13 @@ fn locks_text(locks: &[(u64, bool)]) -> String {
 }
 
 fn kind(s: &Site) -> &'static str {
-    if s.write {
-        "write"
-    } else {
-        "read"
+    match (s.kernel, s.atomic, s.write) {
+        (true, _, true) => "kernel's write (system call)",
+        (true, _, false) => "kernel's read (system call)",
+        (false, false, true) => "write",
+        (false, false, false) => "read",
+        (false, true, true) => "atomic write",
+        (false, true, false) => "atomic read",
     }
 }
 
@@ -193,6 +196,8 @@ impl<'a> Report<'a> {
         o.insert("thread".into(), json!(s.thread));
         o.insert("access".into(), json!(if s.site.write { "W" } else { "R" }));
         o.insert("size".into(), json!(s.site.size));
+        o.insert("atomic".into(), json!(s.site.atomic));
+        o.insert("kernel".into(), json!(s.site.kernel));
         o.insert(
             "locks".into(),
             json!(s.locks.iter().map(|&(a, sh)| json!({"lock": format!("{a:#x}"), "shared": sh})).collect::<Vec<_>>()),

@@ -71,6 +71,8 @@ struct Thread {
     /// Next instruction of the block to start.
     next: u32,
     cur: Option<Cur>,
+    /// The instruction of the block whose system call returned last.
+    syscall: Option<u32>,
     /// The graph node last entered.
     node: u32,
     /// The flow between its blocks, for calls and returns.
@@ -93,6 +95,7 @@ impl Thread {
             interrupted: false,
             next: 0,
             cur: None,
+            syscall: None,
             node: NO_NODE,
             flow: CallFlow::default(),
             last_cd: NONE,
@@ -203,6 +206,7 @@ impl<'a> Engine<'a> {
         };
         self.t.interrupted = b.interrupted;
         self.t.next = 0;
+        self.t.syscall = None;
         Ok(())
     }
 
@@ -234,12 +238,7 @@ impl<'a> Engine<'a> {
                     if i < self.t.next {
                         continue;
                     }
-                    self.end()?;
-                    while self.t.next < i {
-                        self.start(bid, self.t.next, false)?;
-                        self.end()?;
-                    }
-                    self.start(bid, i, false)?;
+                    self.catch_up(bid, i)?;
                 }
             }
             self.event(insn, ev)?;
@@ -247,11 +246,44 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
+    /// Makes instruction `i` of block `bid` the current instance, running the instructions
+    /// before it that have no references (unless it is current already).
+    fn catch_up(&mut self, bid: u32, i: u32) -> Result<(), EngineError> {
+        if self.t.cur.is_some_and(|c| c.idx == i) || i < self.t.next {
+            return Ok(());
+        }
+        self.end()?;
+        while self.t.next < i {
+            self.start(bid, self.t.next, false)?;
+            self.end()?;
+        }
+        self.start(bid, i, false)
+    }
+
     /// A marker of the thread's stream.
     pub fn marker(&mut self, thread: u32, m: Marker) -> Result<(), EngineError> {
         self.thread(thread)?;
         match m {
-            Marker::ChunkStart(_) | Marker::Call { .. } | Marker::Return { .. } => {}
+            Marker::ChunkStart(_)
+            | Marker::Call { .. }
+            | Marker::Return { .. }
+            | Marker::Syscall { .. }
+            | Marker::Descriptors(_)
+            | Marker::Kernel { write: false, .. } => {}
+            Marker::SyscallReturn { insn, .. } => self.t.syscall = Some(insn as u32),
+            // What the kernel wrote for a system call is defined by the call's instance: a
+            // load of what read(2) filled depends on the read. (Its reads add no port.)
+            Marker::Kernel { addr, size, write: true } => {
+                if let (Some(i), Some((bid, executed))) = (self.t.syscall, self.t.block) {
+                    if i < executed {
+                        self.catch_up(bid, i)?;
+                        if let Some(c) = self.t.cur {
+                            let at = self.at();
+                            self.mem.write(addr, size, c.def, at, &self.segs);
+                        }
+                    }
+                }
+            }
             // The thread's segment ends here and its next one begins; a sync point inside
             // a block comes between its instructions' references (the hand-over puts it
             // there), so the block goes on in the new segment.

@@ -29,8 +29,9 @@ use thiserror::Error;
 /// First 8 bytes of every profile.
 pub const MAGIC: &[u8; 8] = b"DEPPROF\0";
 /// The format version this library writes (3: DEP_c sync records; 4: call records and
-/// thread spawn events; 5: DEP_m packed without zstd, codec 2; 6: derived registers).
-pub const VERSION: u16 = 6;
+/// thread spawn events; 5: DEP_m packed without zstd, codec 2; 6: derived registers; 7:
+/// system call records).
+pub const VERSION: u16 = 7;
 /// The first format version whose plans keep derived registers current
 /// ([`crate::derive`]); older profiles are read with the semantics they were recorded with.
 pub const DERIVE_VERSION: u16 = 6;
