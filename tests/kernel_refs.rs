@@ -2,7 +2,8 @@
 //! calls whose user memory the man pages describe and prints, for each, the ranges the
 //! kernel read and wrote, from its own buffers' addresses (an oracle that shares nothing
 //! with dep). Every one is among dep's kernel references; the recovered lines equal the
-//! truth's; without `--kernel-refs` the output is what it always was. Needs the DynamoRIO
+//! truth's, with and without sync records; without `--kernel-refs` the output is what it
+//! always was. Needs the DynamoRIO
 //! build and gcc.
 
 use std::collections::BTreeSet;
@@ -60,6 +61,15 @@ fn the_kernels_accesses_are_what_the_program_says_it_handed_over() {
 
     // The truth records the same accesses at the same places.
     assert!(with == recover(&p, &["--truth", "--kernel-refs"]), "--kernel-refs differs from the truth's");
+    // Without sync records the system calls still have theirs (their clean call is the
+    // block's own, which keeps the value pointer in memory), and recovery stays exact.
+    let q = dir.path().join("nosync.dep");
+    let o =
+        Command::new(dep()).args(["record", "--truth", "--no-sync", "-o"]).arg(&q).arg("--").arg(corpus().join("kernel")).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let nosync = recover(&q, &["--kernel-refs"]);
+    assert!(nosync.lines().filter(|l| l.ends_with(" kernel")).count() >= want.len(), "--no-sync: kernel references missing");
+    assert!(nosync == recover(&q, &["--truth", "--kernel-refs"]), "--no-sync: recovery differs from the truth");
     // Without the flag: the same references, no kernel lines.
     let plain = recover(&p, &[]);
     let stripped: String = with.lines().filter(|l| !l.ends_with(" kernel")).flat_map(|l| [l, "\n"]).collect();

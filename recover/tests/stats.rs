@@ -39,7 +39,16 @@ fn expected(p: &Profile) -> Vec<Expected> {
                     TruthKind::Block => {
                         e.blocks += 1;
                         e.bb_pc.extend_from_slice(&r.pc.to_le_bytes());
-                        let stop = recs[i + 1..].iter().find(|n| !matches!(n.kind, TruthKind::Read | TruthKind::Write));
+                        let stop = recs[i + 1..].iter().find(|n| {
+                            !matches!(
+                                n.kind,
+                                TruthKind::Read
+                                    | TruthKind::Write
+                                    | TruthKind::SyscallReturn
+                                    | TruthKind::KernelRead
+                                    | TruthKind::KernelWrite
+                            )
+                        });
                         match stop {
                             Some(n) if n.kind == TruthKind::Interrupted => {
                                 e.interrupted += 1;
@@ -56,7 +65,8 @@ fn expected(p: &Profile) -> Vec<Expected> {
                         }
                         e.mem_addr.extend_from_slice(&r.addr.to_le_bytes());
                     }
-                    TruthKind::Interrupted => {}
+                    // The kernel's accesses are no references of the program's: stats leaves them out.
+                    TruthKind::Interrupted | TruthKind::SyscallReturn | TruthKind::KernelRead | TruthKind::KernelWrite => {}
                     TruthKind::Rep | TruthKind::RepRead | TruthKind::RepWrite | TruthKind::RepEnd => {
                         panic!("the simulator observes rep strings per iteration")
                     }

@@ -53,7 +53,7 @@ pub struct BlockInfo {
 /// application instruction (writable code), nor around clean calls (watched functions,
 /// atomics, system calls, the truth's rep-string and gather observers), which read the
 /// application's registers; only with two steps or more and a register the block leaves
-/// alone. `syncs`: the block has sync records, each a clean call.
+/// alone. `syncs`: the block has clean calls of its own (sync records, a system call's).
 ///
 /// # Safety
 /// `bb` is the block of the current analysis event; exercised by tests/collector.rs hello,
@@ -373,7 +373,7 @@ pub unsafe extern "C" fn analysis(
     }
     let n = plan.insns.len();
     let expanded = expanded.is_some();
-    let touched = keeps_pointer(bb, &plan, expanded, syncs > 0);
+    let touched = keeps_pointer(bb, &plan, expanded, syncs > 0 || syscall);
     *ud = Box::into_raw(Box::new(BlockInfo {
         plan,
         decisions,
