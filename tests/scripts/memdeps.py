@@ -32,7 +32,8 @@ def main():
                 if kernel_run != pc:
                     writes[pc] += 1
                 k = writes[pc] - 1
-                for b in range(a, a + n):
+                # dep follows a kernel access's first MiB (profile/src/syscalls SHADOWED).
+                for b in range(a, a + min(n, 1 << 20)):
                     last[b] = (pc, k)
             kernel_run = pc
             continue

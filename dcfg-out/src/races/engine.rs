@@ -463,7 +463,7 @@ impl<'a> Engine<'a> {
             Ev::Kernel { pc, addr, size, write, class } => {
                 // What the kernel read for a send, it read before the send's release.
                 let epoch = if write { None } else { self.threads[t].syscall.and_then(|s| s.sent) };
-                self.access_at(t, pc, addr, size, write, class, epoch, true)
+                self.access_at(t, pc, addr, size.min(syscalls::SHADOWED), write, class, epoch, true)
             }
             Ev::Start => {}
             Ev::End => self.end(t),
@@ -1165,6 +1165,20 @@ mod tests {
             rx.recv_timeout(std::time::Duration::from_secs(30)).expect("an access at the top of memory never ended");
         assert_eq!((races, atomic), (1, false));
         assert!(bytes < 1 << 20, "{bytes} bytes of shadow for two accesses");
+    }
+
+    /// A kernel access claiming 4 GiB (a damaged profile's) is followed in its first MiB:
+    /// the shadow memory stays that size.
+    #[test]
+    fn a_huge_kernel_access_makes_bounded_shadow() {
+        let none = FxHashMap::default();
+        let mut e = two(&none);
+        e.event(1, Ev::Kernel { pc: 0x10, addr: 0x1000_0000, size: u32::MAX, write: true, class: Class::Plain });
+        e.event(2, read(0x1000_0000 + (1 << 20) - 8, 0x20));
+        e.event(2, read(0x1000_0000 + (1 << 20), 0x21));
+        assert_eq!(e.races.len(), 1, "the first MiB is checked, no more: {:?}", e.races);
+        let page = std::mem::size_of::<crate::races::shadow::Page>();
+        assert!(e.shadow_bytes() <= ((1 << 20) / 4096 + 2) * page, "{} bytes of shadow", e.shadow_bytes());
     }
 
     /// Thousands of threads over a run, 64 alive at once, each created and joined by

@@ -279,7 +279,7 @@ impl<'a> Engine<'a> {
                         self.catch_up(bid, i)?;
                         if let Some(c) = self.t.cur {
                             let at = self.at();
-                            self.mem.write(addr, size, c.def, at, &self.segs);
+                            self.mem.write(addr, size.min(dep_profile::syscalls::SHADOWED), c.def, at, &self.segs);
                         }
                     }
                 }

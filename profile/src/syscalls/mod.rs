@@ -48,6 +48,13 @@ pub enum FdOp {
     None,
 }
 
+/// The most bytes of one kernel access that analyses keeping shadow memory per byte (`dep
+/// races`, `dep wet`) follow: a range is taken as its first MiB, so that a damaged
+/// profile's claim of a gigabyte transfer cannot make gigabytes of shadow. (I/O buffers
+/// are rarely larger; ThreadSanitizer checks a freed block's first KiB for the same
+/// reason.)
+pub const SHADOWED: u32 = 1 << 20;
+
 /// `epoll_ctl`'s operation that removes a descriptor.
 pub const EPOLL_CTL_DEL: u64 = 2;
 /// `fcntl` commands that duplicate a descriptor.
