@@ -517,12 +517,7 @@ unsafe fn syscall_returned(dc: *mut c_void, pt: &mut PerThread, call: PendingSys
         let mut got = 0usize;
         dr_safe_read(addr as *const c_void, buf.len(), buf.as_mut_ptr() as *mut c_void, &mut got) != 0 && got == buf.len()
     };
-    let pair_at = match call.nr as i64 {
-        libc::SYS_pipe | libc::SYS_pipe2 => Some(call.args[0]),
-        libc::SYS_socketpair => Some(call.args[3]),
-        _ => None,
-    };
-    if let (Some(at), 0) = (pair_at, value) {
+    if let (Some(at), 0) = (syscalls::pair_at(call.nr, &call.args), value) {
         let mut b = [0u8; 8];
         if read(at, &mut b) {
             let fd = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);

@@ -657,7 +657,7 @@ impl<'a> Engine<'a> {
         };
         match syscalls::fd_op(nr, args) {
             // A pipe or socket pair names its descriptors in memory (their own record).
-            FdOp::Channel if nr == libc::SYS_pipe as u64 || nr == libc::SYS_pipe2 as u64 || nr == libc::SYS_socketpair as u64 => {}
+            FdOp::Channel if syscalls::makes_pair(nr) => {}
             FdOp::Channel => {
                 let c = self.next_channel;
                 self.next_channel += 1;
@@ -689,7 +689,7 @@ impl<'a> Engine<'a> {
 
     /// The descriptors thread `t`'s pipe or socket pair made: one new channel for both.
     fn descriptors(&mut self, t: usize, fds: [u32; 2]) {
-        if self.threads[t].syscall.is_some_and(|s| s.returned) {
+        if self.threads[t].syscall.is_some_and(|s| s.returned && syscalls::makes_pair(s.nr as u64)) {
             let c = self.next_channel;
             self.next_channel += 1;
             for fd in fds {

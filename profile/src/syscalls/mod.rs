@@ -93,6 +93,22 @@ pub fn fd_op(nr: u64, args: [u64; 3]) -> FdOp {
     }
 }
 
+/// Whether system call `nr` makes two descriptors it writes to memory (pipe, pipe2,
+/// socketpair): the record of its return is followed by theirs.
+pub fn makes_pair(nr: u64) -> bool {
+    [libc::SYS_pipe, libc::SYS_pipe2, libc::SYS_socketpair].iter().any(|&n| n as u64 == nr)
+}
+
+/// Where such a call wrote its pair: the first argument (pipe, pipe2), or the fourth
+/// (socketpair).
+pub fn pair_at(nr: u64, args: &[u64; 6]) -> Option<u64> {
+    match nr {
+        _ if !makes_pair(nr) => None,
+        _ if nr == libc::SYS_socketpair as u64 => Some(args[3]),
+        _ => Some(args[0]),
+    }
+}
+
 /// Whether the collector records system call `nr`: it touches user memory the kernel's
 /// side is known for ([`memory`]), or descriptors ([`fd_op`]).
 pub fn recorded(nr: u64) -> bool {
@@ -124,5 +140,8 @@ mod tests {
         assert!(recorded(nr(libc::SYS_fcntl)) && recorded(nr(libc::SYS_read)) && recorded(nr(libc::SYS_pipe2)));
         assert!(!recorded(nr(libc::SYS_getpid)) && !recorded(nr(libc::SYS_futex)));
         assert!(orders_threads(nr(libc::SYS_writev)) && !orders_threads(nr(libc::SYS_pipe2)));
+        assert_eq!(pair_at(nr(libc::SYS_pipe2), &[7, 0, 0, 9, 0, 0]), Some(7));
+        assert_eq!(pair_at(nr(libc::SYS_socketpair), &[1, 1, 0, 9, 0, 0]), Some(9));
+        assert_eq!(pair_at(nr(libc::SYS_eventfd2), &[1, 1, 0, 9, 0, 0]), None);
     }
 }
