@@ -559,10 +559,6 @@ struct ThreadWriter {
     watched: Watched,
     /// The last sync point's number.
     order: Option<u64>,
-    /// The current block's instruction pcs, and the system call that returned last in it
-    /// (instruction, pc).
-    pcs: Vec<u64>,
-    syscall: Option<(u16, u64)>,
 }
 
 impl ThreadWriter {
@@ -578,8 +574,6 @@ impl ThreadWriter {
             calls: CallRows::default(),
             watched: Watched::default(),
             order: None,
-            pcs: Vec::new(),
-            syscall: None,
         }
     }
 
@@ -661,9 +655,6 @@ impl Sink for ThreadWriter {
         self.blocks.id.push(b.id);
         self.blocks.instructions.push(b.executed);
         self.blocks.next += 1;
-        self.pcs.clear();
-        self.pcs.extend(b.plan.iter().flat_map(|p| p.insns.iter().map(|i| i.pc)));
-        self.syscall = None;
         let ended = self.watched.block(b.addr);
         self.call_rows(&ended, false)?;
         Ok(true)
@@ -705,14 +696,11 @@ impl Sink for ThreadWriter {
                 self.syncs.after.push(after);
                 self.syncs.next += 1;
             }
-            Marker::SyscallReturn { insn, .. } => self.syscall = self.pcs.get(insn as usize).map(|&pc| (insn, pc)),
-            Marker::Kernel { addr, size, write } => {
-                if let Some((insn, pc)) = self.syscall {
-                    let block = self.blocks.next.wrapping_sub(1);
-                    self.refs.push_kernel(pc, insn, addr, size, write, self.order, block);
-                    if self.refs.pc.len() >= self.batch {
-                        self.flush_refs(self.refs.pc.len())?;
-                    }
+            Marker::Kernel { insn, pc, addr, size, write } => {
+                let block = self.blocks.next.wrapping_sub(1);
+                self.refs.push_kernel(pc, insn, addr, size, write, self.order, block);
+                if self.refs.pc.len() >= self.batch {
+                    self.flush_refs(self.refs.pc.len())?;
                 }
             }
             _ => {}

@@ -54,8 +54,9 @@ pub enum ChunkFault {
     /// An interruption record with no block before it.
     #[error("tag word {word}: interruption record without a block before it")]
     StrayInterruption { word: usize },
-    /// A system call record (or its return) with no block before it.
-    #[error("tag word {word}: system call record without a block before it")]
+    /// A system call record with nothing before it to belong to: its call or return with
+    /// no block, its results with no return.
+    #[error("tag word {word}: system call record without the block or return it belongs to")]
     StraySyscall { word: usize },
     /// A chunk start record whose number is not the chunk's.
     #[error("tag word {word}: chunk start record says {record}, header says {header}")]

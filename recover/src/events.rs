@@ -138,9 +138,12 @@ pub enum Marker {
     /// The descriptors the system call that returned last made through memory (pipe,
     /// pipe2, socketpair), after its return.
     Descriptors([u32; 2]),
-    /// Memory the kernel read or wrote for the system call that returned last (a
-    /// reference of its instruction, the kernel's), after its return: reads first.
+    /// Memory the kernel read or wrote for the system call that returned last, as a
+    /// reference of its instruction `insn` at `pc` (the kernel's), after its return: reads
+    /// first.
     Kernel {
+        insn: u16,
+        pc: u64,
         addr: u64,
         size: u32,
         write: bool,

@@ -83,22 +83,11 @@ pub struct Renderer<W: Write> {
     format: Format,
     buf: Vec<u8>,
     out: W,
-    /// TextKernel: the pcs of the block last entered, and the pc of the system call that
-    /// returned last in it.
-    pcs: Vec<u64>,
-    syscall: Option<u64>,
 }
 
 impl<W: Write> Renderer<W> {
     pub fn new(format: Format, out: W) -> Self {
-        Renderer { format, buf: Vec::with_capacity(1 << 16), out, pcs: Vec::new(), syscall: None }
-    }
-
-    /// TextKernel: the block's instructions, for its system calls' lines.
-    fn enter(&mut self, b: &BlockEvent) {
-        self.pcs.clear();
-        self.pcs.extend(b.plan.iter().flat_map(|p| p.insns.iter().map(|i| i.pc)));
-        self.syscall = None;
+        Renderer { format, buf: Vec::with_capacity(1 << 16), out }
     }
 
     #[inline]
@@ -122,9 +111,6 @@ impl<W: Write> Sink for Renderer<W> {
 
     #[inline]
     fn block(&mut self, b: &BlockEvent) -> Result<bool, Self::Error> {
-        if self.format == Format::TextKernel {
-            self.enter(b);
-        }
         if self.format == Format::Blocks {
             push_dec(&mut self.buf, b.thread as u64);
             self.buf.push(b' ');
@@ -150,36 +136,21 @@ impl<W: Write> Sink for Renderer<W> {
             }
         } else {
             self.references(run.thread, run.refs())?;
-            if self.format == Format::TextKernel {
-                if let Some((b, _)) = run.iter().last() {
-                    self.enter(&b);
-                }
-            }
         }
         Ok(true)
     }
 
     fn marker(&mut self, thread: u32, m: Marker) -> Result<bool, Self::Error> {
-        if self.format != Format::TextKernel {
-            return Ok(true);
-        }
-        match m {
-            Marker::SyscallReturn { insn, .. } => self.syscall = self.pcs.get(insn as usize).copied(),
-            Marker::Kernel { addr, size, write } => {
-                // A kernel record with no system call instruction known is left out.
-                if let Some(pc) = self.syscall {
-                    push_dec(&mut self.buf, thread as u64);
-                    self.buf.push(b' ');
-                    push_hex(&mut self.buf, pc);
-                    self.buf.extend_from_slice(if write { b" W " } else { b" R " });
-                    push_hex(&mut self.buf, addr);
-                    self.buf.push(b' ');
-                    push_dec(&mut self.buf, size as u64);
-                    self.buf.extend_from_slice(b" kernel\n");
-                    self.spill()?;
-                }
-            }
-            _ => {}
+        if let (Format::TextKernel, Marker::Kernel { pc, addr, size, write, .. }) = (self.format, m) {
+            push_dec(&mut self.buf, thread as u64);
+            self.buf.push(b' ');
+            push_hex(&mut self.buf, pc);
+            self.buf.extend_from_slice(if write { b" W " } else { b" R " });
+            push_hex(&mut self.buf, addr);
+            self.buf.push(b' ');
+            push_dec(&mut self.buf, size as u64);
+            self.buf.extend_from_slice(b" kernel\n");
+            self.spill()?;
         }
         Ok(true)
     }

@@ -242,8 +242,7 @@ fn control(e: Escape, chunk: &ChunkView, word: usize) -> Result<Control, ChunkFa
         Escape::Return { func, value } => Control::Marker(Marker::Return { func, value }),
         // Records of a block's instructions, found elsewhere than right after the block.
         Escape::Syscall { .. } | Escape::SyscallReturn { .. } => return Err(ChunkFault::StraySyscall { word }),
-        Escape::Descriptors { fds } => Control::Marker(Marker::Descriptors(fds)),
-        Escape::Kernel { write, addr, size } => Control::Marker(Marker::Kernel { addr, size, write }),
+        Escape::Descriptors { .. } | Escape::Kernel { .. } => return Err(ChunkFault::StraySyscall { word }),
     })
 }
 
@@ -283,6 +282,8 @@ fn block_at(
     let mut stop = None;
     records.clear();
     let mut last = 0u32;
+    // The instruction whose system call returned last, for its results' records.
+    let mut returned: Option<u16> = None;
     let n = plans.flat.blocks[id as usize].insns;
     loop {
         match if tags.at_escape() { tags.next_item() } else { Ok(None) } {
@@ -318,10 +319,20 @@ fn block_at(
                 let m = Marker::SyscallReturn { insn: at, value };
                 last = m.place().unwrap_or(u32::MAX);
                 records.push((last, m));
+                returned = Some(at);
             }
-            // The return's results: where the return stands.
-            Ok(Some(TagItem::Escape(Escape::Descriptors { fds }))) => records.push((last, Marker::Descriptors(fds))),
-            Ok(Some(TagItem::Escape(Escape::Kernel { write, addr, size }))) => records.push((last, Marker::Kernel { addr, size, write })),
+            // The return's results, where the return stands; the kernel's accesses as
+            // references of its instruction.
+            Ok(Some(TagItem::Escape(Escape::Descriptors { fds }))) if returned.is_some() => records.push((last, Marker::Descriptors(fds))),
+            Ok(Some(TagItem::Escape(Escape::Kernel { write, addr: at, size }))) if returned.is_some() => {
+                let insn = returned.expect("checked");
+                // (A block in the table always has its plan; its first address otherwise.)
+                let pc = plans.get_plan(id).and_then(|p| p.insns.get(insn as usize)).map_or(addr, |i| i.pc);
+                records.push((last, Marker::Kernel { insn, pc, addr: at, size, write }))
+            }
+            Ok(Some(TagItem::Escape(Escape::Descriptors { .. } | Escape::Kernel { .. }))) => {
+                return Err(ChunkFault::StraySyscall { word: tags.word_offset() })
+            }
             Ok(Some(TagItem::Escape(Escape::Return { func, value }))) => {
                 last = u32::MAX;
                 records.push((last, Marker::Return { func, value }))

@@ -56,7 +56,13 @@ pub fn replay_chunk<S: Sink>(plans: &Plans, chunk: &ChunkView, buf: &mut Vec<u8>
                 }
                 let m = match r.kind {
                     TruthKind::SyscallReturn => Marker::SyscallReturn { insn: index(plan, r.pc), value: r.addr },
-                    kind => Marker::Kernel { addr: r.addr, size: r.size, write: kind == TruthKind::KernelWrite },
+                    kind => Marker::Kernel {
+                        insn: index(plan, r.pc),
+                        pc: r.pc,
+                        addr: r.addr,
+                        size: r.size,
+                        write: kind == TruthKind::KernelWrite,
+                    },
                 };
                 go(sink.marker(thread, m))?;
             }

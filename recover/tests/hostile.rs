@@ -99,18 +99,21 @@ fn top_address_from_a_chunk_header_is_not_in_the_table() {
 
 /// Damaged control records are refused with the variant naming them, on every engine: a
 /// chunk start record that is not the chunk's, an interruption with no block before it, a
-/// kernel memory record with unknown flags, a tag stream cut inside a record.
+/// kernel memory record with unknown flags or with no system call to belong to, a tag
+/// stream cut inside a record.
 #[test]
 fn damaged_records_are_named_by_their_variant() {
     use dep_profile::tags::{CTL_CHUNK_START, CTL_INTERRUPTED};
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&[u16], fn(&ChunkFault) -> bool); 4] = [
+    let cases: [(&[u16], fn(&ChunkFault) -> bool); 5] = [
         (&[ESC, CTL_CHUNK_START, 5, 0], |f| matches!(f, ChunkFault::ChunkStart { word: 0, record: 5, header: 0 })),
         (&[ESC, CTL_INTERRUPTED, 0], |f| matches!(f, ChunkFault::StrayInterruption { word: 0 })),
         (&[ESC, 0xffff, 4, 0, 0, 0, 0, 0, 0], |f| {
             matches!(f, ChunkFault::Tags { err: dep_profile::tags::TagError::KernelFlags { flags: 4, .. }, .. })
         }),
         (&[ESC, CTL_CHUNK_START, 0], |f| matches!(f, ChunkFault::Tags { err: dep_profile::tags::TagError::Truncated(0), .. })),
+        // The kernel's access with no system call return before it to belong to.
+        (&[ESC, 0xffff, 1, 0, 0, 0, 0, 8, 0], |f| matches!(f, ChunkFault::StraySyscall { word: 0 })),
     ];
     for (tags, named) in cases {
         let p = hostile(&sample(3), dir.path(), 0, tags, true);

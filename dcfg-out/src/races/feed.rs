@@ -3,12 +3,11 @@
 //! separates, and each atomic instruction bracketed by the release before it and the
 //! acquire after it.
 
-use dep_profile::semantics::{Access, Flow, Insn};
+use dep_profile::semantics::{Access, Insn};
 use dep_profile::Reg;
 use dep_recover::events::{BlockEvent, Marker, MemEvent};
 use dep_recover::plans::Plans;
 use dep_recover::{RecoverError, Sink};
-use rustc_hash::FxHashMap;
 
 use crate::program::calls::{BlockExits, CallFlow, Transition};
 
@@ -116,8 +115,6 @@ const RUNTIME: u8 = 16;
 pub struct Facts {
     /// Per block id: flags per instruction.
     blocks: Vec<Box<[u8]>>,
-    /// The pc of each system call instruction, by (block id, instruction).
-    syscalls: FxHashMap<(u32, u16), u64>,
     /// How each block leaves: calls and returns.
     exits: BlockExits,
 }
@@ -140,7 +137,6 @@ impl Facts {
     /// The facts of every block `plans` can decode; `code` says whose code is at an address,
     /// `exits` how each block leaves.
     pub fn new(plans: &Plans, blocks: usize, code: &dyn Fn(u64) -> Code, exits: BlockExits) -> Facts {
-        let mut syscalls = FxHashMap::default();
         let blocks = (0..blocks as u32)
             .map(|id| match plans.get_plan(id) {
                 Some(p) => {
@@ -149,15 +145,12 @@ impl Facts {
                         Some(Code::Runtime) => RUNTIME,
                         _ => 0,
                     };
-                    for (k, i) in p.insns.iter().enumerate().filter(|(_, i)| i.flow == Flow::Syscall) {
-                        syscalls.insert((id, k as u16), i.pc);
-                    }
                     p.insns.iter().map(|i| insn_flags(i) | extra).collect()
                 }
                 None => Box::default(),
             })
             .collect();
-        Facts { blocks, syscalls, exits }
+        Facts { blocks, exits }
     }
 
     fn flags(&self, id: Option<u32>) -> &[u8] {
@@ -202,10 +195,6 @@ pub struct Feed<'f, F: FnMut(Vec<Ev>) -> Sent> {
     last_place: u32,
     /// The flow between the thread's blocks, for calls and returns.
     flow: CallFlow,
-    /// The open block's id.
-    block: Option<u32>,
-    /// The system call that returned last in the open block: its pc and flags.
-    syscall: Option<(u64, u8)>,
 }
 
 /// What handing events on comes to: `Err(Gone)` when the receiver is gone (it failed, and
@@ -231,8 +220,6 @@ impl<'f, F: FnMut(Vec<Ev>) -> Sent> Feed<'f, F> {
             released: false,
             last_place: 0,
             flow: CallFlow::default(),
-            block: None,
-            syscall: None,
         }
     }
 
@@ -248,15 +235,11 @@ impl<'f, F: FnMut(Vec<Ev>) -> Sent> Feed<'f, F> {
     fn marker_ev(&mut self, m: Marker) -> Option<Ev> {
         match m {
             Marker::Syscall { nr, args, .. } => Some(Ev::Syscall { nr, args }),
-            Marker::SyscallReturn { insn, value } => {
-                let pc = self.block.and_then(|b| self.facts.syscalls.get(&(b, insn)).copied());
-                self.syscall = pc.map(|pc| (pc, self.flags.get(insn as usize).copied().unwrap_or(0)));
-                Some(Ev::SyscallReturn { value })
-            }
+            Marker::SyscallReturn { value, .. } => Some(Ev::SyscallReturn { value }),
             Marker::Descriptors(fds) => Some(Ev::Descriptors(fds)),
-            // The kernel's accesses of a call whose instruction is known.
-            Marker::Kernel { addr, size, write } => {
-                let (pc, flags) = self.syscall?;
+            // The kernel's accesses, of the system call instruction's class.
+            Marker::Kernel { insn, pc, addr, size, write } => {
+                let flags = self.flags.get(insn as usize).copied().unwrap_or(0);
                 Some(Ev::Kernel { pc, addr, size, write, class: Self::class(flags) })
             }
             Marker::Sync { seq, .. } => Some(Ev::Sync(seq)),
@@ -346,8 +329,6 @@ impl<F: FnMut(Vec<Ev>) -> Sent> Feed<'_, F> {
             _ => self.flow.break_flow(),
         }
         self.push(Ev::Block { addr: b.addr })?;
-        self.block = b.id;
-        self.syscall = None;
         self.flags = flags;
         self.open = true;
         self.last_place = 0;
@@ -367,7 +348,7 @@ impl<F: FnMut(Vec<Ev>) -> Sent> Feed<'_, F> {
                 self.end_insn()?;
                 // The runtime's own atomics (its internal locks) order its internals, not
                 // the program: they make no release or acquire.
-                let atomic = f & ATOMIC != 0 && f & (RUNTIME | LINKER) == 0;
+                let atomic = Self::class(f) == Class::Atomic;
                 self.cur = Some((r.insn, atomic.then_some(r.addr)));
                 self.released = false;
             }
@@ -442,8 +423,7 @@ mod tests {
     #[test]
     fn a_block_streams_in_order() {
         // Block 0: instruction 0 a rep string, 1 an atomic, 2 a plain store.
-        let facts =
-            Facts { blocks: vec![vec![0, ATOMIC, 0].into_boxed_slice()], syscalls: FxHashMap::default(), exits: BlockExits::default() };
+        let facts = Facts { blocks: vec![vec![0, ATOMIC, 0].into_boxed_slice()], exits: BlockExits::default() };
         let mut sent: Vec<Vec<Ev>> = Vec::new();
         let out = std::cell::Cell::new(0usize);
         let mut feed = Feed::new(&facts, |b| {

@@ -71,8 +71,6 @@ struct Thread {
     /// Next instruction of the block to start.
     next: u32,
     cur: Option<Cur>,
-    /// The instruction of the block whose system call returned last.
-    syscall: Option<u32>,
     /// The graph node last entered.
     node: u32,
     /// The flow between its blocks, for calls and returns.
@@ -95,7 +93,6 @@ impl Thread {
             interrupted: false,
             next: 0,
             cur: None,
-            syscall: None,
             node: NO_NODE,
             flow: CallFlow::default(),
             last_cd: NONE,
@@ -206,7 +203,6 @@ impl<'a> Engine<'a> {
         };
         self.t.interrupted = b.interrupted;
         self.t.next = 0;
-        self.t.syscall = None;
         Ok(())
     }
 
@@ -269,12 +265,13 @@ impl<'a> Engine<'a> {
             | Marker::Return { .. }
             | Marker::Syscall { .. }
             | Marker::Descriptors(_)
+            | Marker::SyscallReturn { .. }
             | Marker::Kernel { write: false, .. } => {}
-            Marker::SyscallReturn { insn, .. } => self.t.syscall = Some(insn as u32),
             // What the kernel wrote for a system call is defined by the call's instance: a
             // load of what read(2) filled depends on the read. (Its reads add no port.)
-            Marker::Kernel { addr, size, write: true } => {
-                if let (Some(i), Some((bid, executed))) = (self.t.syscall, self.t.block) {
+            Marker::Kernel { insn, addr, size, write: true, .. } => {
+                let i = insn as u32;
+                if let Some((bid, executed)) = self.t.block {
                     if i < executed {
                         self.catch_up(bid, i)?;
                         if let Some(c) = self.t.cur {
