@@ -65,6 +65,9 @@ static long guarded;
 
 static void *use_mutex(void *arg) {
     (void)arg;
+    /* After main's destroy, as a rule: both uses race with it. (Used first, the unlock's
+     * read replaces the lock's in the shadow, so only the unlock would.) */
+    pause_ms(20);
     pthread_mutex_lock(&m); /* race:obj-lock */
     guarded++;
     pthread_mutex_unlock(&m); /* race:obj-unlock */
