@@ -348,7 +348,7 @@ unsafe extern "C" fn syscall_filter(_dc: *mut c_void, sysnum: c_int) -> bool_ {
     (matches!(sysnum, SYS_RT_SIGRETURN | SYS_EXECVE | SYS_EXECVEAT | SYS_EXIT_GROUP | SYS_CLOSE | SYS_DUP2 | SYS_DUP3 | SYS_CLOSE_RANGE)
         || SYS_MAPPING.contains(&sysnum)
         || SYS_SYNC.contains(&sysnum)
-        || (sysnum >= 0 && (syscalls::recorded(sysnum as u64) || syscalls::orders_threads(sysnum as u64)))) as bool_
+        || (sysnum >= 0 && syscalls::recorded(sysnum as u64))) as bool_
 }
 
 /// After a mapping change too: a block built while the call ran may have seen the old one.
@@ -502,7 +502,8 @@ pub unsafe extern "C" fn syscall_cc(k: u32, pc: u64) {
 ///
 /// # Safety
 /// `dc` is the calling thread's live drcontext in its post-syscall event, and `pt` its
-/// PerThread; exercised by tests/kernel_refs.rs and tests/races.rs kernel_categories.
+/// PerThread; exercised by tests/kernel_refs.rs and tests/races.rs
+/// synchronisation_objects_kernel_tls_reader_locks_atomics_and_guards.
 unsafe fn syscall_returned(dc: *mut c_void, pt: &mut PerThread, call: PendingSyscall) {
     let value = dr_syscall_get_result(dc) as u64;
     push_in_block(pt, Escape::SyscallReturn { at: call.at, value });

@@ -117,6 +117,7 @@ pub fn recorded(nr: u64) -> bool {
 
 /// Whether system call `nr` orders threads through descriptors, so that the collector
 /// stamps it with sync records before and after (the order the analysis interleaves by).
+/// Every such call is [`recorded`].
 pub fn orders_threads(nr: u64) -> bool {
     matches!(
         fd_op(nr, [0, 0, 0]),
@@ -140,6 +141,7 @@ mod tests {
         assert!(recorded(nr(libc::SYS_fcntl)) && recorded(nr(libc::SYS_read)) && recorded(nr(libc::SYS_pipe2)));
         assert!(!recorded(nr(libc::SYS_getpid)) && !recorded(nr(libc::SYS_futex)));
         assert!(orders_threads(nr(libc::SYS_writev)) && !orders_threads(nr(libc::SYS_pipe2)));
+        assert!((0..1024).filter(|&n| orders_threads(n)).all(recorded), "what orders threads is recorded");
         assert_eq!(pair_at(nr(libc::SYS_pipe2), &[7, 0, 0, 9, 0, 0]), Some(7));
         assert_eq!(pair_at(nr(libc::SYS_socketpair), &[1, 1, 0, 9, 0, 0]), Some(9));
         assert_eq!(pair_at(nr(libc::SYS_eventfd2), &[1, 1, 0, 9, 0, 0]), None);
