@@ -78,6 +78,16 @@ fn push_dec(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(dec(&mut [0; 20], v));
 }
 
+/// A text line's `<pc> <R|W> <addr> <size>`.
+#[inline]
+fn push_reference(out: &mut Vec<u8>, pc: u64, access: Access, addr: u64, size: u32) {
+    push_hex(out, pc);
+    out.extend_from_slice(if access == Access::Read { b" R " } else { b" W " });
+    push_hex(out, addr);
+    out.push(b' ');
+    push_dec(out, size as u64);
+}
+
 /// Renders events in one format into a byte buffer, flushed to `W` in large pieces.
 pub struct Renderer<W: Write> {
     format: Format,
@@ -144,11 +154,7 @@ impl<W: Write> Sink for Renderer<W> {
         if let (Format::TextKernel, Marker::Kernel { pc, addr, size, write, .. }) = (self.format, m) {
             push_dec(&mut self.buf, thread as u64);
             self.buf.push(b' ');
-            push_hex(&mut self.buf, pc);
-            self.buf.extend_from_slice(if write { b" W " } else { b" R " });
-            push_hex(&mut self.buf, addr);
-            self.buf.push(b' ');
-            push_dec(&mut self.buf, size as u64);
+            push_reference(&mut self.buf, pc, if write { Access::Write } else { Access::Read }, addr, size);
             self.buf.extend_from_slice(b" kernel\n");
             self.spill()?;
         }
@@ -171,11 +177,7 @@ impl<W: Write> Renderer<W> {
                 let prefix = &prefix[10 - digits..];
                 for m in refs {
                     self.buf.extend_from_slice(prefix);
-                    push_hex(&mut self.buf, m.pc);
-                    self.buf.extend_from_slice(if m.access == Access::Read { b" R " } else { b" W " });
-                    push_hex(&mut self.buf, m.addr);
-                    self.buf.push(b' ');
-                    push_dec(&mut self.buf, m.size as u64);
+                    push_reference(&mut self.buf, m.pc, m.access, m.addr, m.size);
                     self.buf.push(b'\n');
                     self.spill()?;
                 }
