@@ -709,8 +709,13 @@ fn races(
     out.flush().context("writing the race report")?;
     if summary {
         let s = a.stats;
+        let why = if a.threads == 1 && s.checked == 0 {
+            "one thread: none to race with"
+        } else {
+            "thread-local, atomic, inside watched library calls"
+        };
         eprintln!(
-            "dep races: {} threads, {} accesses checked, {} not (thread-local, atomic, inside watched library calls), {} sync operations, {} watched calls, {} races; shadow {} MiB; {analysed:.2} s analysis, {:.2} s in all",
+            "dep races: {} threads, {} accesses checked, {} not ({why}), {} sync operations, {} watched calls, {} races; shadow {} MiB; {analysed:.2} s analysis, {:.2} s in all",
             a.threads,
             s.checked,
             s.skipped,

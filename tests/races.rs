@@ -309,3 +309,30 @@ fn variables_keep_their_names_and_the_kernel_is_marked() {
     assert!(sides.iter().any(|a| a["kernel"] == true && a["access"] == "W"), "{r:?}");
     assert!(sides.iter().any(|a| a["kernel"] == false && a["access"] == "R"), "{r:?}");
 }
+
+/// A program of one thread has no other to race with: the profile is still read whole (a
+/// damaged one is refused as `dep recover` refuses it), and nothing is reported.
+#[test]
+fn one_thread_is_read_whole_and_has_nothing_to_race_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = record_in(dir.path(), "hello", &[]);
+    let o = Command::new(dep()).arg("races").arg(&p).arg("--summary").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "no data races found (1 thread)\n");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("1 threads, 0 accesses checked") && err.contains("one thread: none to race with"), "{err}");
+    // Damage a byte after the middle of the file until recovery refuses the profile; the
+    // race analysis must refuse it too.
+    let good = std::fs::read(&p).unwrap();
+    let bad = dir.path().join("bad.dep");
+    let refused = (0..64).map(|k| good.len() / 2 + k * 997).find(|&at| {
+        let mut b = good.clone();
+        b[at] ^= 0x5a;
+        std::fs::write(&bad, &b).unwrap();
+        !Command::new(dep()).args(["recover", "--format", "null"]).arg(&bad).output().unwrap().status.success()
+    });
+    assert!(refused.is_some(), "no damaged byte made recovery fail");
+    let o = Command::new(dep()).arg("races").arg(&bad).output().unwrap();
+    assert!(!o.status.success(), "a damaged profile: {}", String::from_utf8_lossy(&o.stdout));
+    assert_eq!(String::from_utf8_lossy(&o.stderr).trim().lines().count(), 1, "{}", String::from_utf8_lossy(&o.stderr));
+}

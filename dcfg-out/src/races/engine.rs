@@ -922,6 +922,36 @@ mod tests {
         assert!(e.races.is_empty());
     }
 
+    /// An access repeated in one epoch is skipped only while its slot holds it: once the
+    /// thread's own write or a reallocation took the slot, the repeat is checked again
+    /// (and counted), as the shadow alone would say.
+    #[test]
+    fn repeats_are_checked_again_once_their_slot_is_gone() {
+        let none = FxHashMap::default();
+        let mut e = two(&none);
+        let count =
+            |e: &Engine, a: u64, b: u64| e.races.values().find(|r| r.first.site.pc == a && r.second.site.pc == b).map_or(0, |r| r.count);
+        e.event(1, write(0x1000, 0x10));
+        e.event(2, read(0x1000, 0x20));
+        e.event(2, read(0x1000, 0x20));
+        assert_eq!(count(&e, 0x10, 0x20), 1, "the repeat is in the slot");
+        // The thread's write supersedes its read's slot: the read again is checked again.
+        e.event(2, write(0x1000, 0x30));
+        e.event(2, read(0x1000, 0x20));
+        assert_eq!(count(&e, 0x10, 0x20), 2);
+        assert_eq!(count(&e, 0x10, 0x30), 1);
+        // Memory handed out again forgets every slot of it: thread 2's read, repeated in
+        // the same epoch, is remembered anew and races with thread 1's write after it.
+        let mut e = two(&none);
+        e.event(1, write(0x20000, 0x10));
+        e.event(2, read(0x20000, 0x20));
+        e.event(2, call(Func::Malloc, 64, 0x51));
+        e.event(2, ret(Func::Malloc, 0x20000));
+        e.event(2, read(0x20000, 0x20));
+        e.event(1, write(0x20000, 0x10));
+        assert_eq!(count(&e, 0x10, 0x20) + count(&e, 0x20, 0x10), 2, "{:?}", e.races);
+    }
+
     #[test]
     fn creation_and_join_order_threads() {
         let none = FxHashMap::default();

@@ -20,7 +20,7 @@ pub mod shadow;
 
 use crate::program::calls::BlockExits;
 use dep_recover::events::{BlockEvent, Marker, MemEvent};
-use dep_recover::Sink;
+use dep_recover::{Merge, Sink};
 use dep_recover::{RecoverError, Recovery, Source, Turn};
 use engine::{Engine, Region};
 use feed::{Class, Code, Ev, Facts, Feed};
@@ -104,8 +104,21 @@ pub fn analyse(rec: &Recovery, symbols: &crate::program::symbols::Symbolizer, re
         Some((path, _)) if feed::is_runtime(path) => Code::Runtime,
         _ => Code::Program,
     };
+    let (atomic, syncs, refs) = first_pass(rec)?;
+    // One thread has no other to race with: the first pass read (and so checked) the whole
+    // profile, and nothing more is done unless a region's accesses are to be listed.
+    if threads.len() == 1 && region.is_none() {
+        return Ok(Analysis {
+            races: Vec::new(),
+            sites: Vec::new(),
+            locksets: Vec::new(),
+            region: None,
+            stats: engine::Stats { skipped: refs, ..Default::default() },
+            threads: 1,
+            shadow_bytes: 0,
+        });
+    }
     let facts = Facts::new(&rec.plans, rec.profile.blocks().len(), &code, BlockExits::build(&rec.plans, symbols));
-    let (atomic, syncs) = first_pass(rec)?;
     let spawns: Vec<Option<(u32, u64, u64)>> = threads.iter().map(|t| t.spawn.map(|s| (s.parent, s.seq, s.tls))).collect();
     let runtime: Vec<(u64, u64)> = rec
         .profile
@@ -136,17 +149,18 @@ pub fn analyse(rec: &Recovery, symbols: &crate::program::symbols::Symbolizer, re
     })
 }
 
-/// The granules locked instructions touch, with their bytes, and each thread's sync record
-/// numbers in order: one thread per core.
 /// Bytes of each 8-byte granule that locked instructions use, by granule address.
 type AtomicBytes = FxHashMap<u64, u8>;
 
-fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>), RecoverError> {
+/// The granules locked instructions touch, with their bytes, each thread's sync record
+/// numbers in order, and the references recovered: chunks on all cores.
+fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64), RecoverError> {
     #[derive(Default)]
     struct Atomics {
         flags: Vec<bool>,
         locs: FxHashMap<u64, u8>,
         syncs: Vec<u64>,
+        refs: u64,
     }
     impl Sink for Atomics {
         type Error = RecoverError;
@@ -159,6 +173,7 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>), RecoverErr
             Ok(true)
         }
         fn refs(&mut self, _: &BlockEvent, refs: &[MemEvent]) -> Result<bool, RecoverError> {
+            self.refs += refs.len() as u64;
             for r in refs.iter().filter(|r| self.flags.get(r.insn as usize).copied().unwrap_or(false)) {
                 for (g, mask) in shadow::granules(r.addr, shadow::access_end(r.addr, r.size.max(1))) {
                     *self.locs.entry(g).or_insert(0) |= mask;
@@ -173,16 +188,28 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>), RecoverErr
             Ok(true)
         }
     }
-    let parts = rec.events(Source::Dep).per_thread(|_| Atomics::default())?;
+    impl Merge for Atomics {
+        fn merge(&mut self, later: Self) -> Result<bool, RecoverError> {
+            for (g, m) in later.locs {
+                *self.locs.entry(g).or_insert(0) |= m;
+            }
+            self.syncs.extend(later.syncs);
+            self.refs += later.refs;
+            Ok(true)
+        }
+    }
+    let parts = rec.events(Source::Dep).merged(|_| Atomics::default())?;
     let mut all = FxHashMap::default();
     let mut syncs = Vec::with_capacity(parts.len());
+    let mut refs = 0;
     for p in parts {
         for (g, m) in p.locs {
             *all.entry(g).or_insert(0) |= m;
         }
         syncs.push(p.syncs);
+        refs += p.refs;
     }
-    Ok((all, syncs))
+    Ok((all, syncs, refs))
 }
 
 /// A batch of one thread's events, and how far the interleaving has read it.
