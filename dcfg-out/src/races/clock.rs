@@ -91,6 +91,16 @@ impl Clocks {
         self.full.tick(t) & self.weak.tick(t)
     }
 
+    /// Raises thread `t`'s own component to `v` in both clocks, as its ticks would.
+    pub fn raise(&mut self, t: usize, v: u32) {
+        for c in [&mut self.full, &mut self.weak] {
+            if t >= c.0.len() {
+                c.0.resize(t + 1, 0);
+            }
+            c.0[t] = c.0[t].max(v);
+        }
+    }
+
     /// Takes what `other` knows: all of it, or (`lock`, a lock hand-off) only into `full`.
     pub fn join(&mut self, other: &Clocks, lock: bool) {
         self.full.join(&other.full);

@@ -12,9 +12,10 @@
 //! it through the stack cache; and the runtime's code called by the runtime is not checked.
 //! Code the program calls (a `strcpy`) is the program's.
 
+use super::checker::{self, Batch, Check, Checker, Found, Op, Races};
 use super::clock::Clocks;
 use super::feed::{Class, Ev};
-use super::shadow::{access_end, granules, At, Shadow, Slot, SLOTS};
+use super::shadow::{access_end, granules, Slot};
 use crate::program::calls::{CallStack, Step, Transition, NO_RETURN};
 use crate::program::watched::{Pending, Watched};
 use dep_profile::calls::{Func, LockOp, ObjectAccess};
@@ -156,6 +157,9 @@ pub struct Engine<'a> {
     read_objects: FxHashMap<u64, Clocks>,
     /// Granules locked instructions touch, with their bytes.
     atomic: &'a FxHashMap<u64, u8>,
+    /// Pages holding such granules, and the last page asked about.
+    atomic_pages: rustc_hash::FxHashSet<u64>,
+    atomic_last: (u64, bool),
     /// Parent's sync record number → the thread it created.
     spawned_at: FxHashMap<u64, u32>,
     spawn_clock: Vec<Option<Clocks>>,
@@ -168,7 +172,14 @@ pub struct Engine<'a> {
     by_tls: FxHashMap<u64, Vec<u32>>,
     joined: Vec<bool>,
     tls: Vec<u64>,
-    shadow: Shadow,
+    /// Where the checks go, and what each shard has not been sent yet.
+    out: Out,
+    pending: Vec<Batch>,
+    /// Threads whose clock took in another's since their last access was sent.
+    joined_since: Vec<bool>,
+    /// The context the shards were last told of: (thread, own component, epoch, locks,
+    /// base of the access numbers).
+    context: Option<(u16, u32, u32, u32, u64)>,
     site_ids: FxHashMap<Site, u32>,
     /// Interned sites, by id (id 0 unused).
     pub sites: Vec<Site>,
@@ -176,9 +187,6 @@ pub struct Engine<'a> {
     lockset_ids: FxHashMap<Vec<(u64, bool)>, u32>,
     /// Interned locksets, by id (0: none).
     pub locksets: Vec<Vec<(u64, bool)>>,
-    disjoint: FxHashMap<(u32, u32), bool>,
-    /// Races by (site id, site id), the smaller first.
-    pub races: FxHashMap<(u32, u32), Race>,
     blocks: BTreeMap<u64, Block>,
     runtime: Vec<(u64, u64)>,
     pub region: Option<Region>,
@@ -234,6 +242,8 @@ impl<'a> Engine<'a> {
             epoll_of: FxHashMap::default(),
             next_channel: FILES + 1,
             atomic,
+            atomic_pages: atomic.keys().map(|g| g >> 12).collect(),
+            atomic_last: (u64::MAX, false),
             spawned_at,
             spawn_clock: vec![None; n],
             end_clock: vec![None; n],
@@ -241,14 +251,15 @@ impl<'a> Engine<'a> {
             by_tls,
             joined: vec![false; n],
             tls,
-            shadow: Shadow::default(),
+            out: Out::Direct((0..1).map(|k| Checker::new(k, 1, n)).collect()),
+            pending: vec![Batch::default()],
+            joined_since: vec![false; n],
+            context: None,
             site_ids: FxHashMap::default(),
             sites: vec![Site { pc: 0, caller: 0, write: false, size: 0, atomic: false, kernel: false }],
             site_cache: vec![(Site { pc: 0, caller: 0, write: false, size: 0, atomic: false, kernel: false }, 0); 4096],
             lockset_ids,
             locksets: vec![Vec::new()],
-            disjoint: FxHashMap::default(),
-            races: FxHashMap::default(),
             blocks: BTreeMap::new(),
             runtime,
             region: None,
@@ -264,18 +275,15 @@ impl<'a> Engine<'a> {
             return false;
         }
         for (g, mask) in granules(addr, access_end(addr, size.max(1))) {
-            let at = self.at(g);
-            if self.shadow.atomic(at) & mask != 0 {
+            let page = g >> 12;
+            if self.atomic_last.0 != page {
+                self.atomic_last = (page, self.atomic_pages.contains(&page));
+            }
+            if self.atomic_last.1 && self.atomic.get(&g).is_some_and(|&m| m & mask != 0) {
                 return true;
             }
         }
         false
-    }
-
-    #[inline]
-    fn at(&mut self, g: u64) -> At {
-        let atomic = self.atomic;
-        self.shadow.at(g, &|a| atomic.get(&a).copied().unwrap_or(0))
     }
 
     fn in_runtime(&self, addr: u64) -> bool {
@@ -283,9 +291,132 @@ impl<'a> Engine<'a> {
         i > 0 && addr < self.runtime[i - 1].1
     }
 
-    /// Bytes the shadow memory holds.
+    /// Sends the shadow's checks to `shards` (each taking batches on a thread of its own)
+    /// instead of checking them on this thread; the shards give their batches back, emptied,
+    /// through `spare`.
+    pub fn sharded(mut self, shards: Vec<crossbeam::channel::Sender<Batch>>, spare: crossbeam::channel::Receiver<Batch>) -> Self {
+        self.pending = (0..shards.len()).map(|_| Batch::default()).collect();
+        self.out = Out::Sharded(shards, spare);
+        self
+    }
+
+    /// Bytes the shadow memory holds (of the shards on this thread).
     pub fn shadow_bytes(&self) -> usize {
-        self.shadow.bytes()
+        match &self.out {
+            Out::Direct(cs) => cs.iter().map(Checker::shadow_bytes).sum(),
+            Out::Sharded(..) => 0,
+        }
+    }
+
+    /// Sends what is pending to every shard, and closes them: the races found are the
+    /// shards' (and, checked on this thread, [`races`](Self::races)).
+    pub fn finish(&mut self) {
+        for k in 0..self.pending.len() {
+            self.deliver(k);
+        }
+        if let Out::Sharded(tx, _) = &mut self.out {
+            tx.clear();
+        }
+    }
+
+    /// The races found by the shards on this thread.
+    pub fn races(&mut self) -> FxHashMap<(u32, u32), Race> {
+        for k in 0..self.pending.len() {
+            self.deliver(k);
+        }
+        let mut all = Races::default();
+        if let Out::Direct(cs) = &self.out {
+            for c in cs {
+                checker::merge(&mut all, c.races.clone());
+            }
+        }
+        all.into_iter().map(|(k, f)| (k, self.race_of(f))).collect()
+    }
+
+    /// A race as reported, from what a shard found.
+    pub fn race_of(&self, f: Found) -> Race {
+        let side =
+            |s: &Slot| Side { thread: s.thread as u32, site: self.sites[s.site as usize], locks: self.locksets[s.locks as usize].clone() };
+        Race {
+            first: side(&f.prev),
+            second: side(&f.cur),
+            addr: f.addr,
+            block: f.block,
+            stack_of: f.stack_of,
+            count: f.count,
+            potential: f.potential,
+        }
+    }
+
+    /// Hands shard `k` its pending batch.
+    fn deliver(&mut self, k: usize) {
+        if self.pending[k].is_empty() {
+            return;
+        }
+        match &mut self.out {
+            Out::Direct(cs) => {
+                cs[k].apply(&self.pending[k]);
+                self.pending[k].clear();
+            }
+            Out::Sharded(tx, spare) => {
+                // A batch given back, else a new one (its memory is then made once, not grown).
+                let next = spare.try_recv().unwrap_or_else(|_| Batch::with_capacity(BATCH));
+                let b = std::mem::replace(&mut self.pending[k], next);
+                // A shard gone has stopped on a panic of its own, which the join reports.
+                drop(tx[k].send(b));
+            }
+        }
+    }
+
+    /// Tells every shard `op`, before the accesses that follow.
+    fn broadcast(&mut self, op: Op) {
+        for k in 0..self.pending.len() {
+            let b = &mut self.pending[k];
+            b.ops.push((b.checks.len() as u32, op.clone()));
+            if b.ops.len() >= BATCH {
+                self.deliver(k);
+            }
+        }
+    }
+
+    /// Sends thread `t`'s access at `site` (interned) to `[addr, addr + size)`, remembered at
+    /// `epoch`, to the shards of its pages.
+    fn send(&mut self, t: usize, site: u32, addr: u64, size: u32, epoch: u32) {
+        let seq = self.stats.checked;
+        self.stats.checked += 1;
+        if std::mem::take(&mut self.joined_since[t]) {
+            let c = self.threads[t].clock.clone();
+            self.broadcast(Op::Clock(t as u16, c));
+        }
+        let (own, locks) = (self.threads[t].clock.get(t), self.threads[t].locks);
+        let same = matches!(self.context, Some((ct, co, ce, cl, base)) if ct as usize == t && co == own && ce == epoch && cl == locks && seq - base <= u32::MAX as u64);
+        if !same {
+            self.context = Some((t as u16, own, epoch, locks, seq));
+            self.broadcast(Op::Context { thread: t as u16, own, epoch, locks, base: seq });
+        }
+        let delta = (seq - self.context.map_or(seq, |c| c.4)) as u32;
+        let n = self.pending.len();
+        let line = checker::LINE;
+        let (first, last) = (addr / line, access_end(addr, size).saturating_sub(1).max(addr) / line);
+        let check = Check { addr, site, delta };
+        if n == 1 || last - first >= n as u64 - 1 {
+            for k in 0..n {
+                self.push(k, check);
+            }
+        } else {
+            // Fewer lines than shards: each line's shard (consecutive lines, other shards).
+            for l in first..=last {
+                self.push(checker::shard_of(l * line, n), check);
+            }
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, k: usize, c: Check) {
+        self.pending[k].checks.push(c);
+        if self.pending[k].checks.len() >= BATCH {
+            self.deliver(k);
+        }
     }
 
     /// Vector clock components held, of threads, sync objects and thread ends.
@@ -321,6 +452,7 @@ impl<'a> Engine<'a> {
             self.threads[t].started = true;
             if let Some(c) = self.spawn_clock[t].take() {
                 self.threads[t].clock.join(&c, false);
+                self.joined_since[t] = true;
             }
         }
         if let Some(&child) = self.spawned_at.get(&seq) {
@@ -340,6 +472,7 @@ impl<'a> Engine<'a> {
     fn acquire_as(&mut self, t: usize, obj: u64, lock: bool) {
         if let Some(o) = self.objects.get(&(obj & !7)) {
             self.threads[t].clock.join(o, lock);
+            self.joined_since[t] = true;
         }
     }
 
@@ -357,7 +490,8 @@ impl<'a> Engine<'a> {
         let next = self.locksets.len() as u32;
         let id = *self.lockset_ids.entry(held.clone()).or_insert(next);
         if id == next {
-            self.locksets.push(held);
+            self.locksets.push(held.clone());
+            self.broadcast(Op::Lockset(held));
         }
         self.threads[t].locks = id;
     }
@@ -369,6 +503,7 @@ impl<'a> Engine<'a> {
         if !shared {
             if let Some(o) = self.read_objects.get(&(l & !7)) {
                 self.threads[t].clock.join(o, true);
+                self.joined_since[t] = true;
             }
         }
         self.threads[t].held.push((l, shared));
@@ -392,21 +527,6 @@ impl<'a> Engine<'a> {
         self.set_locks(t);
     }
 
-    /// Whether no lock protects an access under lockset `a` from one under `b`.
-    fn disjoint(&mut self, a: u32, b: u32) -> bool {
-        if a == 0 || b == 0 {
-            return true;
-        }
-        let key = (a.min(b), a.max(b));
-        if let Some(&d) = self.disjoint.get(&key) {
-            return d;
-        }
-        let (x, y) = (&self.locksets[a as usize], &self.locksets[b as usize]);
-        let d = !x.iter().any(|&(l, xs)| y.iter().any(|&(m, ys)| l == m && !(xs && ys)));
-        self.disjoint.insert(key, d);
-        d
-    }
-
     #[inline]
     fn site(&mut self, s: Site) -> u32 {
         // Most accesses repeat a recent site: a direct-mapped cache before the table.
@@ -425,6 +545,7 @@ impl<'a> Engine<'a> {
         let id = *self.site_ids.entry(s).or_insert(next);
         if id == next {
             self.sites.push(s);
+            self.broadcast(Op::Site(s));
         }
         id
     }
@@ -588,6 +709,7 @@ impl<'a> Engine<'a> {
                     // Not known which thread: every thread that ended may be the one.
                     None => self.threads[t].clock.join(&self.ended_all, false),
                 }
+                self.joined_since[t] = true;
             }
             Func::Malloc => self.alloc(t, value, p.args[0], p.ret),
             Func::Calloc => self.alloc(t, value, p.args[0].saturating_mul(p.args[1]), p.ret),
@@ -701,14 +823,15 @@ impl<'a> Engine<'a> {
     fn alloc(&mut self, t: usize, value: Option<u64>, size: u64, caller: u64) {
         if let Some(base) = value.filter(|&v| v != 0) {
             // Memory handed out again: what was done to it before is another object's.
-            self.shadow.forget(base, base.saturating_add(size));
-            self.blocks.insert(base, Block { size, caller, thread: t as u32 });
+            let b = Block { size, caller, thread: t as u32 };
+            self.blocks.insert(base, b);
+            self.broadcast(Op::Alloc(base, b));
         }
     }
 
     fn free(&mut self, base: u64) {
-        if let Some(b) = self.blocks.remove(&base) {
-            self.shadow.forget(base, base.saturating_add(b.size));
+        if self.blocks.remove(&base).is_some() {
+            self.broadcast(Op::Free(base));
         }
     }
 
@@ -720,6 +843,8 @@ impl<'a> Engine<'a> {
         self.end_clock[t] = Some(end);
         let th = &mut self.threads[t];
         th.ended = true;
+        self.broadcast(Op::Ended(t as u16));
+        let th = &mut self.threads[t];
         // A thread's stack and TLS are reused for threads created later: forget them. The
         // TLS block and the thread descriptor sit just above the stack (glibc).
         if t > 0 && th.stack.0 <= th.stack.1 {
@@ -729,7 +854,7 @@ impl<'a> Engine<'a> {
             if p >= th.stack.0 && p - th.stack.0 < 1 << 26 {
                 hi = hi.max(p + 4096);
             }
-            self.shadow.forget(lo, hi);
+            self.broadcast(Op::Forget(lo, hi));
         }
     }
 
@@ -743,8 +868,13 @@ impl<'a> Engine<'a> {
     fn access_at(&mut self, t: usize, pc: u64, addr: u64, size: u32, write: bool, class: Class, epoch: Option<u32>, kernel: bool) {
         let th = &mut self.threads[t];
         if class == Class::Stack {
-            th.stack = (th.stack.0.min(addr), th.stack.1.max(access_end(addr, size)));
+            let stack = (th.stack.0.min(addr), th.stack.1.max(access_end(addr, size)));
+            if stack != th.stack {
+                th.stack = stack;
+                self.broadcast(Op::Stack(t as u16, stack.0, stack.1));
+            }
         }
+        let th = &self.threads[t];
         // A handler's frame (or a tail call's above one) returns nowhere: no caller to name.
         let (caller, caller_runtime) = th.frames.top().map_or((0, true), |f| (if f.ret == NO_RETURN { 0 } else { f.ret }, f.data));
         // The runtime's code called by the runtime: its own internals, ordered by its own
@@ -782,8 +912,7 @@ impl<'a> Engine<'a> {
 
     /// [`checked`](Self::checked), remembered at `epoch` of the thread if given.
     fn checked_at(&mut self, t: usize, site: Site, addr: u64, epoch: Option<u32>) {
-        self.stats.checked += 1;
-        let (locks, write, size) = (self.threads[t].locks, site.write, site.size);
+        let (locks, size) = (self.threads[t].locks, site.size);
         let clock = epoch.unwrap_or_else(|| self.threads[t].clock.get(t));
         let site = self.site(site);
         if let Some(r) = &mut self.region {
@@ -791,81 +920,21 @@ impl<'a> Engine<'a> {
                 *r.seen.entry((t as u32, site, locks)).or_insert(0) += 1;
             }
         }
-        for (g, mask) in granules(addr, access_end(addr, size)) {
-            self.check(t, g, mask, Slot { clock, site, locks, thread: t as u16, mask, write }, addr);
-        }
-    }
-
-    /// Checks an access to one granule against those remembered, then remembers it.
-    fn check(&mut self, t: usize, g: u64, mask: u8, cur: Slot, addr: u64) {
-        let at = self.at(g);
-        let slots = *self.shadow.slots(at);
-        // The same access again (a loop) in the same epoch: anything it could race with was
-        // checked when it was stored, or checked it when that was stored.
-        if slots.contains(&cur) {
-            return;
-        }
-        for s in slots.iter() {
-            if s.clock == 0 || s.mask & mask == 0 || s.thread as usize == t || !(s.write || cur.write) {
-                continue;
-            }
-            if self.sites[s.site as usize].atomic && self.sites[cur.site as usize].atomic {
-                continue;
-            }
-            let c = &self.threads[t].clock;
-            let (ordered, ordered_weak) = (c.full.saw(s.thread as usize, s.clock), c.weak.saw(s.thread as usize, s.clock));
-            if ordered_weak || !self.disjoint(s.locks, cur.locks) {
-                continue;
-            }
-            // Ordered only by lock hand-offs, and no lock held by both: another run taking
-            // the locks in another order would race.
-            self.race(*s, cur, addr.max(g), ordered);
-        }
-        let clock = &self.threads[t].clock;
-        let mut next = slots;
-        let mut free = None;
-        let mut same = None;
-        for (i, s) in next.iter_mut().enumerate() {
-            if s.clock != 0 && s.thread == cur.thread && s.write == cur.write && s.mask == cur.mask {
-                same = Some(i);
-                break;
-            }
-            // Superseded: covered by this access and ordered before it (a write), or the
-            // same thread's read (a read).
-            let covered = s.mask & !cur.mask == 0;
-            let ordered = clock.full.saw(s.thread as usize, s.clock);
-            if s.clock != 0 && covered && ((cur.write && ordered) || (!cur.write && !s.write && s.thread == cur.thread)) {
-                *s = Slot::default();
-            }
-            if s.clock == 0 && free.is_none() {
-                free = Some(i);
-            }
-        }
-        let i = same.or(free).unwrap_or_else(|| {
-            // Full: forget one of this thread's first, else one by turns.
-            next.iter().position(|s| s.thread == cur.thread).unwrap_or((cur.clock as usize + cur.site as usize) % SLOTS)
-        });
-        next[i] = cur;
-        *self.shadow.slots(at) = next;
-    }
-
-    fn side(&self, s: &Slot) -> Side {
-        Side { thread: s.thread as u32, site: self.sites[s.site as usize], locks: self.locksets[s.locks as usize].clone() }
-    }
-
-    fn race(&mut self, prev: Slot, cur: Slot, addr: u64, potential: bool) {
-        let key = (prev.site.min(cur.site), prev.site.max(cur.site));
-        if let Some(r) = self.races.get_mut(&key) {
-            r.count += 1;
-            r.potential &= potential;
-            return;
-        }
-        let block = self.blocks.range(..=addr).next_back().filter(|(&b, blk)| addr < b + blk.size.max(1)).map(|(&b, &blk)| (b, blk));
-        let stack_of = self.threads.iter().position(|th| th.stack.0 <= addr && addr < th.stack.1 && !th.ended).map(|t| t as u32);
-        let race = Race { first: self.side(&prev), second: self.side(&cur), addr, block, stack_of, count: 1, potential };
-        self.races.insert(key, race);
+        self.send(t, site, addr, size, clock);
     }
 }
+
+/// Where the engine's checks go.
+enum Out {
+    /// Shards checked on the engine's thread (one, unless tests say otherwise).
+    Direct(Vec<Checker>),
+    /// Shards on threads of their own, each taking its batches from a channel, and the
+    /// batches they gave back.
+    Sharded(Vec<crossbeam::channel::Sender<Batch>>, crossbeam::channel::Receiver<Batch>),
+}
+
+/// Accesses (or ops) sent to a shard at once.
+const BATCH: usize = 1 << 14;
 
 #[cfg(test)]
 mod tests {
@@ -906,20 +975,21 @@ mod tests {
             e.event(1, write(0x1000, 0x10));
             e.event(2, write(0x1004, 0x20));
         }
-        assert_eq!(e.races.len(), 1);
-        let r = e.races.values().next().unwrap();
+        assert_eq!(e.races().len(), 1);
+        let all = e.races();
+        let r = all.values().next().unwrap();
         assert_eq!((r.first.thread, r.second.thread, r.addr), (1, 2, 0x1004));
         assert_eq!(r.count, 1, "the same access again in one epoch is not checked again");
         e.event(2, Ev::Release(0x5000));
         e.event(2, write(0x1004, 0x20));
-        assert_eq!(e.races.values().next().unwrap().count, 2, "a new epoch checks it again");
+        assert_eq!(e.races().values().next().unwrap().count, 2, "a new epoch checks it again");
         // Two reads, or bytes apart, are no race.
         let mut e = two(&none);
         e.event(1, read(0x2000, 0x10));
         e.event(2, read(0x2000, 0x20));
         e.event(1, Ev::Access { pc: 0x11, addr: 0x3000, size: 4, write: true, class: Class::Plain });
         e.event(2, Ev::Access { pc: 0x21, addr: 0x3004, size: 4, write: true, class: Class::Plain });
-        assert!(e.races.is_empty());
+        assert!(e.races().is_empty());
     }
 
     /// An access repeated in one epoch is skipped only while its slot holds it: once the
@@ -929,17 +999,18 @@ mod tests {
     fn repeats_are_checked_again_once_their_slot_is_gone() {
         let none = FxHashMap::default();
         let mut e = two(&none);
-        let count =
-            |e: &Engine, a: u64, b: u64| e.races.values().find(|r| r.first.site.pc == a && r.second.site.pc == b).map_or(0, |r| r.count);
+        let count = |e: &mut Engine, a: u64, b: u64| {
+            e.races().values().find(|r| r.first.site.pc == a && r.second.site.pc == b).map_or(0, |r| r.count)
+        };
         e.event(1, write(0x1000, 0x10));
         e.event(2, read(0x1000, 0x20));
         e.event(2, read(0x1000, 0x20));
-        assert_eq!(count(&e, 0x10, 0x20), 1, "the repeat is in the slot");
+        assert_eq!(count(&mut e, 0x10, 0x20), 1, "the repeat is in the slot");
         // The thread's write supersedes its read's slot: the read again is checked again.
         e.event(2, write(0x1000, 0x30));
         e.event(2, read(0x1000, 0x20));
-        assert_eq!(count(&e, 0x10, 0x20), 2);
-        assert_eq!(count(&e, 0x10, 0x30), 1);
+        assert_eq!(count(&mut e, 0x10, 0x20), 2);
+        assert_eq!(count(&mut e, 0x10, 0x30), 1);
         // Memory handed out again forgets every slot of it: thread 2's read, repeated in
         // the same epoch, is remembered anew and races with thread 1's write after it.
         let mut e = two(&none);
@@ -949,7 +1020,7 @@ mod tests {
         e.event(2, ret(Func::Malloc, 0x20000));
         e.event(2, read(0x20000, 0x20));
         e.event(1, write(0x20000, 0x10));
-        assert_eq!(count(&e, 0x10, 0x20) + count(&e, 0x20, 0x10), 2, "{:?}", e.races);
+        assert_eq!(count(&mut e, 0x10, 0x20) + count(&mut e, 0x20, 0x10), 2, "{:?}", e.races());
     }
 
     #[test]
@@ -967,7 +1038,7 @@ mod tests {
         e.event(0, call(Func::Join, 0x7000, 0x99));
         e.event(0, Ev::Block { addr: 0x99 });
         e.event(0, read(0x1000, 0x30));
-        assert!(e.races.is_empty(), "{:?}", e.races);
+        assert!(e.races().is_empty(), "{:?}", e.races());
     }
 
     #[test]
@@ -984,9 +1055,10 @@ mod tests {
             e.event(2, call(Func::MutexTrylock, l, 0x60));
             e.event(2, ret(Func::MutexTrylock, result));
             e.event(2, write(0x1000, 0x20));
-            assert_eq!(e.races.len(), races, "trylock returned {result}");
+            assert_eq!(e.races().len(), races, "trylock returned {result}");
             if races == 1 {
-                let r = e.races.values().next().unwrap();
+                let all = e.races();
+                let r = all.values().next().unwrap();
                 assert_eq!(r.first.locks, vec![(l, false)]);
                 assert!(r.second.locks.is_empty());
             }
@@ -1007,7 +1079,8 @@ mod tests {
         e.event(2, call(Func::MutexUnlock, l, 0x61));
         e.event(2, Ev::Block { addr: 0x61 });
         e.event(2, write(0x1000, 0x20));
-        let r: Vec<&Race> = e.races.values().collect();
+        let all = e.races();
+        let r: Vec<&Race> = all.values().collect();
         assert_eq!(r.len(), 1);
         assert!(r[0].potential);
         // Ordered by a semaphore instead: no race in any run.
@@ -1017,7 +1090,7 @@ mod tests {
         e.event(2, call(Func::SemWait, 0xa000, 0x60));
         e.event(2, ret(Func::SemWait, 0));
         e.event(2, write(0x1000, 0x20));
-        assert!(e.races.is_empty());
+        assert!(e.races().is_empty());
     }
 
     #[test]
@@ -1032,7 +1105,7 @@ mod tests {
         // A plain load of the flag: an acquire, and no race with the locked store.
         e.event(2, Ev::Access { pc: 0x20, addr: 0x4000, size: 4, write: false, class: Class::Plain });
         e.event(2, read(0x1000, 0x21));
-        assert!(e.races.is_empty(), "{:?}", e.races);
+        assert!(e.races().is_empty(), "{:?}", e.races());
         assert!(e.is_atomic(0x4002, 1) && !e.is_atomic(0x4004, 4));
     }
 
@@ -1045,11 +1118,12 @@ mod tests {
         e.event(1, ret(Func::Malloc, 0x1000));
         e.event(2, Ev::Access { pc: 0x20, addr: 0x1000, size: 8, write: true, class: Class::Tls });
         e.event(2, write(0x1000, 0x21));
-        assert!(e.races.is_empty());
+        assert!(e.races().is_empty());
         // The block malloc returned is named in a race on it.
         e.event(1, write(0x1008, 0x12));
         e.event(2, write(0x1008, 0x22));
-        let r = e.races.values().next().unwrap();
+        let all = e.races();
+        let r = all.values().next().unwrap();
         assert_eq!(r.block.map(|(b, blk)| (b, blk.size, blk.thread)), Some((0x1000, 16, 1)));
     }
 
@@ -1067,13 +1141,13 @@ mod tests {
             e.event(t, call(Func::RwUnlock, l, 0x51));
             e.event(t, Ev::Block { addr: 0x51 });
         }
-        assert_eq!(e.races.len(), 1, "{:?}", e.races);
+        assert_eq!(e.races().len(), 1, "{:?}", e.races());
         // Thread 1 takes the write side after both readers: ordered after their writes.
         e.event(1, call(Func::RwWrlock, l, 0x52));
         e.event(1, ret(Func::RwWrlock, 0));
         e.event(1, Ev::Block { addr: 0x52 });
         e.event(1, write(0x1000, 0x11));
-        assert_eq!(e.races.len(), 1, "the writer is ordered after both readers: {:?}", e.races);
+        assert_eq!(e.races().len(), 1, "the writer is ordered after both readers: {:?}", e.races());
     }
 
     /// A plain store to a location locked instructions use races with another thread's
@@ -1088,9 +1162,10 @@ mod tests {
         e.event(1, Ev::Release(0x4000));
         e.event(2, locked(0x20));
         e.event(2, Ev::Release(0x4000));
-        assert!(e.races.is_empty(), "{:?}", e.races);
+        assert!(e.races().is_empty(), "{:?}", e.races());
         e.event(2, write(0x4000, 0x22));
-        let r: Vec<&Race> = e.races.values().collect();
+        let all = e.races();
+        let r: Vec<&Race> = all.values().collect();
         assert_eq!(r.len(), 1, "{r:?}");
         assert!(r[0].first.site.atomic && !r[0].second.site.atomic && r[0].second.site.pc == 0x22);
         // A plain load is an atomic load (an acquire): thread 2's store after it is ordered
@@ -1100,7 +1175,7 @@ mod tests {
         e.event(1, Ev::Release(0x4000));
         e.event(2, read(0x4000, 0x21));
         e.event(2, write(0x4000, 0x22));
-        assert!(e.races.is_empty(), "{:?}", e.races);
+        assert!(e.races().is_empty(), "{:?}", e.races());
         // The atomic's release covers its own access: a thread acquiring it is ordered
         // after it, and its plain store is no race.
         let mut e = two(&atomic);
@@ -1108,7 +1183,7 @@ mod tests {
         e.event(1, Ev::Release(0x4000));
         e.event(2, Ev::Acquire(0x4000));
         e.event(2, write(0x4000, 0x22));
-        assert!(e.races.is_empty(), "{:?}", e.races);
+        assert!(e.races().is_empty(), "{:?}", e.races());
     }
 
     /// Destroying a mutex races with another thread's unordered use of it; freeing a block
@@ -1121,7 +1196,8 @@ mod tests {
         e.event(1, call(Func::MutexLock, m, 0x51));
         e.event(1, ret(Func::MutexLock, 0));
         e.event(2, call(Func::MutexDestroy, m, 0x61));
-        let r: Vec<&Race> = e.races.values().collect();
+        let all = e.races();
+        let r: Vec<&Race> = all.values().collect();
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!((r[0].first.site.pc, r[0].second.site.pc), (0x50, 0x60), "at the calls' last bytes");
         assert!(r[0].first.site.atomic && r[0].second.site.write);
@@ -1131,7 +1207,7 @@ mod tests {
         e.event(1, ret(Func::Malloc, 0x20000));
         e.event(2, read(0x20010, 0x20));
         e.event(1, call(Func::Free, 0x20000, 0x52));
-        assert_eq!(e.races.len(), 1, "{:?}", e.races);
+        assert_eq!(e.races().len(), 1, "{:?}", e.races());
         // The runtime's own calls (returning into it) are not checked.
         let mut e = Engine::new(&[None, Some((0, 1, 0x7000)), Some((0, 2, 0x8000))], &none, vec![(0x7f00_0000, 0x7f10_0000)]);
         for (t, s) in [(0, 0), (0, 1), (0, 2), (1, 3), (2, 4)] {
@@ -1139,7 +1215,7 @@ mod tests {
         }
         e.event(1, call(Func::MutexLock, m, 0x7f00_1000));
         e.event(2, call(Func::MutexDestroy, m, 0x7f00_2000));
-        assert!(e.races.is_empty(), "{:?}", e.races);
+        assert!(e.races().is_empty(), "{:?}", e.races());
     }
 
     /// A pipe orders what is written before a send with what follows a receive on its
@@ -1162,7 +1238,7 @@ mod tests {
             e.event(2, Ev::Syscall { nr: read_nr, args: [if other_pipe { 5 } else { 3 }, 0x3000, 1] });
             e.event(2, Ev::SyscallReturn { value: 1 });
             e.event(2, read(0x1000, 0x20));
-            assert_eq!(e.races.len(), races, "other pipe: {other_pipe}: {:?}", e.races);
+            assert_eq!(e.races().len(), races, "other pipe: {other_pipe}: {:?}", e.races());
         }
         // What the kernel read for the send, it read before the release: the receiver may
         // write the buffer then.
@@ -1176,7 +1252,7 @@ mod tests {
         e.event(2, Ev::Syscall { nr: read_nr, args: [3, 0x3000, 8] });
         e.event(2, Ev::SyscallReturn { value: 8 });
         e.event(2, write(0x2000, 0x20));
-        assert!(e.races.is_empty(), "{:?}", e.races);
+        assert!(e.races().is_empty(), "{:?}", e.races());
     }
 
     /// Accesses at the top of the address space (a damaged profile's addresses) end there:
@@ -1189,7 +1265,7 @@ mod tests {
             let mut e = two(atomic);
             e.event(1, write(u64::MAX - 7, 0x10));
             e.event(2, Ev::Access { pc: 0x20, addr: u64::MAX - 3, size: 16, write: true, class: Class::Plain });
-            let _ = tx.send((e.races.len(), e.is_atomic(u64::MAX, 8), e.shadow.bytes()));
+            let _ = tx.send((e.races().len(), e.is_atomic(u64::MAX, 8), e.shadow_bytes()));
         });
         let (races, atomic, bytes) =
             rx.recv_timeout(std::time::Duration::from_secs(30)).expect("an access at the top of memory never ended");
@@ -1206,7 +1282,7 @@ mod tests {
         e.event(1, Ev::Kernel { pc: 0x10, addr: 0x1000_0000, size: u32::MAX, write: true, class: Class::Plain });
         e.event(2, read(0x1000_0000 + (1 << 20) - 8, 0x20));
         e.event(2, read(0x1000_0000 + (1 << 20), 0x21));
-        assert_eq!(e.races.len(), 1, "the first MiB is checked, no more: {:?}", e.races);
+        assert_eq!(e.races().len(), 1, "the first MiB is checked, no more: {:?}", e.races());
         let page = std::mem::size_of::<crate::races::shadow::Page>();
         assert!(e.shadow_bytes() <= ((1 << 20) / 4096 + 2) * page, "{} bytes of shadow", e.shadow_bytes());
     }
@@ -1247,7 +1323,7 @@ mod tests {
             e.event(0, Ev::Acquire(0x9000));
             e.event(0, read(0x10_0000 + 8 * kids[0] as u64, 0x20));
         }
-        assert!(e.races.is_empty(), "{:?}", e.races);
+        assert!(e.races().is_empty(), "{:?}", e.races());
         // Both clocks (full, weak) of thread 0, of the threads alive, of their ends and the
         // sync object, each at most n + 1 long.
         let bound = 2 * (2 * alive + 4) * (n + 1);

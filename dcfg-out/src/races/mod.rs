@@ -11,6 +11,7 @@
 //! with what follows it, for the record that ends its stretch (known from the first pass,
 //! so nothing is held back in memory), so that every store it may have read is seen first.
 
+pub mod checker;
 pub mod clock;
 pub mod declared;
 pub mod engine;
@@ -127,16 +128,53 @@ pub fn analyse(rec: &Recovery, symbols: &crate::program::symbols::Symbolizer, re
         .filter(|m| m.event == dep_profile::container::ModuleEventKind::Load && feed::is_runtime(&m.path))
         .map(|m| (m.base, m.base + m.size))
         .collect();
-    let mut engine = Engine::new(&spawns, &atomic, runtime);
-    if let Some((start, end, _)) = &region {
-        engine.region = Some(Region { start: *start, end: *end, seen: FxHashMap::default() });
-    }
-    interleave(rec, &facts, syncs, &mut engine)?;
+    // The shadow's checks split by page over a shard per core, each on its own thread,
+    // beside this one (the order between threads) and the threads' producers.
+    let shards = rec.workers().max(1);
+    let (engine, found, shadow_bytes) = std::thread::scope(|s| -> Result<_, RacesError> {
+        let mut txs = Vec::with_capacity(shards);
+        let mut handles = Vec::with_capacity(shards);
+        let (spare_tx, spare) = crossbeam::channel::bounded::<checker::Batch>(6 * shards);
+        for k in 0..shards {
+            let (tx, rx) = crossbeam::channel::bounded::<checker::Batch>(4);
+            txs.push(tx);
+            let (n, spare_tx) = (threads.len(), spare_tx.clone());
+            handles.push(std::thread::Builder::new().name(format!("dep-shard-{k}")).spawn_scoped(s, move || {
+                let mut c = checker::Checker::new(k, shards, n);
+                for mut b in rx {
+                    c.apply(&b);
+                    b.clear();
+                    let _ = spare_tx.try_send(b);
+                }
+                c
+            }));
+        }
+        let mut engine = Engine::new(&spawns, &atomic, runtime).sharded(txs, spare);
+        if let Some((start, end, _)) = &region {
+            engine.region = Some(Region { start: *start, end: *end, seen: FxHashMap::default() });
+        }
+        let run = interleave(rec, &facts, syncs, &mut engine);
+        engine.finish();
+        let mut found = checker::Races::default();
+        let mut bytes = 0;
+        for h in handles {
+            let c = h.expect("a shard thread starts").join().expect("a race shard panicked");
+            bytes += c.shadow_bytes();
+            checker::merge(&mut found, c.races);
+        }
+        run?;
+        Ok((engine, found, bytes))
+    })?;
     if let Some(thread) = engine.exhausted {
         return Err(RacesError::EpochsExhausted(thread));
     }
-    let shadow_bytes = engine.shadow_bytes();
-    let mut races: Vec<engine::Race> = engine.races.into_values().collect();
+    // Most frequent first. Among as frequent, the order is the table's of one shadow
+    // memory, which took each race when first seen: the report's grouping keeps the first
+    // race of a group, so the table is made again in that order.
+    let mut first: Vec<((u32, u32), checker::Found)> = found.into_iter().collect();
+    first.sort_by_key(|(_, f)| f.first);
+    let table: FxHashMap<(u32, u32), checker::Found> = first.into_iter().collect();
+    let mut races: Vec<engine::Race> = table.into_values().map(|f| engine.race_of(f)).collect();
     races.sort_by_key(|r| std::cmp::Reverse(r.count));
     Ok(Analysis {
         races,

@@ -27,10 +27,9 @@ pub struct Slot {
 /// One granule's slots.
 pub type Granule = [Slot; SLOTS];
 
-/// One 4 KiB page of granules, with the bytes of each that locked instructions use.
+/// One 4 KiB page of granules.
 pub struct Page {
     pub granules: [Granule; GRANULES],
-    pub atomic: [u8; GRANULES],
 }
 
 /// Where a granule is: its page's index and its own within the page.
@@ -55,10 +54,9 @@ impl Default for Shadow {
 }
 
 impl Shadow {
-    /// The granule holding `addr`; a page made on first touch takes its atomic bytes from
-    /// `atomic(granule address)`.
+    /// The granule holding `addr` (its page made on first touch).
     #[inline]
-    pub fn at(&mut self, addr: u64, atomic: &dyn Fn(u64) -> u8) -> At {
+    pub fn at(&mut self, addr: u64) -> At {
         let pn = addr >> 12;
         let c = (pn as usize) & 7;
         let granule = ((addr >> 3) as usize % GRANULES) as u16;
@@ -68,11 +66,7 @@ impl Shadow {
         let next = self.pages.len() as u32;
         let page = *self.index.entry(pn).or_insert(next);
         if page == next {
-            let mut p = Box::new(Page { granules: [[Slot::default(); SLOTS]; GRANULES], atomic: [0; GRANULES] });
-            for (g, m) in p.atomic.iter_mut().enumerate() {
-                *m = atomic((pn << 12) + 8 * g as u64);
-            }
-            self.pages.push(p);
+            self.pages.push(Box::new(Page { granules: [[Slot::default(); SLOTS]; GRANULES] }));
         }
         self.cache[c] = (pn, page);
         At { page, granule }
@@ -82,12 +76,6 @@ impl Shadow {
     #[inline]
     pub fn slots(&mut self, at: At) -> &mut Granule {
         &mut self.pages[at.page as usize].granules[at.granule as usize]
-    }
-
-    /// The atomic bytes of a granule found with [`at`](Self::at).
-    #[inline]
-    pub fn atomic(&self, at: At) -> u8 {
-        self.pages[at.page as usize].atomic[at.granule as usize]
     }
 
     /// Forgets every access to `[start, end)` (memory given back: a freed block, the stack
@@ -163,35 +151,31 @@ mod tests {
     #[test]
     fn forgetting_clears_only_the_range() {
         let mut s = Shadow::default();
-        let none = |_: u64| 0u8;
         for a in [0x1000u64, 0x1008, 0x2000] {
-            let at = s.at(a, &none);
+            let at = s.at(a);
             s.slots(at)[0] = Slot { clock: 1, site: 1, locks: 0, thread: 0, mask: 0xff, write: true };
         }
         s.forget(0x1004, 0x1010);
-        let at = s.at(0x1000, &none);
+        let at = s.at(0x1000);
         assert_eq!(s.slots(at)[0].mask, 0x0f);
-        let at = s.at(0x1008, &none);
+        let at = s.at(0x1008);
         assert_eq!(s.slots(at)[0], Slot::default());
-        let at = s.at(0x2000, &none);
+        let at = s.at(0x2000);
         assert_eq!(s.slots(at)[0].clock, 1);
     }
 
     #[test]
-    fn pages_take_their_atomic_bytes_when_made() {
+    fn pages_are_found_again_past_the_cache() {
         let mut s = Shadow::default();
-        let at = s.at(0x5010, &|g| if g == 0x5010 { 0b1111 } else { 0 });
-        assert_eq!(s.atomic(at), 0b1111);
-        let at = s.at(0x5018, &|_| 0xff);
-        assert_eq!(s.atomic(at), 0, "made once, with the first page's answer");
         // Many pages through the eight cache entries.
         for p in 0..100u64 {
-            let at = s.at(p << 12, &|_| 0);
+            let at = s.at(p << 12);
             s.slots(at)[1].site = p as u32 + 1;
         }
         for p in 0..100u64 {
-            let at = s.at(p << 12, &|_| 0);
+            let at = s.at(p << 12);
             assert_eq!(s.slots(at)[1].site, p as u32 + 1);
         }
+        assert_eq!(s.bytes(), 100 * std::mem::size_of::<Page>());
     }
 }
