@@ -128,10 +128,13 @@ enum Cmd {
     /// N dependences (default 100000).
     Wet {
         profile: PathBuf,
-        #[arg(short, long)]
-        output: PathBuf,
+        #[arg(short, long, required_unless_present = "count")]
+        output: Option<PathBuf>,
         #[arg(long, num_args = 0..=1, default_missing_value = "100000", value_name = "N")]
         history: Option<usize>,
+        /// Find every dependence and print how many (as --summary does), writing no trace.
+        #[arg(long, conflicts_with_all = ["output", "history", "ports"])]
+        count: bool,
         /// Megabytes of dependences held in memory before spilling to temporary files (at
         /// least 1: each spill walks every use port).
         #[arg(long, default_value_t = 1024, value_name = "MB", value_parser = clap::value_parser!(u64).range(1..=1 << 40))]
@@ -299,8 +302,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Dcfg { check: Some(pair), blocks, .. } => dcfg_check(&pair[0], &pair[1], blocks),
         Cmd::Dcfg { profile: Some(profile), output: Some(output), trace, .. } => dcfg(&profile, &output, trace.as_deref()),
         Cmd::Dcfg { .. } => bail!("dep dcfg needs PROFILE -o FILE, or --check DCFG TRACE"),
-        Cmd::Wet { profile, output, history, spill_mb, summary, ports } => {
-            wet(&profile, &output, history, spill_mb, summary, ports.as_deref())
+        Cmd::Wet { profile, output, history, count, spill_mb, summary, ports } => {
+            wet(&profile, output.as_deref(), if count { Some(0) } else { history }, spill_mb, summary || count, ports.as_deref())
         }
         Cmd::Callgrind { profile, output, separate_threads, dump_instr } => callgrind(&profile, &output, separate_threads, dump_instr),
         Cmd::Races { profile, json, region, output, summary, potential } => {
@@ -627,9 +630,10 @@ fn dcfg(profile: &std::path::Path, output: &std::path::Path, trace: Option<&std:
     Ok(ExitCode::SUCCESS)
 }
 
+/// `output` None: no trace written (`--count`, which keeps no dependence: a history of 0).
 fn wet(
     profile: &std::path::Path,
-    output: &std::path::Path,
+    output: Option<&std::path::Path>,
     history: Option<usize>,
     spill_mb: u64,
     summary: bool,
@@ -637,14 +641,19 @@ fn wet(
 ) -> Result<ExitCode> {
     use dep_dcfg_out::wet;
     let p = dep_profile::container::Profile::open(profile)?;
-    let mut out = create_output(Some(output))?;
+    let mut out: Box<dyn Write> = match output {
+        Some(o) => Box::new(create_output(Some(o))?),
+        None => Box::new(std::io::sink()),
+    };
     let mut ports_out = ports.map(|p| create_output(Some(p))).transpose()?;
     let rec = dep_recover::Recovery::new(&p, 0);
     let syms = symbolizer(&p.modules);
     let opts = wet::Options { history, memory: usize::try_from(spill_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX) };
     let start = std::time::Instant::now();
-    let s = wet::write(&rec, &syms, &opts, &mut out, ports_out.as_mut().map(|w| w as &mut dyn Write))
-        .with_context(|| format!("writing {}", output.display()))?;
+    let s = wet::write(&rec, &syms, &opts, &mut out, ports_out.as_mut().map(|w| w as &mut dyn Write)).with_context(|| match output {
+        Some(o) => format!("writing {}", o.display()),
+        None => "finding the dependences".to_string(),
+    })?;
     if summary {
         let secs = start.elapsed().as_secs_f64();
         eprintln!(

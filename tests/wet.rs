@@ -352,3 +352,28 @@ fn bad_input_fails_cleanly() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.trim().lines().count() == 1 && err.matches("No space left on device").count() == 1, "{err}");
 }
+
+/// `--count` finds the dependences the comprehensive trace lists, and writes none: its
+/// count is the number of dependence lines of the written trace.
+#[test]
+fn count_finds_what_the_trace_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = record(dir.path(), "wet");
+    let out = dir.path().join("wet.txt");
+    ok(Command::new(dep()).args(["wet", "-o"]).arg(&out).arg(&p));
+    let text = std::fs::read_to_string(&out).unwrap();
+    let listed: usize = parse_wet(&text).values().map(|b| b.ports.iter().map(Vec::len).sum::<usize>()).sum();
+    assert!(listed > 1000, "{listed} dependences");
+    let o = Command::new(dep()).args(["wet", "--count"]).arg(&p).output().unwrap();
+    assert!(o.status.success() && o.stdout.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let counted: usize = err
+        .split(" dependences,")
+        .next()
+        .and_then(|h| h.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no dependence count in {err:?}"));
+    assert_eq!(counted, listed);
+    let both = Command::new(dep()).args(["wet", "--count", "-o"]).arg(&out).arg(&p).output().unwrap();
+    assert!(!both.status.success(), "--count writes no trace: -o is refused");
+}
