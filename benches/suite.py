@@ -3,9 +3,11 @@
 
     python3 benches/suite.py [--quick] [--out DIR] [--repeat N] [--programs a,b]
                              [--lackey-small] [--no-lackey] [--no-peer] [--raw2trace-main]
+                             [--analyses default|all|none] [--dep PATH]
 
 For each program (six C programs from benches/programs at their default size, `gzip -c` on a
-generated ~40 MB text, and the real python3 interpreter on a small compute script) it times,
+generated ~40 MB text, `xz -T2 -c` (two threads) on a ~3 MB one, and the real python3
+interpreter on a small compute script) it times,
 wall clock: at that main size native, `dep record --discard`, `dep record -o P`,
 `dep recover P --format null`, `dep record --truth --discard` and `valgrind --tool=none`; at a
 small size (~0.1 s natively) `dep record -o P` with `dep stats P --json` (Table 2),
@@ -15,7 +17,10 @@ drmemtrace (issue 24; built once from /work/shared/peers into ~/.cache/dep-bench
 with --no-peer): at the main size `drrun -- prog` (no client) and `drrun -t drmemtrace
 -offline`, at the small size drmemtrace again, `drraw2trace` and drcachesim basic_counts
 (drraw2trace at the main size only with --raw2trace-main: ~20 minutes per 20 MiB of gzip
-input), and bytes on disk per memory reference of both. It prints the slowdown and size
+input), and bytes on disk per memory reference of both. On gzip, python3 and xz (--analyses)
+it times dep's analyses of the main-size profile against `dep recover P --format null` on
+the same profile: `dep races`, `dep wet --count`, `dep wet`, `dep callgrind`, `dep dcfg` and
+`dep dcfg --check` of the files dcfg wrote (with its peak RSS). It prints the slowdown and size
 tables with the paper's figures beside them and writes results.json, slowdowns.svg,
 sizes.svg and table.txt into the output directory (default target/bench-results).
 benches/README.md explains why the expensive measurements run at reduced sizes.
@@ -37,15 +42,20 @@ import random
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from xml.sax.saxutils import escape as _xml_escape
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(BENCH_DIR)
-DEP = os.path.join(REPO, "target", "release", "dep")
+# The dep binary: --dep PATH, or $DEP_BENCH_DEP, or the repository's release build (built by
+# ensure_dep when missing).
+DEP_DEFAULT = os.path.join(REPO, "target", "release", "dep")
+DEP = os.environ.get("DEP_BENCH_DEP") or DEP_DEFAULT
 PROGRAMS_SRC = os.path.join(BENCH_DIR, "programs")
 PROGRAMS_BIN = os.path.join(REPO, "target", "bench-programs")
 # DynamoRIO's source tarball and build script for the drmemtrace peer (issue 24).
@@ -75,6 +85,16 @@ DR_RAW_BYTES_PER_REF = 5   # room kept for drmemtrace's raw files (it writes up 
 ADDR_BYTES = 8   # one x86-64 address: a BB_pc or Mem_addr record as `dep stats` counts it
 GZIP_BYTES = {"main": 40 << 20, "small": 2 << 20, "tiny": 128 << 10}
 GZIP_BYTES_QUICK = {"main": 3 << 20, "small": 32 << 10, "tiny": 32 << 10}
+# xz -T2 -c: xz's threaded encoder, a main thread reading and writing and one worker
+# compressing (-6 blocks are 24 MiB, so these inputs are one block each); ~2 s, ~0.1 s and
+# ~0.01 s natively (-6 allocates ~90 MB of match finder at start-up whatever the input).
+XZ_BYTES = {"main": 3 << 20, "small": 256 << 10, "tiny": 16 << 10}
+XZ_BYTES_QUICK = {"main": 256 << 10, "small": 16 << 10, "tiny": 16 << 10}
+XZ_THREADS = 2
+FILE_PROGRAMS = ("gzip", "xz")        # programs whose size argument is an input file
+# The programs whose main-size profile the analyses run on by default (--analyses): on the
+# C programs they would make a full suite run much longer.
+ANALYSIS_PROGRAMS = ("gzip", "python3", "xz")
 PY_N = {"main": 800000, "small": 20000}      # ~0.75-1 s and ~0.06 s natively
 PY_N_QUICK = {"main": 30000, "small": 2000}  # ~0.1 s and ~0.05 s (start-up)
 PY_LACKEY_SKIP = ("python3: interpreter start-up alone runs 20-40 s under lackey "
@@ -95,6 +115,12 @@ COLUMNS = [
     ("recover_text", "rec text", "recover_text_s", "native_s"),
     ("champsim", "champsim", "champsim_s", "native_s"),
     ("umt", "umt", "umt_s", "native_s"),
+    # The analyses (ANALYSIS_PROGRAMS, --analyses): printed in their own table, as a ratio to
+    # recover_null (ANALYSES below); here against native like every column.
+    ("races", "races", "races_s", "native_s"),
+    ("wet_deps", "wet deps", "wet_deps_s", "native_s"),
+    ("wet", "wet", "wet_s", "native_s"),
+    ("dcfg_check", "dcfg chk", "dcfg_check_s", "native_s"),
     ("record_small", "record/s", "record_small_s", "native_small_s"),
     ("truth_small", "truth/s", "truth_small_s", "native_small_s"),
     ("recover_binary_small", "recbin/s", "recover_binary_small_s", "native_small_s"),
@@ -107,6 +133,18 @@ COLUMNS = [
     ("raw2trace_small", "raw2tr/s", "raw2trace_small_s", "native_small_s"),
 ]
 PEER_COLUMNS = ("dr_null", "drmemtrace", "raw2trace", "drmemtrace_small", "raw2trace_small")
+ANALYSIS_COLUMNS = ("races", "wet_deps", "wet", "dcfg_check")   # only in the analyses table
+# The analyses table: key in the JSON "analysis_ratios", header, time key; each divided by
+# recover_null_s of the same program and run (callgrind and dcfg run on every program).
+ANALYSES = [
+    ("races", "races", "races_s"),
+    ("wet_deps", "wet deps", "wet_deps_s"),
+    ("wet", "wet", "wet_s"),
+    ("callgrind", "callgrnd", "callgrind_s"),
+    ("dcfg", "dcfg+tr", "dcfg_s"),
+    ("dcfg_check", "dcfg chk", "dcfg_check_s"),
+]
+ANALYSIS_BASE = "recover_null_s"
 LEGEND = {
     "discard": "dep record --discard",
     "record": "dep record -o P",
@@ -121,6 +159,10 @@ LEGEND = {
     "recover_text": "dep recover P --format text -o /dev/null (all cores)",
     "champsim": "dep export champsim P --thread T -o /dev/null for every thread T (all cores)",
     "umt": "dep export umt P -o D, D's three execution files linked to /dev/null (all cores)",
+    "races": "dep races P -o /dev/null (data races between threads)",
+    "wet_deps": "dep wet P --count (WET dependences computed and summarized, no trace written)",
+    "wet": "dep wet P -o /dev/null (WET dependence trace)",
+    "dcfg_check": "dep dcfg --check D T (decode and check dcfg's DCFG and DCFG-trace)",
     "record_small": "dep record -o P (small size)",
     "truth_small": "dep record --truth -o P2 (small size)",
     "recover_binary_small": "dep recover --format binary -o F (small size)",
@@ -201,28 +243,42 @@ class CommandFailed(Exception):
     pass
 
 
-def run_timed(argv, *, timeout=3600, stdout=subprocess.DEVNULL, cwd=None, env=None):
+def run_timed(argv, *, timeout=3600, stdout=subprocess.DEVNULL, cwd=None, env=None,
+              group=False):
     """Run argv once; return (wall seconds, child CPU seconds, stderr text, stdout bytes|None).
+    group: in a process group of its own, killed whole on a timeout or an interruption (a
+    wrapper such as GNU time and the command under it), where otherwise argv[0] alone is.
 
     Raises CommandFailed on a non-zero exit status, a timeout or a spawn error."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(argv, stdout=stdout, stderr=subprocess.PIPE, cwd=cwd, env=env,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise CommandFailed(f"timed out after {timeout} s: {' '.join(argv)}")
+        proc = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.PIPE, cwd=cwd, env=env,
+                                start_new_session=group)
     except OSError as e:
         raise CommandFailed(f"cannot run {argv[0]}: {e}")
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException as e:    # as subprocess.run: kill it, reap it, then say why
+        try:
+            if group:
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.kill()
+        except ProcessLookupError:    # it ended meanwhile
+            pass
+        proc.communicate()
+        if isinstance(e, subprocess.TimeoutExpired):
+            raise CommandFailed(f"timed out after {timeout} s: {' '.join(argv)}")
+        raise
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    err = proc.stderr.decode("utf-8", "replace")
+    err = err.decode("utf-8", "replace")
     if proc.returncode != 0:
         tail = "\n".join(err.strip().splitlines()[-8:])
         raise CommandFailed(f"exit status {proc.returncode}: {' '.join(argv)}\n{tail}")
-    out = proc.stdout if stdout == subprocess.PIPE else None
-    return wall, cpu, err, out
+    return wall, cpu, err, out if stdout == subprocess.PIPE else None
 
 
 def best_of(argv, n, **kw):
@@ -233,6 +289,31 @@ def best_of(argv, n, **kw):
         if best is None or wall < best[0]:
             best = (wall, cpu, err)
     return best
+
+
+GNU_TIME = "/usr/bin/time"
+
+
+def run_peak(argv, *, timeout=3600):
+    """run_timed for a command whose peak memory is wanted: (wall seconds, CPU seconds,
+    peak resident set in KiB or None, stderr text). The peak is GNU time's %M: the child's
+    own ru_maxrss can't be taken here, because Linux starts an exec'd process's maxrss at
+    the hiwater RSS of the process it replaced, the forked (vforked) Python process with
+    all of the suite's memory; time's own few MiB are what it starts from there. Without
+    /usr/bin/time the peak is None."""
+    if not os.access(GNU_TIME, os.X_OK):
+        wall, c, err, _ = run_timed(argv, timeout=timeout)
+        return wall, c, None, err
+    fd, out = tempfile.mkstemp(prefix="dep-bench-time-")
+    os.close(fd)
+    try:
+        wall, c, err, _ = run_timed([GNU_TIME, "-f", "%M", "-o", out, "--"] + argv,
+                                    timeout=timeout, group=True)
+        with open(out) as f:
+            last = (f.read().strip().splitlines() or [""])[-1]
+    finally:
+        os.remove(out)
+    return wall, c, int(last) if last.isdigit() else None, err
 
 
 def profile_files(path):
@@ -280,6 +361,8 @@ def build_programs():
 def ensure_dep():
     if os.access(DEP, os.X_OK):
         return
+    if DEP != DEP_DEFAULT:    # --dep or $DEP_BENCH_DEP: that binary or none, never a build
+        sys.exit(f"suite.py: {DEP} (--dep or $DEP_BENCH_DEP) is not an executable file")
     log(f"{DEP} missing: cargo build --release --workspace (several minutes the first time)")
     proc = subprocess.run(["cargo", "build", "--release", "--workspace"], cwd=REPO)
     if proc.returncode != 0 or not os.access(DEP, os.X_OK):
@@ -548,9 +631,12 @@ def measure(name, spec, args, workdir, result, save):
     remaining measurements still run (those needing a missing profile are skipped).
 
     At the program's main size: native, discard, record (-> stats, recover null), truth
-    (--truth --discard), valgrind none. At its small size (`small_argv`): native, record
+    (--truth --discard), valgrind none; with spec["analyses"] also races, wet --count, wet and
+    dcfg --check on that profile. At its small size (`small_argv`): native, record
     (-> recover binary), record --truth -o. At its tiny size (`tiny_argv`): native, lackey."""
     argv = spec["argv"]
+    analyses = bool(spec.get("analyses"))
+    result["analyses"] = analyses
     nat_reps = max(2, args.repeat)
     errors = result.setdefault("errors", {})
     skipped = result.setdefault("skipped", {})
@@ -558,6 +644,7 @@ def measure(name, spec, args, workdir, result, save):
     cpu = result.setdefault("cpu_s", {})
     load = result.setdefault("loadavg", {})
     sizes = result.setdefault("sizes", {})
+    peak = result.setdefault("peak_rss_kib", {})
     result["argv"] = argv
     result["small_argv"] = spec.get("small_argv")
     result["tiny_argv"] = spec.get("tiny_argv")
@@ -824,17 +911,58 @@ def measure(name, spec, args, workdir, result, save):
              lambda: timed("edges", [DEP, "edges", profile, "-o", os.devnull]))
         step("edges_1", "dep edges P -o /dev/null --jobs 1",
              lambda: timed("edges_1", [DEP, "edges", profile, "-o", os.devnull, "--jobs", "1"]))
+        if analyses:
+            # Each as a ratio to recover_null_s of this run (the step prints it so).
+            step("races", "dep races P -o /dev/null",
+                 lambda: timed("races", [DEP, "races", profile, "-o", os.devnull]),
+                 base=ANALYSIS_BASE)
+            step("wet_deps", "dep wet P --count",
+                 lambda: timed("wet_deps", [DEP, "wet", profile, "--count"]),
+                 base=ANALYSIS_BASE)
+            step("wet", "dep wet P -o /dev/null",
+                 lambda: timed("wet", [DEP, "wet", profile, "-o", os.devnull]),
+                 base=ANALYSIS_BASE)
+
+        dcfg_files = (profile + ".dcfg.json", profile + ".trace.json")
+
+        def rm_dcfg():
+            for f in dcfg_files:
+                if os.path.exists(f):
+                    os.remove(f)
 
         def dcfg():
-            d, t = profile + ".dcfg.json", profile + ".trace.json"
-            try:
-                timed("dcfg", [DEP, "dcfg", profile, "-o", d, "--trace", t])
-                sizes["dcfg_bytes"], sizes["dcfg_trace_bytes"] = os.path.getsize(d), os.path.getsize(t)
-            finally:
-                for f in (d, t):
-                    if os.path.exists(f):
-                        os.remove(f)
-        step("dcfg", "dep dcfg P -o D --trace T", dcfg)
+            d, t = dcfg_files
+            timed("dcfg", [DEP, "dcfg", profile, "-o", d, "--trace", t])
+            sizes["dcfg_bytes"] = os.path.getsize(d)
+            sizes["dcfg_trace_bytes"] = os.path.getsize(t)
+
+        def dcfg_check():
+            """dep dcfg --check on the two files dcfg wrote: best of --repeat, and the
+            largest peak RSS of its runs."""
+            best = None
+            for _ in range(max(1, args.repeat)):
+                wall, c, rss, err = run_peak([DEP, "dcfg", "--check"] + list(dcfg_files))
+                if rss is not None:
+                    peak["dcfg_check"] = max(peak.get("dcfg_check", 0), rss)
+                if best is None or wall < best[0]:
+                    best = (wall, c, err)
+            result["dcfg_check_s"], cpu["dcfg_check"] = best[0], best[1]
+            m = re.search(r"dcfg check passed: .*", best[2])
+            if m:
+                result["dcfg_check_summary"] = m[0]
+            if "dcfg_check" in peak:
+                log(f"    peak RSS {peak['dcfg_check'] / 1024:.1f} MiB")
+            else:
+                notes.append(f"dcfg_check: no peak RSS ({GNU_TIME} missing or said none)")
+        try:    # the files stay until dcfg_check ran
+            step("dcfg", "dep dcfg P -o D --trace T", dcfg)
+            if analyses:
+                if "dcfg_s" in result:
+                    step("dcfg_check", "dep dcfg --check D T", dcfg_check, base=ANALYSIS_BASE)
+                else:
+                    skipped["dcfg_check"] = "no DCFG files (dep dcfg failed)"
+        finally:
+            rm_dcfg()
 
         def callgrind():
             out = profile + ".callgrind"
@@ -891,6 +1019,8 @@ def measure(name, spec, args, workdir, result, save):
         step("umt", "dep export umt P -o D (execution files to /dev/null)", umt)
     else:
         skipped["recover_null"] = "no profile (dep record failed)"
+        if analyses:
+            skipped["analyses"] = "no profile (dep record failed)"
     remove_profile(profile)
     step("truth", "dep record --truth --discard", truth)
     if have_vg:
@@ -948,6 +1078,9 @@ def finish_ratios(result):
         t, b = result.get(tkey), result.get(base)
         ratios[key] = t / b if (t and b) else None
     result["ratios"] = ratios
+    b = result.get(ANALYSIS_BASE)
+    result["analysis_ratios"] = {key: (result[tkey] / b if result.get(tkey) and b else None)
+                                 for key, _, tkey in ANALYSES}
     result["bytes_per_ref"] = bytes_per_ref(result)
 
 
@@ -1013,9 +1146,13 @@ def machine_info(pyexe):
             return None
 
     info["dep_version"] = first_line([DEP, "--version"])
-    info["dep_commit"] = first_line(["git", "-C", REPO, "rev-parse", "--short", "HEAD"])
+    info["dep_path"] = DEP
+    info["suite_commit"] = first_line(["git", "-C", REPO, "rev-parse", "--short", "HEAD"])
+    # The suite's checkout built the default binary; a --dep binary's commit is unknown.
+    info["dep_commit"] = info["suite_commit"] if DEP == DEP_DEFAULT else None
     info["valgrind"] = first_line(["valgrind", "--version"])
     info["gzip"] = first_line(["gzip", "--version"])
+    info["xz"] = first_line(["xz", "--version"])
     info["gcc"] = first_line(["gcc", "--version"])
     info["python"] = first_line([pyexe, "--version"])
     info["python_executable"] = pyexe
@@ -1184,10 +1321,55 @@ def peer_tables(results, names, peer, w0):
     return lines
 
 
+def analysis_table(results, names, w0):
+    """dep's analyses of the main-size profile over `dep recover P --format null` of the same
+    profile in the same run, with recover null's own seconds and slowdowns for reference."""
+    cols = [("program", w0), ("rec null s", 11), ("rec null", 9), ("rec 1cpu", 9)]
+    cols += [(h, 9) for _, h, _ in ANALYSES] + [("chk MiB", 9)]
+    lines = ["Analyses, as a ratio to recover --format null on the same profile (main size)"]
+    hdr = "".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(cols))
+    lines.append(hdr)
+    lines.append("-" * len(hdr))
+
+    def row(label, secs, ratios, ar, kib):
+        cells = [label, "" if secs is None else f"{secs:.3f}",
+                 fmt_ratio(ratios.get("recover_null"), 0),
+                 fmt_ratio(ratios.get("recover_null_1"), 0)]
+        cells += [fmt_ratio(ar.get(k), 0) for k, _, _ in ANALYSES]
+        cells.append("" if kib is None else ("-" if not kib else f"{kib / 1024:.1f}"))
+        return "".join(c.ljust(w) if i == 0 else c.rjust(w)
+                       for i, (c, (_, w)) in enumerate(zip(cells, cols)))
+    for n in names:
+        r = results[n]
+        label = n if r.get("analyses") else n + " (-)"
+        lines.append(row(label, r.get("recover_null_s"), r.get("ratios") or {},
+                         r.get("analysis_ratios") or {},
+                         (r.get("peak_rss_kib") or {}).get("dcfg_check", 0)))
+    lines.append("-" * len(hdr))
+    ag = results.get("__analysis_geomean__") or {}
+    lines.append(row("geomean", None, {k: ag.get(k + "_x_native") for k in
+                                       ("recover_null", "recover_null_1")}, ag, None))
+    lines.append("  rec null s = dep recover P --format null, seconds; rec null, rec 1cpu (the "
+                 "same with --jobs 1): x native, for reference;")
+    lines.append("  then x rec null: races = dep races P -o /dev/null; wet deps = dep wet P "
+                 "--count (dependences and summary, no trace);")
+    lines.append("  wet = dep wet P -o /dev/null; callgrnd = dep callgrind P -o F; dcfg+tr = "
+                 "dep dcfg P -o D --trace T;")
+    lines.append("  dcfg chk = dep dcfg --check D T on dcfg's two files; chk MiB = its peak "
+                 "resident set (GNU time %M).")
+    lines.append("  geomean: over the programs the analyses ran on.")
+    if any(not results[n].get("analyses") for n in names):
+        lines.append("  (-): races, wet and dcfg --check not run on this program (--analyses "
+                     "default runs them on " + ", ".join(ANALYSIS_PROGRAMS) + "; all: every "
+                     "program)")
+    return lines
+
+
 def tables(results, names, paper, quick, peer=None):
     lines = []
     w0 = max(14, max(len(n) for n in names) + 1)
-    dep_cols = [c for c in COLUMNS if c[0] not in PEER_COLUMNS]   # the peer's: peer_tables
+    # the peer's columns: peer_tables; the analyses': analysis_table
+    dep_cols = [c for c in COLUMNS if c[0] not in PEER_COLUMNS + ANALYSIS_COLUMNS]
     lines.append("Slowdown: wall-clock time / native time at the same size (main size; "
                  "/s: small size; /t: tiny size)")
     hdr = ("program".ljust(w0) + "native s".rjust(9)
@@ -1226,6 +1408,8 @@ def tables(results, names, paper, quick, peer=None):
                  "eWPP 23x")
     lines.append("")
     lines.extend(peer_tables(results, names, peer or {}, w0))
+    lines.append("")
+    lines.extend(analysis_table(results, names, w0))
     lines.append("")
     t2m = results["__table2_mean__"]
     t2mm = results["__table2_main_mean__"]
@@ -1474,9 +1658,10 @@ def svg_grouped_bars(path, title, groups, series, values, *, log_scale, y_label,
 def write_svgs(outdir, results, names, paper, quick):
     groups = names + ["geomean"]
     values = {n: results[n].get("ratios", {}) for n in names}
-    # every dep column; the peer's only when measured (skipped, they would be all n/a)
+    # every dep column; the peer's and the analyses' only when measured (else all n/a)
     series = [(k, LEGEND[k]) for k, _, _, _ in COLUMNS
-              if k not in PEER_COLUMNS or any(values[n].get(k) for n in names)]
+              if k not in PEER_COLUMNS + ANALYSIS_COLUMNS
+              or any(values[n].get(k) for n in names)]
     col = {k: PALETTE[i % len(PALETTE)] for i, (k, _) in enumerate(series)}
     values["geomean"] = results["__geomean__"]
     sub = ("wall-clock time / native time at the same input size" +
@@ -1542,7 +1727,15 @@ def main():
                     help="best of N runs for each measurement (default 1; the native runs "
                          "take the best of at least 2 (main), 3 (small) and 5 (tiny))")
     ap.add_argument("--programs", default=None,
-                    help="comma-separated subset of: " + ",".join(C_PROGRAMS + ["gzip", "python3"]))
+                    help="comma-separated subset of: "
+                         + ",".join(C_PROGRAMS + ["gzip", "python3", "xz"]))
+    ap.add_argument("--analyses", choices=("default", "all", "none"), default="default",
+                    help="which programs' main-size profiles dep races, wet --count, wet and "
+                         "dcfg --check run on: default " + ",".join(ANALYSIS_PROGRAMS)
+                         + " (on the C programs they would make a full run much longer)")
+    ap.add_argument("--dep", default=None,
+                    help="the dep binary to measure (default $DEP_BENCH_DEP, else "
+                         "target/release/dep, built only if that is missing)")
     ap.add_argument("--lackey-small", action="store_true",
                     help="run lackey at the small size instead of the tiny one (~0.1 s "
                          "natively, 2-3 minutes per program)")
@@ -1563,6 +1756,10 @@ def main():
     args = ap.parse_args()
     args.min_free = int((args.min_free_gb if args.min_free_gb is not None
                          else (1 if args.quick else 10)) * 1e9)
+    global DEP
+    if args.dep:
+        DEP = args.dep
+    DEP = os.path.abspath(DEP)
 
     t_start = time.perf_counter()
     outdir = os.path.abspath(args.out)
@@ -1577,6 +1774,7 @@ def main():
             shutil.rmtree(stale, ignore_errors=True)
 
     ensure_dep()
+    log(f"dep: {DEP}")
     build_programs()
     args.peer, peer_skip = ensure_peer(args)
     if peer_skip:
@@ -1590,8 +1788,14 @@ def main():
     for tier, nbytes in gzb.items():
         gz_in[tier] = os.path.join(inputs, f"text-{nbytes >> 10}KiB.txt")
         make_text(gz_in[tier], nbytes)
-    log(f"gzip inputs ready in {time.perf_counter() - t0:.1f} s: "
-        + ", ".join(f"{t} {human_bytes(b)}" for t, b in gzb.items()))
+    xzb = XZ_BYTES_QUICK if args.quick else XZ_BYTES
+    xz_in = {}
+    for tier, nbytes in xzb.items():
+        xz_in[tier] = os.path.join(inputs, f"text-{nbytes >> 10}KiB.txt")
+        make_text(xz_in[tier], nbytes)
+    log(f"gzip and xz inputs ready in {time.perf_counter() - t0:.1f} s: gzip "
+        + ", ".join(f"{t} {human_bytes(b)}" for t, b in gzb.items()) + "; xz "
+        + ", ".join(f"{t} {human_bytes(b)}" for t, b in xzb.items()))
     py_script = os.path.join(inputs, "workload.py")
     with open(py_script, "w") as f:
         f.write(PY_WORKLOAD)
@@ -1616,6 +1820,15 @@ def main():
     specs["python3"] = {"argv": [pyexe, py_script, str(pyn["main"])], "size": pyn["main"],
                         "small_argv": [pyexe, py_script, str(pyn["small"])],
                         "tiny_argv": None, "lackey_skip": PY_LACKEY_SKIP}
+    xz = ["xz", f"-T{XZ_THREADS}", "-c"]
+    specs["xz"] = {"argv": xz + [xz_in["main"]], "size": f"{xzb['main']} bytes",
+                   "small_argv": xz + [xz_in["small"]],
+                   "tiny_argv": xz + [xz_in["small" if args.lackey_small else "tiny"]]}
+    if shutil.which("xz") is None:
+        specs["xz"]["missing"] = "xz not installed (which xz)"
+    for n, sp in specs.items():
+        sp["analyses"] = (args.analyses == "all"
+                          or (args.analyses == "default" and n in ANALYSIS_PROGRAMS))
     sizes_doc = {n: {"main": s["argv"][1:], "small": s["small_argv"][1:],
                      "tiny": (s["tiny_argv"] or [None])[1:]} for n, s in specs.items()}
     names = list(specs)
@@ -1642,6 +1855,16 @@ def main():
         "sizes": sizes_doc,
         "columns": {k: {"header": h, "time": t, "native": b, "command": LEGEND[k]}
                     for k, h, t, b in COLUMNS},
+        # The analyses table: each program's "analysis_ratios" divide these times by its
+        # recover_null_s; "analysis_geomean" their geometric means over the programs the
+        # analyses ran on, with recover_null(_1)_x_native, recover null's slowdowns.
+        "analyses": {"selection": args.analyses,
+                     "programs": [n for n in names
+                                  if specs[n]["analyses"] and not specs[n].get("missing")],
+                     "base": ANALYSIS_BASE,
+                     "columns": {k: {"header": h, "time": t, "command": LEGEND[k]}
+                                 for k, h, t in ANALYSES}},
+        "analysis_geomean": {},
         "paper": paper,
         "peer": ({"tool": "DynamoRIO drmemtrace", "measured": True,
                   "raw2trace_main": args.raw2trace_main, **args.peer} if args.peer
@@ -1662,23 +1885,36 @@ def main():
         res = {"size": specs[n]["size"]}
         doc["programs"][n] = res
         try:
-            measure(n, specs[n], args, workdir, res, save)
+            if specs[n].get("missing"):
+                res["skipped"] = {"program": specs[n]["missing"]}
+                log(f"  skipped: {specs[n]['missing']}")
+            else:
+                measure(n, specs[n], args, workdir, res, save)
         except Exception as e:
             res.setdefault("errors", {})["suite"] = f"{type(e).__name__}: {e}"
             log(f"  ERROR {type(e).__name__}: {e}")
         finally:
             for suffix in (".dep", ".small.dep", ".truth.dep"):
                 remove_profile(os.path.join(workdir, n + suffix))
+            for suffix in (".dep.dcfg.json", ".dep.trace.json"):
+                if os.path.exists(os.path.join(workdir, n + suffix)):
+                    os.remove(os.path.join(workdir, n + suffix))
             for suffix in (".drmemtrace", ".small.drmemtrace"):
                 shutil.rmtree(os.path.join(workdir, n + suffix), ignore_errors=True)
         finish_ratios(res)
-        for k in ("errors", "skipped"):
+        for k in ("errors", "skipped", "peak_rss_kib"):
             if not res.get(k):
                 res.pop(k, None)
         save()
 
     doc["geomean"] = {k: geomean([doc["programs"][n]["ratios"].get(k) for n in names])
                       for k, _, _, _ in COLUMNS}
+    # Over the programs the analyses ran on (callgrind and dcfg run on every program).
+    an = [doc["programs"][n] for n in names if doc["programs"][n].get("analyses")]
+    doc["analysis_geomean"] = {k: geomean([r["analysis_ratios"].get(k) for r in an])
+                               for k, _, _ in ANALYSES}
+    for k in ("recover_null", "recover_null_1"):
+        doc["analysis_geomean"][k + "_x_native"] = geomean([r["ratios"].get(k) for r in an])
     doc["geomean_bytes_per_ref"] = {
         k: geomean([doc["programs"][n]["bytes_per_ref"].get(k) for n in names])
         for k in ("dep", "drmemtrace_raw", "drmemtrace_trace", "dep_small",
@@ -1699,6 +1935,7 @@ def main():
 
     view = dict(doc["programs"])
     view["__geomean__"] = doc["geomean"]
+    view["__analysis_geomean__"] = doc["analysis_geomean"]
     view["__table2_mean__"] = t2mean
     view["__table2_main_mean__"] = doc["table2_main_mean"]
     view["__geomean_bytes_per_ref__"] = doc["geomean_bytes_per_ref"]
@@ -1722,12 +1959,14 @@ def main():
     head = (f"dep benchmark suite{' (--quick)' if args.quick else ''}: {m.get('cpu_model')}, "
             f"{m['nproc']} CPUs, kernel {m['kernel']}, {doc['date']}; "
             f"best of {args.repeat} (native best of {max(2, args.repeat)})")
+
+    def size_arg(n, arg):    # a file's size, or the program's size argument
+        return human_bytes(os.path.getsize(arg)) if n in FILE_PROGRAMS else arg
     sz = "  sizes: main = " + ("the README's small sizes" if args.quick else "default") + \
         "; small = " + ", ".join(
-            f"{n} {human_bytes(os.path.getsize(s['small'][-1])) if n == 'gzip' else s['small'][-1]}"
-            for n, s in sizes_doc.items()) + "; tiny (lackey) = " + ", ".join(
-            f"{n} {human_bytes(os.path.getsize(s['tiny'][-1])) if n == 'gzip' else s['tiny'][-1]}"
-            for n, s in sizes_doc.items() if s["tiny"])
+            f"{n} {size_arg(n, s['small'][-1])}" for n, s in sizes_doc.items()) + \
+        "; tiny (lackey) = " + ", ".join(
+            f"{n} {size_arg(n, s['tiny'][-1])}" for n, s in sizes_doc.items() if s["tiny"])
     head += "\n" + sz
     report = [head, "", text, ""]
     if problems:
