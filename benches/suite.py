@@ -6,7 +6,7 @@
                              [--analyses default|all|none] [--dep PATH]
 
 For each program (six C programs from benches/programs at their default size, `gzip -c` on a
-generated ~40 MB text, `xz -T2 -c` (two threads) on a ~3 MB one, and the real python3
+generated ~40 MB text, `xz -T2 --block-size=1MiB -c` (three threads) on a ~3 MB one, and the real python3
 interpreter on a small compute script) it times,
 wall clock: at that main size native, `dep record --discard`, `dep record -o P`,
 `dep recover P --format null`, `dep record --truth --discard` and `valgrind --tool=none`; at a
@@ -85,8 +85,8 @@ DR_RAW_BYTES_PER_REF = 5   # room kept for drmemtrace's raw files (it writes up 
 ADDR_BYTES = 8   # one x86-64 address: a BB_pc or Mem_addr record as `dep stats` counts it
 GZIP_BYTES = {"main": 40 << 20, "small": 2 << 20, "tiny": 128 << 10}
 GZIP_BYTES_QUICK = {"main": 3 << 20, "small": 32 << 10, "tiny": 32 << 10}
-# xz -T2 -c: xz's threaded encoder, a main thread reading and writing and one worker
-# compressing (-6 blocks are 24 MiB, so these inputs are one block each); ~2 s, ~0.1 s and
+# xz -T2 --block-size=1MiB -c: xz's threaded encoder, a main thread reading and writing and
+# two workers compressing 1 MiB blocks (both at the main size only); ~2 s, ~0.1 s and
 # ~0.01 s natively (-6 allocates ~90 MB of match finder at start-up whatever the input).
 XZ_BYTES = {"main": 3 << 20, "small": 256 << 10, "tiny": 16 << 10}
 XZ_BYTES_QUICK = {"main": 256 << 10, "small": 16 << 10, "tiny": 16 << 10}
@@ -1820,7 +1820,9 @@ def main():
     specs["python3"] = {"argv": [pyexe, py_script, str(pyn["main"])], "size": pyn["main"],
                         "small_argv": [pyexe, py_script, str(pyn["small"])],
                         "tiny_argv": None, "lackey_skip": PY_LACKEY_SKIP}
-    xz = ["xz", f"-T{XZ_THREADS}", "-c"]
+    # 1 MiB blocks: at the default level a block is 24 MiB, so a 3 MiB input would keep
+    # one worker busy and the other idle; two compressing workers race or not.
+    xz = ["xz", f"-T{XZ_THREADS}", "--block-size=1MiB", "-c"]
     specs["xz"] = {"argv": xz + [xz_in["main"]], "size": f"{xzb['main']} bytes",
                    "small_argv": xz + [xz_in["small"]],
                    "tiny_argv": xz + [xz_in["small" if args.lackey_small else "tiny"]]}
