@@ -2,7 +2,7 @@
 //! several threads), without DynamoRIO: the DCFG and trace pass the checker, the trace
 //! decodes to exactly the recovered block sequence, and the checker rejects damaged files.
 
-use dep_dcfg_out::dcfg::check::{read_dcfg, read_trace, Report};
+use dep_dcfg_out::dcfg::check::{read_dcfg, read_trace, Blocks, Report};
 use dep_dcfg_out::dcfg::{write_dcfg, write_trace, Ids, Process};
 use dep_dcfg_out::program::symbols::Symbolizer;
 use dep_profile::container::Profile;
@@ -34,12 +34,19 @@ fn files(p: &Profile, workers: usize) -> (Value, Value) {
     (serde_json::from_slice(&d).unwrap(), serde_json::from_slice(&t).unwrap())
 }
 
-fn check(d: &Value, t: &Value) -> Result<String, String> {
+/// The blocks the pair decodes to, by `workers` workers, as `<thread> <pc> <count>` lines.
+fn check_with(d: &Value, t: &Value, workers: usize) -> Result<String, String> {
     let mut r = Report::default();
-    let procs = read_dcfg(d, &mut r).map_err(|e| e.to_string())?;
-    let mut blocks = String::new();
-    read_trace(t, &procs, &mut r, |_, thread, addr, n| blocks += &format!("{thread} {addr:#x} {n}\n")).map_err(|e| e.to_string())?;
-    Ok(blocks)
+    let procs = read_dcfg(&serde_json::to_vec(d).unwrap()[..], &mut r).map_err(|e| e.to_string())?;
+    let mut blocks = Vec::new();
+    let render = |out: &mut Vec<u8>, _pid: u64, thread: u64, addr: u64, n: u64| out.extend(format!("{thread} {addr:#x} {n}\n").bytes());
+    let sink = Blocks { render: &render, emit: &mut |text: &[u8]| blocks.extend_from_slice(text) };
+    read_trace(&serde_json::to_vec(t).unwrap()[..], &procs, workers, &mut r, Some(sink)).map_err(|e| e.to_string())?;
+    Ok(String::from_utf8(blocks).unwrap())
+}
+
+fn check(d: &Value, t: &Value) -> Result<String, String> {
+    check_with(d, t, 2)
 }
 
 #[test]

@@ -48,7 +48,8 @@ fn check(d: Value, t: Value) -> Result<u64, CheckError> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut r = Report::default();
-        let res = read_dcfg(&d, &mut r).and_then(|p| read_trace(&t, &p, &mut r, |_, _, _, _| {}));
+        let (d, t) = (serde_json::to_vec(&d).unwrap(), serde_json::to_vec(&t).unwrap());
+        let res = read_dcfg(&d[..], &mut r).and_then(|p| read_trace(&t[..], &p, 2, &mut r, None));
         let _ = tx.send(res.map(|_| r.decoded_edges));
     });
     rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the check hung")
@@ -133,7 +134,7 @@ fn a_long_dominator_chain_checks_in_linear_time() {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut r = Report::default();
-        let _ = tx.send(read_dcfg(&d, &mut r).map(|_| (r.routines, r.loops)));
+        let _ = tx.send(read_dcfg(&serde_json::to_vec(&d).unwrap()[..], &mut r).map(|_| (r.routines, r.loops)));
     });
     let got = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the check took more than ten seconds");
     assert_eq!(got.unwrap(), (1, 1));
