@@ -155,3 +155,43 @@ fn a_trace_is_checked_without_holding_it() {
     eprintln!("{} KiB allocated at the peak for a trace of {} MiB", peak >> 10, (256 * (256 << 10)) >> 20);
     assert!(peak < 8 << 20, "{} KiB allocated at the peak", peak >> 10);
 }
+
+/// `dep dcfg --check` holds a DCFG's edges-by-threads table as the executions there are:
+/// 2,001 edges of 3,000 threads each, one thread taking each edge, in under 4 MiB (the table
+/// whole is 46 MiB of counts).
+#[test]
+fn a_dcfg_of_many_threads_is_held_as_its_executions() {
+    use dep_dcfg_out::dcfg::check::{read_dcfg, Report};
+    let _turn = peak_alloc::turn();
+    let (nodes, threads) = (2000u64, 3000usize);
+    // START -> 3 -> 4 -> ... -> END, node n (one instruction) run once, by thread n % threads.
+    let per = |t: usize| {
+        let mut v = vec![0u64; threads];
+        v[t] = 1;
+        serde_json::json!(v)
+    };
+    let blocks: Vec<_> = (3..3 + nodes).map(|n| serde_json::json!([n, n, 1, 1, 0, 1])).collect();
+    let edges: Vec<_> = (2..3 + nodes)
+        .map(|n| serde_json::json!([n, if n == 2 { 1 } else { n }, if n == 2 + nodes { 2 } else { n + 1 }, 1, per(n as usize % threads)]))
+        .collect();
+    let mut instrs = vec![0u64; threads];
+    for n in 3..3 + nodes {
+        instrs[n as usize % threads] += 1;
+    }
+    let d = serde_json::to_vec(&serde_json::json!({
+        "EDGE_TYPES": [["EDGE_TYPE_ID", "EDGE_TYPE"], [1, "DIRECT_UNCONDITIONAL_BRANCH"]],
+        "SPECIAL_NODES": [["NODE_ID", "NODE_NAME"], [1, "START"], [2, "END"]],
+        "PROCESSES": [["PROCESS_ID", "PROCESS_DATA"], [7, {
+            "INSTR_COUNT": nodes, "INSTR_COUNT_PER_THREAD": instrs,
+            "IMAGES": [["IMAGE_ID", "LOAD_ADDR", "SIZE", "IMAGE_DATA"], [1, 0, 0, {
+                "BASIC_BLOCKS": std::iter::once(serde_json::json!(["NODE_ID", "ADDR_OFFSET", "SIZE", "NUM_INSTRS", "LAST_INSTR_OFFSET", "COUNT"])).chain(blocks).collect::<Vec<_>>()
+            }]],
+            "EDGES": std::iter::once(serde_json::json!(["EDGE_ID", "SOURCE_NODE_ID", "TARGET_NODE_ID", "EDGE_TYPE_ID", "COUNT_PER_THREAD"])).chain(edges).collect::<Vec<_>>()
+        }]]
+    }))
+    .unwrap();
+    let (procs, peak) = peak_alloc::measure(|| read_dcfg(&d[..], &mut Report::default()).unwrap());
+    assert_eq!(procs[0].edges.len() as u64, nodes + 1);
+    eprintln!("{} KiB allocated at the peak for a DCFG of {} MiB", peak >> 10, d.len() >> 20);
+    assert!(peak < 4 << 20, "{} KiB allocated at the peak", peak >> 10);
+}

@@ -290,3 +290,14 @@ fn malformed_documents_are_named_briefly() {
     let e = check(d, good_trace()).unwrap_err();
     assert!(matches!(&e, CheckError::NotInteger(v) if v.starts_with("[0,1,2,") && v.len() < 300), "{e}");
 }
+
+/// Edge counts listed for a thread INSTR_COUNT_PER_THREAD lacks are refused, even zero
+/// counts (held as the executions there are, the list keeps its length).
+#[test]
+fn counts_for_threads_the_process_lacks_are_refused() {
+    let d = dcfg([json!([1, 0]), json!([5, 0]), json!([1, 0])], json!([6]), json!(6));
+    let e = check(d, good_trace()).unwrap_err();
+    assert!(matches!(&e, CheckError::Counts { detail, .. } if detail.contains("thread 1, which INSTR_COUNT_PER_THREAD lacks")), "{e}");
+    let d = dcfg([json!([1, 0]), json!([5]), json!([1])], json!([6]), json!(6));
+    assert_eq!(check(d, good_trace()).unwrap(), 7, "a count for a thread only from START is not one of its instructions");
+}

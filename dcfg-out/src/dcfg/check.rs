@@ -103,8 +103,8 @@ fn mul(a: u64, b: u64, what: &str) -> Result<u64, CheckError> {
 }
 
 /// The sum of counts, or the overflow named by `what`.
-fn sum<'a>(counts: impl IntoIterator<Item = &'a u64>, what: &str) -> Result<u64, CheckError> {
-    counts.into_iter().try_fold(0u64, |s, &c| add(s, c, what))
+fn sum(counts: impl IntoIterator<Item = u64>, what: &str) -> Result<u64, CheckError> {
+    counts.into_iter().try_fold(0u64, |s, c| add(s, c, what))
 }
 
 /// An edge id: an integer that fits 32 bits.
@@ -126,7 +126,45 @@ pub struct EdgeData {
     pub src: u64,
     pub dst: u64,
     pub ty: String,
-    pub per_thread: Vec<u64>,
+    pub per_thread: PerThread,
+}
+
+/// An edge's executions by thread, as its COUNT_PER_THREAD lists them: the threads that
+/// took it, and how often. A process of many threads takes most edges on few of them, and
+/// held whole, the edges-by-threads table was most of its DCFG's memory.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PerThread {
+    /// The threads listed.
+    len: usize,
+    /// (thread, executions) where they are not zero, by thread.
+    taken: Vec<(usize, u64)>,
+}
+
+impl PerThread {
+    /// The executions of `counts`, thread by thread.
+    pub fn new(counts: &[u64]) -> PerThread {
+        PerThread { len: counts.len(), taken: counts.iter().copied().enumerate().filter(|&(_, c)| c > 0).collect() }
+    }
+
+    /// How many threads are listed.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Thread `t`'s executions (none if `t` is not listed).
+    pub fn get(&self, t: usize) -> u64 {
+        self.taken.binary_search_by_key(&t, |&(t, _)| t).map_or(0, |i| self.taken[i].1)
+    }
+
+    /// The threads that took the edge, by thread, and how often.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        self.taken.iter().copied()
+    }
 }
 
 /// One process of a DCFG, read and checked.
@@ -159,7 +197,7 @@ pub fn read_dcfg(input: impl Read, report: &mut Report) -> Result<Vec<ProcessDat
         let pid = pr.pid;
         let what = format!("process {pid}");
         let per = pr.per_thread;
-        let per_total = sum(&per, &format!("{what} INSTR_COUNT_PER_THREAD"))?;
+        let per_total = sum(per.iter().copied(), &format!("{what} INSTR_COUNT_PER_THREAD"))?;
         if let Some(total) = pr.instr_count {
             if total != per_total {
                 return disagree(&what, format!("INSTR_COUNT {total} is not the sum of INSTR_COUNT_PER_THREAD"));
@@ -201,17 +239,18 @@ pub fn read_dcfg(input: impl Read, report: &mut Report) -> Result<Vec<ProcessDat
         let mut per_thread_instrs = vec![0u64; per.len()];
         let ovf = format!("{what} edge counts");
         for e in edges.values() {
-            let c = sum(&e.per_thread, &ovf)?;
+            let c = sum(e.per_thread.iter().map(|(_, c)| c), &ovf)?;
             let i = inc.entry(e.dst).or_insert(0);
             *i = add(*i, c, &ovf)?;
             let o = outg.entry(e.src).or_insert(0);
             *o = add(*o, c, &ovf)?;
             if let Some(n) = nodes.get(&e.src) {
-                for (t, c) in e.per_thread.iter().enumerate() {
-                    if t >= per_thread_instrs.len() {
-                        return disagree(&what, format!("edge counts for thread {t}, which INSTR_COUNT_PER_THREAD lacks"));
-                    }
-                    per_thread_instrs[t] = add(per_thread_instrs[t], mul(n.instrs, *c, &ovf)?, &ovf)?;
+                let threads = per_thread_instrs.len();
+                for (t, c) in e.per_thread.iter().take_while(|&(t, _)| t < threads) {
+                    per_thread_instrs[t] = add(per_thread_instrs[t], mul(n.instrs, c, &ovf)?, &ovf)?;
+                }
+                if e.per_thread.len() > threads {
+                    return disagree(&what, format!("edge counts for thread {threads}, which INSTR_COUNT_PER_THREAD lacks"));
                 }
             }
         }

@@ -3,7 +3,7 @@
 //! order of an object's keys free (EDGE_TYPES may follow the PROCESSES that use them).
 
 use super::json::{col, fail, have, put, table_cell, table_value, Cell, Fields, Int, Ints, Json, Object, Rows, StrOr, Take};
-use super::CheckError;
+use super::{CheckError, PerThread};
 use serde::de::{self, MapAccess, SeqAccess};
 use std::collections::HashMap;
 
@@ -54,7 +54,7 @@ pub struct Routine {
 pub struct Edge {
     pub id: u64,
     pub ty: u64,
-    pub per_thread: Vec<u64>,
+    pub per_thread: PerThread,
     pub src: u64,
     pub dst: u64,
 }
@@ -345,7 +345,7 @@ impl Rows for Edges {
     fn end_row(&mut self) -> Result<(), CheckError> {
         let [id, ty, src, dst] = std::mem::take(&mut self.cells);
         let (id, ty) = (col(id, "EDGES", "EDGE_ID")?, col(ty, "EDGES", "EDGE_TYPE_ID")?);
-        let per_thread = self.per_thread.take().flatten().unwrap_or_default();
+        let per_thread = PerThread::new(&self.per_thread.take().flatten().unwrap_or_default());
         self.done.push(Edge { id, ty, per_thread, src: col(src, "EDGES", "SOURCE_NODE_ID")?, dst: col(dst, "EDGES", "TARGET_NODE_ID")? });
         Ok(())
     }

@@ -298,7 +298,7 @@ pub fn judge(order: Receiver<Item>, report: &mut Report, mut emit: Option<&mut E
                 // The decoded edges are exactly this thread's edge counts: those decoded
                 // agree, and they add up to all the thread's (so the rest count none). Work in
                 // the edges decoded, not in edges x threads.
-                let want = |e: usize| p.data.edges.get(&p.ids[e]).and_then(|d| d.per_thread.get(tid as usize)).copied().unwrap_or(0);
+                let want = |e: usize| p.data.edges.get(&p.ids[e]).map_or(0, |d| d.per_thread.get(tid as usize));
                 let wrong = touched.iter().map(|&e| e as usize).find(|&e| counts[e] != want(e));
                 let wrong =
                     wrong.or_else(|| (claimed != edges).then(|| (0..p.ids.len()).find(|&e| counts[e] == 0 && want(e) > 0)).flatten());

@@ -118,11 +118,12 @@ impl<'p> Processes<'_, 'p, '_> {
         let Some(p) = self.out.by_pid.get_mut(&pid).and_then(|q| q.pop_front()) else {
             return Err(CheckError::UnknownProcess { what });
         };
-        let mut thread_edges = vec![0u64; p.instr_per_thread.len()];
+        let threads = p.instr_per_thread.len();
+        let mut thread_edges = vec![0u64; threads];
         let ovf = format!("{what}: edge counts");
         for e in p.edges.values() {
-            for (t, c) in e.per_thread.iter().enumerate().take(thread_edges.len()) {
-                thread_edges[t] = add(thread_edges[t], *c, &ovf)?;
+            for (t, c) in e.per_thread.iter().take_while(|&(t, _)| t < threads) {
+                thread_edges[t] = add(thread_edges[t], c, &ovf)?;
             }
         }
         let table = self.table.take().unwrap_or_default().table(&what)?;
