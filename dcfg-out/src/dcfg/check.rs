@@ -193,8 +193,7 @@ pub fn read_dcfg(input: impl Read, report: &mut Report) -> Result<Vec<ProcessDat
     let doc = dcfg_doc::read(input)?;
     let procs = doc.processes.ok_or_else(|| shape("the DCFG", "has no PROCESSES"))?;
     let mut out = Vec::new();
-    for pr in procs {
-        let pid = pr.pid;
+    for (pid, pr) in procs {
         let what = format!("process {pid}");
         let per = pr.per_thread;
         let per_total = sum(per.iter().copied(), &format!("{what} INSTR_COUNT_PER_THREAD"))?;
@@ -205,11 +204,10 @@ pub fn read_dcfg(input: impl Read, report: &mut Report) -> Result<Vec<ProcessDat
         }
         let mut nodes: HashMap<u64, NodeData> = HashMap::new();
         let mut routines_of = Vec::new();
-        for im in pr.images {
+        for (base, im) in pr.images {
             for b in im.blocks {
                 let id = b.id;
-                let n =
-                    NodeData { addr: add(im.base, b.offset, &format!("{what} node {id}'s address"))?, instrs: b.instrs, count: b.count };
+                let n = NodeData { addr: add(base, b.offset, &format!("{what} node {id}'s address"))?, instrs: b.instrs, count: b.count };
                 if doc.special.contains_key(&id) || nodes.insert(id, n).is_some() {
                     return Err(CheckError::Duplicate { what, item: "node", id });
                 }

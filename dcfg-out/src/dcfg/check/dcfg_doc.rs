@@ -2,7 +2,7 @@
 //! document: the checks that relate rows run once it is read, since the spec leaves the
 //! order of an object's keys free (EDGE_TYPES may follow the PROCESSES that use them).
 
-use super::json::{col, fail, have, put, table_cell, table_value, Cell, Fields, Int, Ints, Json, Object, Rows, StrOr, Take};
+use super::json::{col, fail, have, put, table_cell, table_value, Cell, Fields, Int, Ints, Json, Object, Rows, Take};
 use super::{CheckError, PerThread};
 use serde::de::{self, MapAccess, SeqAccess};
 use std::collections::HashMap;
@@ -12,25 +12,24 @@ use std::collections::HashMap;
 pub struct Doc {
     pub types: HashMap<u64, String>,
     pub special: HashMap<u64, String>,
-    /// None if the document has no PROCESSES.
-    pub processes: Option<Vec<Process>>,
+    /// (PROCESS_ID, PROCESS_DATA); None if the document has no PROCESSES.
+    pub processes: Option<Vec<(u64, Process)>>,
 }
 
 /// A process's PROCESS_DATA as read.
 #[derive(Default)]
 pub struct Process {
-    pub pid: u64,
     /// INSTR_COUNT_PER_THREAD (empty if it is not an array).
     pub per_thread: Vec<u64>,
     pub instr_count: Option<u64>,
-    pub images: Vec<Image>,
+    /// (LOAD_ADDR, IMAGE_DATA).
+    pub images: Vec<(u64, Image)>,
     pub edges: Vec<Edge>,
 }
 
-/// An image: its load address, blocks and routines.
+/// An image's blocks and routines.
 #[derive(Default)]
 pub struct Image {
-    pub base: u64,
     pub blocks: Vec<Block>,
     pub routines: Vec<Routine>,
 }
@@ -70,24 +69,29 @@ impl Fields for Doc {
     const KEYS: &'static [&'static str] = &["EDGE_TYPES", "SPECIAL_NODES", "PROCESSES"];
     fn field<'de, A: MapAccess<'de>>(&mut self, k: usize, a: &mut A) -> Result<(), A::Error> {
         match k {
-            0 => self.types = table_value::<_, EdgeTypes>(a, "EDGE_TYPES")?.types,
-            1 => self.special = table_value::<_, SpecialNodes>(a, "SPECIAL_NODES")?.special,
-            _ => self.processes = Some(table_value::<_, Processes>(a, "PROCESSES")?.done),
+            0 => self.types = table_value::<_, Names<true>>(a, "EDGE_TYPES")?.names,
+            1 => self.special = table_value::<_, Names<false>>(a, "SPECIAL_NODES")?.names,
+            _ => {
+                let rows = table_value::<_, Keyed<ProcessData>>(a, "PROCESSES")?;
+                self.processes = Some(rows.done.into_iter().map(|(pid, d)| (pid, d.p)).collect());
+            }
         }
         Ok(())
     }
 }
 
+/// A table of ids and names: EDGE_TYPES (EDGE_TYPE_ID, EDGE_TYPE) if `TYPES`, else
+/// SPECIAL_NODES (NODE_ID, NODE_NAME).
 #[derive(Default)]
-struct EdgeTypes {
+struct Names<const TYPES: bool> {
     id: Cell<u64>,
-    /// The EDGE_TYPE cell, if a string.
+    /// The name cell, if a string.
     name: Option<Option<String>>,
-    types: HashMap<u64, String>,
+    names: HashMap<u64, String>,
 }
 
-impl Rows for EdgeTypes {
-    const COLUMNS: &'static [&'static str] = &["EDGE_TYPE_ID", "EDGE_TYPE"];
+impl<const TYPES: bool> Rows for Names<TYPES> {
+    const COLUMNS: &'static [&'static str] = if TYPES { &["EDGE_TYPE_ID", "EDGE_TYPE"] } else { &["NODE_ID", "NODE_NAME"] };
     fn cell<'de, A: SeqAccess<'de>>(&mut self, c: usize, row: &mut A) -> Result<bool, A::Error> {
         match c {
             0 => put(row, Int, &mut self.id),
@@ -95,9 +99,14 @@ impl Rows for EdgeTypes {
         }
     }
     fn end_row(&mut self) -> Result<(), CheckError> {
-        let name = have(self.name.take(), "EDGE_TYPES", "EDGE_TYPE")?;
-        let name = name.ok_or_else(|| super::shape("EDGE_TYPE", "is not a string"))?;
-        self.types.insert(col(self.id.take(), "EDGE_TYPES", "EDGE_TYPE_ID")?, name);
+        let table = if TYPES { "EDGE_TYPES" } else { "SPECIAL_NODES" };
+        // An edge type must be named; a special node's name is only shown.
+        let name = match have(self.name.take(), table, Self::COLUMNS[1])? {
+            Some(name) => name,
+            None if TYPES => return Err(super::shape("EDGE_TYPE", "is not a string")),
+            None => String::new(),
+        };
+        self.names.insert(col(self.id.take(), table, Self::COLUMNS[0])?, name);
         Ok(())
     }
 }
@@ -115,56 +124,54 @@ impl Take for Named {
     }
 }
 
-#[derive(Default)]
-struct SpecialNodes {
-    id: Cell<u64>,
-    name: Option<String>,
-    special: HashMap<u64, String>,
+/// The object of a table of an integer and an object: PROCESSES (PROCESS_ID,
+/// PROCESS_DATA) and IMAGES (LOAD_ADDR, IMAGE_DATA).
+trait Pair: Fields + Sized {
+    /// The table, for messages.
+    const TABLE: &'static str;
+    /// The integer's column and the object's.
+    const COLUMNS: &'static [&'static str];
+    /// Whether a row must give its object (else it reads as `keyed(None)`).
+    const REQUIRED: bool;
+    /// The object to read, in a row that gave `key` before it, if it did.
+    fn keyed(key: Option<u64>) -> Self;
 }
 
-impl Rows for SpecialNodes {
-    const COLUMNS: &'static [&'static str] = &["NODE_ID", "NODE_NAME"];
+/// The rows of a [`Pair`] table, as (integer, object).
+struct Keyed<T> {
+    key: Cell<u64>,
+    data: Option<T>,
+    done: Vec<(u64, T)>,
+}
+
+impl<T> Default for Keyed<T> {
+    fn default() -> Self {
+        Keyed { key: None, data: None, done: Vec::new() }
+    }
+}
+
+impl<T: Pair> Rows for Keyed<T> {
+    const COLUMNS: &'static [&'static str] = T::COLUMNS;
     fn cell<'de, A: SeqAccess<'de>>(&mut self, c: usize, row: &mut A) -> Result<bool, A::Error> {
         match c {
-            0 => put(row, Int, &mut self.id),
-            _ => put(row, Json(StrOr("")), &mut self.name),
-        }
-    }
-    fn end_row(&mut self) -> Result<(), CheckError> {
-        let name = have(self.name.take(), "SPECIAL_NODES", "NODE_NAME")?;
-        self.special.insert(col(self.id.take(), "SPECIAL_NODES", "NODE_ID")?, name);
-        Ok(())
-    }
-}
-
-#[derive(Default)]
-struct Processes {
-    pid: Cell<u64>,
-    data: Option<Process>,
-    done: Vec<Process>,
-}
-
-impl Rows for Processes {
-    const COLUMNS: &'static [&'static str] = &["PROCESS_ID", "PROCESS_DATA"];
-    fn cell<'de, A: SeqAccess<'de>>(&mut self, c: usize, row: &mut A) -> Result<bool, A::Error> {
-        match c {
-            0 => put(row, Int, &mut self.pid),
+            0 => put(row, Int, &mut self.key),
             _ => {
-                let pid = match self.pid {
-                    Some(Ok(pid)) => Some(pid),
+                let key = match self.key {
+                    Some(Ok(key)) => Some(key),
                     _ => None,
                 };
-                let mut data = None;
-                let more = put(row, Json(Object(ProcessData { pid, p: Process::default() })), &mut data)?;
-                self.data = data.map(|d| d.p);
-                Ok(more)
+                put(row, Json(Object(T::keyed(key))), &mut self.data)
             }
         }
     }
     fn end_row(&mut self) -> Result<(), CheckError> {
-        let pid = col(self.pid.take(), "PROCESSES", "PROCESS_ID")?;
-        let data = have(self.data.take(), "PROCESSES", "PROCESS_DATA")?;
-        self.done.push(Process { pid, ..data });
+        let key = col(self.key.take(), T::TABLE, T::COLUMNS[0])?;
+        let data = match self.data.take() {
+            Some(data) => data,
+            None if T::REQUIRED => return have(None, T::TABLE, T::COLUMNS[1]),
+            None => T::keyed(None),
+        };
+        self.done.push((key, data));
         Ok(())
     }
 }
@@ -173,6 +180,15 @@ impl Rows for Processes {
 struct ProcessData {
     pid: Option<u64>,
     p: Process,
+}
+
+impl Pair for ProcessData {
+    const TABLE: &'static str = "PROCESSES";
+    const COLUMNS: &'static [&'static str] = &["PROCESS_ID", "PROCESS_DATA"];
+    const REQUIRED: bool = true;
+    fn keyed(pid: Option<u64>) -> Self {
+        ProcessData { pid, p: Process::default() }
+    }
 }
 
 impl Fields for ProcessData {
@@ -184,7 +200,7 @@ impl Fields for ProcessData {
             1 => p.instr_count = Some(a.next_value_seed(Int)?.map_err(fail)?),
             2 => {
                 let what = self.pid.map_or_else(|| "a process's IMAGES".to_string(), |pid| format!("process {pid} IMAGES"));
-                p.images = table_value::<_, Images>(a, &what)?.done;
+                p.images = table_value::<_, Keyed<Image>>(a, &what)?.done;
             }
             _ => p.edges = table_value::<_, Edges>(a, "EDGES")?.done,
         }
@@ -192,25 +208,12 @@ impl Fields for ProcessData {
     }
 }
 
-#[derive(Default)]
-struct Images {
-    base: Cell<u64>,
-    data: Option<Image>,
-    done: Vec<Image>,
-}
-
-impl Rows for Images {
+impl Pair for Image {
+    const TABLE: &'static str = "IMAGES";
     const COLUMNS: &'static [&'static str] = &["LOAD_ADDR", "IMAGE_DATA"];
-    fn cell<'de, A: SeqAccess<'de>>(&mut self, c: usize, row: &mut A) -> Result<bool, A::Error> {
-        match c {
-            0 => put(row, Int, &mut self.base),
-            _ => put(row, Json(Object(Image::default())), &mut self.data),
-        }
-    }
-    fn end_row(&mut self) -> Result<(), CheckError> {
-        let base = col(self.base.take(), "IMAGES", "LOAD_ADDR")?;
-        self.done.push(Image { base, ..self.data.take().unwrap_or_default() });
-        Ok(())
+    const REQUIRED: bool = false;
+    fn keyed(_: Option<u64>) -> Self {
+        Image::default()
     }
 }
 
