@@ -741,25 +741,27 @@ fn races(
 }
 
 fn dcfg_check(dcfg: &std::path::Path, trace: &std::path::Path, blocks: bool) -> Result<ExitCode> {
-    use dep_dcfg_out::dcfg::check::{read_dcfg, read_trace, Report};
-    let read = |p: &std::path::Path| -> Result<serde_json::Value> {
+    use dep_dcfg_out::dcfg::check::{block_line, read_dcfg, read_trace, Blocks, Report};
+    let open = |p: &std::path::Path| -> Result<std::io::BufReader<std::fs::File>> {
         // Only a regular file: a FIFO or a device would hang the check or never end.
         let (f, _) = dep_dcfg_out::program::module_file::open_regular(p).with_context(|| format!("cannot read {}", p.display()))?;
-        serde_json::from_reader(std::io::BufReader::new(f)).with_context(|| format!("{}: not JSON", p.display()))
+        Ok(std::io::BufReader::with_capacity(1 << 20, f))
     };
     let mut report = Report::default();
-    let procs = read_dcfg(&read(dcfg)?, &mut report).with_context(|| format!("{}", dcfg.display()))?;
+    let procs = read_dcfg(open(dcfg)?, &mut report).with_context(|| format!("{}", dcfg.display()))?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut werr: Option<std::io::Error> = None;
-    read_trace(&read(trace)?, &procs, &mut report, |pid, t, addr, n| {
-        if blocks && werr.is_none() {
-            if let Err(e) = writeln!(out, "{pid} {t} {addr:#x} {n}") {
+    let mut emit = |text: &[u8]| {
+        if werr.is_none() {
+            if let Err(e) = out.write_all(text) {
                 werr = Some(e);
             }
         }
-    })
-    .with_context(|| format!("{}", trace.display()))?;
+    };
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let sink = blocks.then_some(Blocks { render: &block_line, emit: &mut emit });
+    read_trace(open(trace)?, &procs, workers, &mut report, sink).with_context(|| format!("{}", trace.display()))?;
     if written(werr.map_or(Ok(()), Err), "writing output")?.is_none() {
         return Ok(ExitCode::SUCCESS);
     }

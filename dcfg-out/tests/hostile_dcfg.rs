@@ -48,7 +48,8 @@ fn check(d: Value, t: Value) -> Result<u64, CheckError> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut r = Report::default();
-        let res = read_dcfg(&d, &mut r).and_then(|p| read_trace(&t, &p, &mut r, |_, _, _, _| {}));
+        let (d, t) = (serde_json::to_vec(&d).unwrap(), serde_json::to_vec(&t).unwrap());
+        let res = read_dcfg(&d[..], &mut r).and_then(|p| read_trace(&t[..], &p, 2, &mut r, None));
         let _ = tx.send(res.map(|_| r.decoded_edges));
     });
     rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the check hung")
@@ -133,7 +134,7 @@ fn a_long_dominator_chain_checks_in_linear_time() {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut r = Report::default();
-        let _ = tx.send(read_dcfg(&d, &mut r).map(|_| (r.routines, r.loops)));
+        let _ = tx.send(read_dcfg(&serde_json::to_vec(&d).unwrap()[..], &mut r).map(|_| (r.routines, r.loops)));
     });
     let got = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the check took more than ten seconds");
     assert_eq!(got.unwrap(), (1, 1));
@@ -204,4 +205,99 @@ fn each_damage_is_named_by_its_variant() {
     let t = trace(json!([[1, "", [5]]]), json!(0), json!(7), json!(1), "");
     let e = check(good_dcfg(), t).unwrap_err();
     assert!(matches!(e, CheckError::UnknownEdge { thread: 0, edge: 5, .. }), "{e}");
+}
+
+/// The hand-made trace in two chunks, rows `a` and `b` (good ones: edges 1 and 2 twice, bit
+/// 0 as "A"; then edges 2, 2, 2 and 3, bits 001 as "I").
+fn two_chunks(a: Value, b: Value) -> Value {
+    json!({
+        "PROCESSES": [["PROCESS_ID", "STRING_DICTIONARY", "TRANSITION_TABLE", "THREAD_DATA"], [7, {},
+            [["CURRENT_EDGE_ID", "TRANSITION_CODE", "NEXT_EDGE_IDS"], [1, "", [2]], [2, "0", [2]], [2, "1", [3]]],
+            [["THREAD_ID", "TRACE_DATA"], [0, [["PRECEDING_INSTR_COUNT", "INSTR_COUNT", "EDGE_COUNT", "FIRST_EDGE_ID", "EDGE_ID_SEQUENCE"], a, b]]]]]
+    })
+}
+
+/// Chunks decode in parallel but are judged in order: of two problems, the one in the
+/// earlier chunk is named, whichever a worker or the reader finds first.
+#[test]
+fn the_first_problem_in_the_trace_is_named() {
+    let (a, b) = (json!([0, 2, 3, 1, "A"]), json!([2, 4, 4, 2, "I"]));
+    assert_eq!(check(good_dcfg(), two_chunks(a.clone(), b.clone())).unwrap(), 7);
+    // The first chunk claims 3 instructions (a worker finds it), the second 9 edges of the
+    // 4 left (the reader finds it).
+    let e = check(good_dcfg(), two_chunks(json!([0, 3, 3, 1, "A"]), json!([3, 4, 9, 2, "I"]))).unwrap_err();
+    assert!(matches!(&e, CheckError::Counts { detail, .. } if detail.contains("INSTR_COUNT is 3")), "{e}");
+    // The first chunk decodes an edge the graph lacks; the second is fine.
+    let e = check(good_dcfg(), two_chunks(json!([0, 2, 3, 5, "A"]), b.clone())).unwrap_err();
+    assert!(matches!(e, CheckError::UnknownEdge { edge: 5, .. }), "{e}");
+    // The second chunk starts with edge 1, from START, where the first reached node 3:
+    // only the chunks' order links them.
+    let e = check(good_dcfg(), two_chunks(a.clone(), json!([2, 3, 4, 1, "Q"]))).unwrap_err();
+    assert!(matches!(e, CheckError::Discontinuous { thread: 0, edge: 1, src: 1, reached: 3, .. }), "{e}");
+    // A document cut short after a bad chunk: the chunk's problem, read first, is named.
+    let cut = |t: Value| {
+        let text = t.to_string();
+        text[..text.find("[2,4,4").unwrap()].to_string()
+    };
+    let e = check_text(good_dcfg(), &cut(two_chunks(json!([0, 3, 3, 1, "A"]), b.clone()))).unwrap_err();
+    assert!(matches!(e, CheckError::Counts { .. }), "{e}");
+    let e = check_text(good_dcfg(), &cut(two_chunks(a, b))).unwrap_err();
+    assert!(matches!(e, CheckError::Json(_)), "{e}");
+}
+
+/// Checks a DCFG against the trace text `t`.
+fn check_text(d: Value, t: &str) -> Result<u64, CheckError> {
+    let mut r = Report::default();
+    let p = read_dcfg(&serde_json::to_vec(&d).unwrap()[..], &mut r)?;
+    read_trace(t.as_bytes(), &p, 2, &mut r, None).map(|_| r.decoded_edges)
+}
+
+/// Read in one pass, a trace must give a process's THREAD_DATA after what decodes it and a
+/// thread's THREAD_ID before its TRACE_DATA, as the spec orders them (3.3, 3.6); a chunk's
+/// row, read whole, may order its cells as it likes.
+#[test]
+fn trace_columns_are_read_by_their_headers() {
+    let mut t = good_trace();
+    let rows = t["PROCESSES"][1][3][1][1].as_array_mut().unwrap();
+    for r in rows.iter_mut() {
+        r.as_array_mut().unwrap().reverse();
+    }
+    assert_eq!(check(good_dcfg(), t).unwrap(), 7);
+    let mut t = good_trace();
+    for r in t["PROCESSES"].as_array_mut().unwrap() {
+        r.as_array_mut().unwrap().swap(2, 3);
+    }
+    let e = check(good_dcfg(), t).unwrap_err();
+    assert!(matches!(e, CheckError::Shape { problem, .. } if problem.contains("THREAD_DATA before")), "{e}");
+    let mut t = good_trace();
+    for r in t["PROCESSES"][1][3].as_array_mut().unwrap() {
+        r.as_array_mut().unwrap().reverse();
+    }
+    let e = check(good_dcfg(), t).unwrap_err();
+    assert!(matches!(e, CheckError::Shape { problem, .. } if problem.contains("TRACE_DATA before")), "{e}");
+}
+
+/// What is not JSON is refused as such, and a value where an integer belongs is named in a
+/// message of bounded length, however long the value.
+#[test]
+fn malformed_documents_are_named_briefly() {
+    let mut r = Report::default();
+    assert!(matches!(read_dcfg(&b"{\"PROCESSES\": [["[..], &mut r), Err(CheckError::Json(_))));
+    let p = read_dcfg(&serde_json::to_vec(&good_dcfg()).unwrap()[..], &mut r).unwrap();
+    assert!(matches!(read_trace(&b"{\"PROCESSES\": [[\"PROCESS_ID\", "[..], &p, 2, &mut r, None), Err(CheckError::Json(_))));
+    let mut d = good_dcfg();
+    d["PROCESSES"][1][1]["INSTR_COUNT"] = json!((0..100_000).collect::<Vec<u32>>());
+    let e = check(d, good_trace()).unwrap_err();
+    assert!(matches!(&e, CheckError::NotInteger(v) if v.starts_with("[0,1,2,") && v.len() < 300), "{e}");
+}
+
+/// Edge counts listed for a thread INSTR_COUNT_PER_THREAD lacks are refused, even zero
+/// counts (held as the executions there are, the list keeps its length).
+#[test]
+fn counts_for_threads_the_process_lacks_are_refused() {
+    let d = dcfg([json!([1, 0]), json!([5, 0]), json!([1, 0])], json!([6]), json!(6));
+    let e = check(d, good_trace()).unwrap_err();
+    assert!(matches!(&e, CheckError::Counts { detail, .. } if detail.contains("thread 1, which INSTR_COUNT_PER_THREAD lacks")), "{e}");
+    let d = dcfg([json!([1, 0]), json!([5]), json!([1])], json!([6]), json!(6));
+    assert_eq!(check(d, good_trace()).unwrap(), 7, "a count for a thread only from START is not one of its instructions");
 }

@@ -3,7 +3,7 @@
 //! numbered densely, without a panic.
 
 use dep_dcfg_out::callgrind::{write_profile as write_callgrind, Options};
-use dep_dcfg_out::dcfg::check::{read_dcfg, read_trace, Report};
+use dep_dcfg_out::dcfg::check::{read_dcfg, read_trace, Blocks, Report};
 use dep_dcfg_out::dcfg::{write_dcfg, write_trace, Ids, Process};
 use dep_dcfg_out::program::symbols::Symbolizer;
 use dep_profile::container::{Profile, ProfileWriter, RecordKind, ThreadEvent, RECORD_HEADER_LEN};
@@ -64,12 +64,13 @@ fn dcfg_blocks(p: &Profile) -> String {
     let (mut d, mut t) = (Vec::new(), Vec::new());
     write_dcfg(&mut d, &procs, &[Symbolizer::new(&p.modules)]).unwrap();
     write_trace(&mut t, &procs, &|_| {}).unwrap();
-    let (d, t) = (serde_json::from_slice(&d).unwrap(), serde_json::from_slice(&t).unwrap());
     let mut r = Report::default();
-    let procs = read_dcfg(&d, &mut r).unwrap();
-    let mut blocks = String::new();
-    read_trace(&t, &procs, &mut r, |_, thread, addr, n| blocks += &format!("{thread} {addr:#x} {n}\n")).unwrap();
-    blocks
+    let procs = read_dcfg(&d[..], &mut r).unwrap();
+    let mut blocks = Vec::new();
+    let render = |out: &mut Vec<u8>, _pid: u64, thread: u64, addr: u64, n: u64| out.extend(format!("{thread} {addr:#x} {n}\n").bytes());
+    read_trace(&t[..], &procs, 2, &mut r, Some(Blocks { render: &render, emit: &mut |text: &[u8]| blocks.extend_from_slice(text) }))
+        .unwrap();
+    String::from_utf8(blocks).unwrap()
 }
 
 /// Callgrind's instruction total, one file per thread.

@@ -9,9 +9,8 @@ fuzz_target!(|data: &[u8]| {
     // The DCFG, a zero byte, then the trace.
     let mut parts = data.splitn(2, |&b| b == 0);
     let (Some(d), t) = (parts.next(), parts.next()) else { return };
-    let Ok(d) = serde_json::from_slice::<serde_json::Value>(d) else { return };
     let mut report = Report::default();
-    let Ok(procs) = read_dcfg(&d, &mut report) else { return };
-    let Some(Ok(t)) = t.map(serde_json::from_slice::<serde_json::Value>) else { return };
-    let _ = read_trace(&t, &procs, &mut report, |_, _, _, _| {});
+    let Ok(procs) = read_dcfg(d, &mut report) else { return };
+    let Some(t) = t else { return };
+    let _ = read_trace(t, &procs, 2, &mut report, None);
 });

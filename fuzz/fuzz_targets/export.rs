@@ -60,11 +60,9 @@ fuzz_target!(|input: Input| {
             {
                 return;
             }
-            let d: serde_json::Value = serde_json::from_slice(&d).expect("the DCFG writer wrote JSON");
-            let t: serde_json::Value = serde_json::from_slice(&t).expect("the DCFG-trace writer wrote JSON");
             let mut report = dcfg_check::Report::default();
-            let read = dcfg_check::read_dcfg(&d, &mut report).expect("the DCFG written passes the check");
-            dcfg_check::read_trace(&t, &read, &mut report, |_, _, _, _| {}).expect("the trace written passes the check");
+            let read = dcfg_check::read_dcfg(&d[..], &mut report).expect("the DCFG written passes the check");
+            dcfg_check::read_trace(&t[..], &read, 2, &mut report, None).expect("the trace written passes the check");
         }
         Exporter::Parquet => {
             let dir = dep_fuzz::scratch("parquet");

@@ -3,12 +3,22 @@
 //! instruction counts, routine dominator trees and loops, and the trace's chunks against
 //! the graph's per-thread counts. Tables are read by their headers, integers as numbers or
 //! hex strings, as the spec asks.
+//!
+//! Both files are read as they come, never held whole (`json`): the DCFG into its graph,
+//! which the checks need, then the trace in one pass (`trace_doc`), its chunks decoded by
+//! workers in parallel and judged, and their blocks written, in the trace's order
+//! (`decode`). Memory is the graph's and that of the few chunks in flight, whatever the
+//! trace's length.
 
-use crate::dcfg::seqcode::BitReader;
-use crate::dcfg::transitions::{Table, TableError};
+mod dcfg_doc;
+mod decode;
+mod json;
+mod trace_doc;
+
+use crate::dcfg::transitions::TableError;
 use crate::program::dominators::DomTree;
-use serde_json::Value;
 use std::collections::{HashMap, HashSet};
+use std::io::Read;
 
 /// What is wrong with a DCFG or DCFG-trace.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +63,9 @@ pub enum CheckError {
     /// A decoded edge that does not leave the node the edge before it reached.
     #[error("{what} thread {thread}: edge {edge} leaves node {src}, the last edge reached {reached}")]
     Discontinuous { what: String, thread: u64, edge: u64, src: u64, reached: u64 },
+    /// A file that is not JSON (or cannot be read).
+    #[error("not JSON: {0}")]
+    Json(#[source] serde_json::Error),
     /// Counts whose sum or product does not fit 64 bits.
     #[error("{0}: counts overflow 64 bits")]
     Overflow(String),
@@ -79,40 +92,6 @@ fn routine(what: &str, detail: String) -> CheckError {
     CheckError::Routine { what: what.to_string(), detail }
 }
 
-/// An integer: a JSON number or a C-style string ("0x400000", "12").
-pub fn int(v: &Value) -> Result<u64, CheckError> {
-    match v {
-        Value::Number(n) => n.as_u64().ok_or_else(|| CheckError::NotUnsigned(n.to_string())),
-        Value::String(s) => {
-            let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-                Some(h) => u64::from_str_radix(h, 16),
-                None => s.parse(),
-            };
-            r.map_err(|_| CheckError::NotInteger(format!("{s:?}")))
-        }
-        _ => Err(CheckError::NotInteger(v.to_string())),
-    }
-}
-
-/// A table (spec 1.2.2): its rows, each a map from header to value.
-pub fn table<'a>(v: &'a Value, what: &str) -> Result<Vec<HashMap<&'a str, &'a Value>>, CheckError> {
-    let rows = v.as_array().ok_or_else(|| shape(what, "is not a table"))?;
-    let Some((head, rows)) = rows.split_first() else { return Err(shape(what, "has no header")) };
-    let head: Vec<&str> = head
-        .as_array()
-        .and_then(|h| h.iter().map(|c| c.as_str()).collect::<Option<Vec<_>>>())
-        .ok_or_else(|| shape(what, "has a header that is not a row of strings"))?;
-    rows.iter()
-        .map(|r| {
-            let r = r.as_array().ok_or_else(|| shape(what, "has a row that is not an array"))?;
-            if r.len() > head.len() {
-                return Err(shape(what, "has a row longer than its header"));
-            }
-            Ok(head.iter().copied().zip(r).collect())
-        })
-        .collect()
-}
-
 /// `a + b`, or the overflow named by `what`.
 fn add(a: u64, b: u64, what: &str) -> Result<u64, CheckError> {
     a.checked_add(b).ok_or_else(|| CheckError::Overflow(what.to_string()))
@@ -124,18 +103,13 @@ fn mul(a: u64, b: u64, what: &str) -> Result<u64, CheckError> {
 }
 
 /// The sum of counts, or the overflow named by `what`.
-fn sum<'a>(counts: impl IntoIterator<Item = &'a u64>, what: &str) -> Result<u64, CheckError> {
-    counts.into_iter().try_fold(0u64, |s, &c| add(s, c, what))
+fn sum(counts: impl IntoIterator<Item = u64>, what: &str) -> Result<u64, CheckError> {
+    counts.into_iter().try_fold(0u64, |s, c| add(s, c, what))
 }
 
 /// An edge id: an integer that fits 32 bits.
-fn id32(v: &Value, what: &str) -> Result<u32, CheckError> {
-    let n = int(v)?;
+fn id32(n: u64, what: &str) -> Result<u32, CheckError> {
     u32::try_from(n).map_err(|_| CheckError::BigId(what.to_string(), n))
-}
-
-fn col<'a>(row: &HashMap<&str, &'a Value>, c: &str, what: &str) -> Result<&'a Value, CheckError> {
-    row.get(c).copied().ok_or_else(|| CheckError::MissingColumn { what: what.to_string(), column: c.to_string() })
 }
 
 /// A node of a checked process.
@@ -152,7 +126,45 @@ pub struct EdgeData {
     pub src: u64,
     pub dst: u64,
     pub ty: String,
-    pub per_thread: Vec<u64>,
+    pub per_thread: PerThread,
+}
+
+/// An edge's executions by thread, as its COUNT_PER_THREAD lists them: the threads that
+/// took it, and how often. A process of many threads takes most edges on few of them, and
+/// held whole, the edges-by-threads table was most of its DCFG's memory.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PerThread {
+    /// The threads listed.
+    len: usize,
+    /// (thread, executions) where they are not zero, by thread.
+    taken: Vec<(usize, u64)>,
+}
+
+impl PerThread {
+    /// The executions of `counts`, thread by thread.
+    pub fn new(counts: &[u64]) -> PerThread {
+        PerThread { len: counts.len(), taken: counts.iter().copied().enumerate().filter(|&(_, c)| c > 0).collect() }
+    }
+
+    /// How many threads are listed.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Thread `t`'s executions (none if `t` is not listed).
+    pub fn get(&self, t: usize) -> u64 {
+        self.taken.binary_search_by_key(&t, |&(t, _)| t).map_or(0, |i| self.taken[i].1)
+    }
+
+    /// The threads that took the edge, by thread, and how often.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        self.taken.iter().copied()
+    }
 }
 
 /// One process of a DCFG, read and checked.
@@ -177,104 +189,47 @@ pub struct Report {
 }
 
 /// Reads and checks a DCFG.
-pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, CheckError> {
-    let mut types: HashMap<u64, String> = HashMap::new();
-    if let Some(t) = doc.get("EDGE_TYPES") {
-        for r in table(t, "EDGE_TYPES")? {
-            let name = col(&r, "EDGE_TYPE", "EDGE_TYPES")?.as_str().ok_or_else(|| shape("EDGE_TYPE", "is not a string"))?;
-            types.insert(int(col(&r, "EDGE_TYPE_ID", "EDGE_TYPES")?)?, name.to_string());
-        }
-    }
-    let mut special = HashMap::new();
-    if let Some(t) = doc.get("SPECIAL_NODES") {
-        for r in table(t, "SPECIAL_NODES")? {
-            let name = col(&r, "NODE_NAME", "SPECIAL_NODES")?.as_str().unwrap_or("").to_string();
-            special.insert(int(col(&r, "NODE_ID", "SPECIAL_NODES")?)?, name);
-        }
-    }
-    let procs = doc.get("PROCESSES").ok_or_else(|| shape("the DCFG", "has no PROCESSES"))?;
+pub fn read_dcfg(input: impl Read, report: &mut Report) -> Result<Vec<ProcessData>, CheckError> {
+    let doc = dcfg_doc::read(input)?;
+    let procs = doc.processes.ok_or_else(|| shape("the DCFG", "has no PROCESSES"))?;
     let mut out = Vec::new();
-    for pr in table(procs, "PROCESSES")? {
-        let pid = int(col(&pr, "PROCESS_ID", "PROCESSES")?)?;
-        let data = col(&pr, "PROCESS_DATA", "PROCESSES")?;
+    for (pid, pr) in procs {
         let what = format!("process {pid}");
-        let per: Vec<u64> = match data.get("INSTR_COUNT_PER_THREAD") {
-            Some(Value::Array(a)) => a.iter().map(int).collect::<Result<_, _>>()?,
-            _ => Vec::new(),
-        };
-        let per_total = sum(&per, &format!("{what} INSTR_COUNT_PER_THREAD"))?;
-        if let Some(total) = data.get("INSTR_COUNT") {
-            if int(total)? != per_total {
-                return disagree(&what, format!("INSTR_COUNT {} is not the sum of INSTR_COUNT_PER_THREAD", int(total)?));
+        let per = pr.per_thread;
+        let per_total = sum(per.iter().copied(), &format!("{what} INSTR_COUNT_PER_THREAD"))?;
+        if let Some(total) = pr.instr_count {
+            if total != per_total {
+                return disagree(&what, format!("INSTR_COUNT {total} is not the sum of INSTR_COUNT_PER_THREAD"));
             }
         }
         let mut nodes: HashMap<u64, NodeData> = HashMap::new();
-        let mut routines_of: Vec<(u64, Vec<(u64, u64)>, Vec<(u64, Vec<u64>)>)> = Vec::new();
-        if let Some(images) = data.get("IMAGES") {
-            for im in table(images, &format!("{what} IMAGES"))? {
-                let base = int(col(&im, "LOAD_ADDR", "IMAGES")?)?;
-                let Some(d) = im.get("IMAGE_DATA") else { continue };
-                if let Some(b) = d.get("BASIC_BLOCKS") {
-                    for r in table(b, "BASIC_BLOCKS")? {
-                        let id = int(col(&r, "NODE_ID", "BASIC_BLOCKS")?)?;
-                        let n = NodeData {
-                            addr: add(base, int(col(&r, "ADDR_OFFSET", "BASIC_BLOCKS")?)?, &format!("{what} node {id}'s address"))?,
-                            instrs: int(col(&r, "NUM_INSTRS", "BASIC_BLOCKS")?)?,
-                            count: r.get("COUNT").map(|c| int(c)).transpose()?.unwrap_or(0),
-                        };
-                        if special.contains_key(&id) || nodes.insert(id, n).is_some() {
-                            return Err(CheckError::Duplicate { what, item: "node", id });
-                        }
-                    }
-                }
-                if let Some(rt) = d.get("ROUTINES") {
-                    for r in table(rt, "ROUTINES")? {
-                        let entry = int(col(&r, "ENTRY_NODE_ID", "ROUTINES")?)?;
-                        let mut idoms = Vec::new();
-                        for n in table(col(&r, "NODES", "ROUTINES")?, "NODES")? {
-                            idoms.push((int(col(&n, "NODE_ID", "NODES")?)?, int(col(&n, "IDOM_NODE_ID", "NODES")?)?));
-                        }
-                        let mut lps = Vec::new();
-                        if let Some(l) = r.get("LOOPS") {
-                            for l in table(l, "LOOPS")? {
-                                let head = int(col(&l, "LOOP_HEAD_NODE_ID", "LOOPS")?)?;
-                                let members = col(&l, "LOOP_NODE_IDS", "LOOPS")?
-                                    .as_array()
-                                    .ok_or_else(|| shape("LOOP_NODE_IDS", "is not an array"))?
-                                    .iter()
-                                    .map(int)
-                                    .collect::<Result<Vec<_>, _>>()?;
-                                lps.push((head, members));
-                            }
-                        }
-                        routines_of.push((entry, idoms, lps));
-                    }
+        let mut routines_of = Vec::new();
+        for (base, im) in pr.images {
+            for b in im.blocks {
+                let id = b.id;
+                let n = NodeData { addr: add(base, b.offset, &format!("{what} node {id}'s address"))?, instrs: b.instrs, count: b.count };
+                if doc.special.contains_key(&id) || nodes.insert(id, n).is_some() {
+                    return Err(CheckError::Duplicate { what, item: "node", id });
                 }
             }
+            routines_of.extend(im.routines);
         }
         let mut edges: HashMap<u64, EdgeData> = HashMap::new();
-        if let Some(e) = data.get("EDGES") {
-            for r in table(e, "EDGES")? {
-                let id = int(col(&r, "EDGE_ID", "EDGES")?)?;
-                let t = int(col(&r, "EDGE_TYPE_ID", "EDGES")?)?;
-                let per: Vec<u64> = match r.get("COUNT_PER_THREAD") {
-                    Some(Value::Array(a)) => a.iter().map(int).collect::<Result<_, _>>()?,
-                    _ => Vec::new(),
-                };
-                let e = EdgeData {
-                    src: int(col(&r, "SOURCE_NODE_ID", "EDGES")?)?,
-                    dst: int(col(&r, "TARGET_NODE_ID", "EDGES")?)?,
-                    ty: types.get(&t).cloned().ok_or_else(|| CheckError::UnknownEdgeType { what: what.clone(), edge: id, ty: t })?,
-                    per_thread: per,
-                };
-                for end in [e.src, e.dst] {
-                    if !nodes.contains_key(&end) && !special.contains_key(&end) {
-                        return Err(CheckError::UnknownNode { what, edge: id, node: end });
-                    }
+        for r in pr.edges {
+            let id = r.id;
+            let e = EdgeData {
+                src: r.src,
+                dst: r.dst,
+                ty: doc.types.get(&r.ty).cloned().ok_or_else(|| CheckError::UnknownEdgeType { what: what.clone(), edge: id, ty: r.ty })?,
+                per_thread: r.per_thread,
+            };
+            for end in [e.src, e.dst] {
+                if !nodes.contains_key(&end) && !doc.special.contains_key(&end) {
+                    return Err(CheckError::UnknownNode { what, edge: id, node: end });
                 }
-                if edges.insert(id, e).is_some() {
-                    return Err(CheckError::Duplicate { what, item: "edge", id });
-                }
+            }
+            if edges.insert(id, e).is_some() {
+                return Err(CheckError::Duplicate { what, item: "edge", id });
             }
         }
         // Counts: a node's COUNT is the sum of its incoming and of its outgoing edges.
@@ -282,17 +237,18 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
         let mut per_thread_instrs = vec![0u64; per.len()];
         let ovf = format!("{what} edge counts");
         for e in edges.values() {
-            let c = sum(&e.per_thread, &ovf)?;
+            let c = sum(e.per_thread.iter().map(|(_, c)| c), &ovf)?;
             let i = inc.entry(e.dst).or_insert(0);
             *i = add(*i, c, &ovf)?;
             let o = outg.entry(e.src).or_insert(0);
             *o = add(*o, c, &ovf)?;
             if let Some(n) = nodes.get(&e.src) {
-                for (t, c) in e.per_thread.iter().enumerate() {
-                    if t >= per_thread_instrs.len() {
-                        return disagree(&what, format!("edge counts for thread {t}, which INSTR_COUNT_PER_THREAD lacks"));
-                    }
-                    per_thread_instrs[t] = add(per_thread_instrs[t], mul(n.instrs, *c, &ovf)?, &ovf)?;
+                let threads = per_thread_instrs.len();
+                for (t, c) in e.per_thread.iter().take_while(|&(t, _)| t < threads) {
+                    per_thread_instrs[t] = add(per_thread_instrs[t], mul(n.instrs, c, &ovf)?, &ovf)?;
+                }
+                if e.per_thread.len() > threads {
+                    return disagree(&what, format!("edge counts for thread {threads}, which INSTR_COUNT_PER_THREAD lacks"));
                 }
             }
         }
@@ -316,7 +272,7 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
         // Routines: every node in exactly one; the IDOM tree rooted at the entry; loop heads
         // dominate their loops.
         let mut seen: HashSet<u64> = HashSet::new();
-        for (entry, idoms, lps) in &routines_of {
+        for dcfg_doc::Routine { entry, idoms, loops: lps } in &routines_of {
             let local: HashMap<u64, usize> = idoms.iter().enumerate().map(|(i, (n, _))| (*n, i)).collect();
             let mut idom = vec![None; idoms.len()];
             for (i, (n, d)) in idoms.iter().enumerate() {
@@ -355,166 +311,73 @@ pub fn read_dcfg(doc: &Value, report: &mut Report) -> Result<Vec<ProcessData>, C
         report.processes += 1;
         report.nodes += nodes.len();
         report.edges += edges.len();
-        out.push(ProcessData { pid, instr_per_thread: per, nodes, edges, special: special.clone() });
+        out.push(ProcessData { pid, instr_per_thread: per, nodes, edges, special: doc.special.clone() });
     }
     Ok(out)
 }
 
-/// Decodes a DCFG-trace against its DCFG's processes, checking every chunk and count;
-/// `block` receives each process's thread's executed blocks in order: (pid, thread, address,
-/// instructions).
+/// Renders one decoded block into a buffer: (buffer, pid, thread, address, instructions).
+pub type Render = dyn Fn(&mut Vec<u8>, u64, u64, u64, u64) + Sync;
+
+/// Takes the rendered blocks' text, in order.
+pub type Emit<'a> = dyn FnMut(&[u8]) + 'a;
+
+/// Where a checked trace's executed blocks go: the workers render each chunk's blocks with
+/// `render`, and `emit` receives the text in the trace's order (per process row, per
+/// thread row, its chunks in order).
+pub struct Blocks<'a> {
+    pub render: &'a Render,
+    pub emit: &'a mut Emit<'a>,
+}
+
+/// `<pid> <thread> <address> <instructions>`, the address in hex: a block as
+/// `dep dcfg --check --blocks` prints it.
+pub fn block_line(out: &mut Vec<u8>, pid: u64, thread: u64, addr: u64, instrs: u64) {
+    let mut b = itoa::Buffer::new();
+    out.extend_from_slice(b.format(pid).as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(b.format(thread).as_bytes());
+    out.extend_from_slice(b" 0x");
+    // The digits `{:#x}` writes: none of the leading zeros, but one for zero.
+    let digits = (67 - (addr | 1).leading_zeros()) / 4;
+    out.extend((0..digits).rev().map(|d| b"0123456789abcdef"[(addr >> (4 * d)) as usize & 15]));
+    out.push(b' ');
+    out.extend_from_slice(b.format(instrs).as_bytes());
+    out.push(b'\n');
+}
+
+/// Reads a DCFG-trace and decodes it against its DCFG's processes, checking every chunk and
+/// count, with `workers` threads decoding chunks; `blocks`, if given, receives each
+/// process's threads' executed blocks in order. The trace is read once, as it comes: what
+/// is held is the processes' transition tables and a few chunks per worker.
 pub fn read_trace(
-    doc: &Value,
+    input: impl Read + Send,
     procs: &[ProcessData],
+    workers: usize,
     report: &mut Report,
-    mut block: impl FnMut(u64, u64, u64, u64),
+    blocks: Option<Blocks>,
 ) -> Result<(), CheckError> {
-    let rows = doc.get("PROCESSES").ok_or_else(|| shape("the trace", "has no PROCESSES"))?;
-    // An exec'd image keeps its process id: the k-th row of a pid pairs with the k-th.
-    let mut by_pid: HashMap<u64, std::collections::VecDeque<&ProcessData>> = HashMap::new();
-    for p in procs {
-        by_pid.entry(p.pid).or_default().push_back(p);
-    }
-    for pr in table(rows, "trace PROCESSES")? {
-        let pid = int(col(&pr, "PROCESS_ID", "trace PROCESSES")?)?;
-        let what = format!("trace of process {pid}");
-        let p = by_pid.get_mut(&pid).and_then(|q| q.pop_front()).ok_or_else(|| CheckError::UnknownProcess { what: what.clone() })?;
-        // Each thread's edge executions, which bound its chunks' EDGE_COUNTs.
-        let mut thread_edges = vec![0u64; p.instr_per_thread.len()];
-        for e in p.edges.values() {
-            for (t, c) in e.per_thread.iter().enumerate().take(thread_edges.len()) {
-                thread_edges[t] = add(thread_edges[t], *c, &format!("{what}: edge counts"))?;
-            }
+    let workers = workers.max(1);
+    // The reader runs ahead of the chunk being judged by at most these chunks (and those
+    // the workers hold): what bounds the trace's memory.
+    let (jobs_tx, jobs_rx) = crossbeam::channel::bounded(workers);
+    let (order_tx, order_rx) = crossbeam::channel::bounded(2 * workers);
+    // Dropped when the judging ends, early or not: a reader or worker waiting to send sees it.
+    let (stop_tx, stop_rx) = crossbeam::channel::bounded::<()>(0);
+    let (render, emit) = match blocks {
+        Some(b) => (Some(b.render), Some(b.emit)),
+        None => (None, None),
+    };
+    std::thread::scope(|s| {
+        let stop = &stop_rx;
+        s.spawn(move || trace_doc::read(input, procs, jobs_tx, order_tx, stop));
+        for _ in 0..workers {
+            let jobs = jobs_rx.clone();
+            s.spawn(move || decode::work(jobs, render, stop));
         }
-        let mut traced: HashSet<u64> = HashSet::new();
-        let dict: HashMap<String, String> = match pr.get("STRING_DICTIONARY") {
-            Some(Value::Object(o)) => o.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string())).collect(),
-            _ => HashMap::new(),
-        };
-        let mut t = Table::default();
-        if let Some(tt) = pr.get("TRANSITION_TABLE") {
-            for r in table(tt, "TRANSITION_TABLE")? {
-                let cur = id32(col(&r, "CURRENT_EDGE_ID", "TRANSITION_TABLE")?, &format!("{what} CURRENT_EDGE_ID"))?;
-                let code = col(&r, "TRANSITION_CODE", "TRANSITION_TABLE")?.as_str().unwrap_or("\u{0}");
-                let next = col(&r, "NEXT_EDGE_IDS", "TRANSITION_TABLE")?
-                    .as_array()
-                    .ok_or_else(|| shape("NEXT_EDGE_IDS", "is not an array"))?
-                    .iter()
-                    .map(|v| id32(v, &format!("{what} NEXT_EDGE_IDS")))
-                    .collect::<Result<Vec<_>, _>>()?;
-                t.add(cur, code, next).map_err(|source| CheckError::Decode { what: what.clone(), source })?;
-            }
-        }
-        let rows = match pr.get("THREAD_DATA") {
-            Some(threads) => table(threads, "THREAD_DATA")?,
-            None => Vec::new(),
-        };
-        for th in rows {
-            let tid = int(col(&th, "THREAD_ID", "THREAD_DATA")?)?;
-            // A thread the DCFG counts, once: what bounds its work is the DCFG's counts.
-            let Some(&edges_of_thread) = usize::try_from(tid).ok().and_then(|t| thread_edges.get(t)) else {
-                return Err(CheckError::Thread { what, thread: tid, why: "is not among the DCFG's threads" });
-            };
-            if !traced.insert(tid) {
-                return Err(CheckError::Thread { what, thread: tid, why: "is traced twice" });
-            }
-            let mut decoded = 0u64;
-            let mut counts: HashMap<u64, u64> = HashMap::new();
-            let mut expect_preceding = 0u64;
-            let mut last_dst: Option<u64> = None;
-            for c in table(col(&th, "TRACE_DATA", "THREAD_DATA")?, "TRACE_DATA")? {
-                let preceding = int(col(&c, "PRECEDING_INSTR_COUNT", "TRACE_DATA")?)?;
-                let instrs = int(col(&c, "INSTR_COUNT", "TRACE_DATA")?)?;
-                let n = int(col(&c, "EDGE_COUNT", "TRACE_DATA")?)?;
-                if n == 0 {
-                    continue;
-                }
-                if preceding != expect_preceding {
-                    return disagree(
-                        &format!("{what} thread {tid}"),
-                        format!("PRECEDING_INSTR_COUNT {preceding}, the chunks before hold {expect_preceding}"),
-                    );
-                }
-                // Decoding reads no bits through rows of empty codes: only the DCFG's counts
-                // bound a chunk's edges.
-                let left = edges_of_thread - decoded;
-                if n > left {
-                    return Err(CheckError::EdgeCount { what, thread: tid, count: n, left });
-                }
-                decoded += n;
-                let first = id32(col(&c, "FIRST_EDGE_ID", "TRACE_DATA")?, &format!("{what} FIRST_EDGE_ID"))?;
-                let seq = col(&c, "EDGE_ID_SEQUENCE", "TRACE_DATA")?.as_str().unwrap_or("");
-                let mut bits = BitReader::new(seq, &dict);
-                let mut chunk_instrs = 0u64;
-                let mut failure: Option<CheckError> = None;
-                let decoded_chunk = t.decode(first, n, &mut bits, |e| {
-                    if failure.is_some() {
-                        return;
-                    }
-                    let Some(ed) = p.edges.get(&(e as u64)) else {
-                        failure = Some(CheckError::UnknownEdge { what: what.clone(), thread: tid, edge: e as u64 });
-                        return;
-                    };
-                    if let Some(prev) = last_dst {
-                        if ed.src != prev {
-                            failure = Some(CheckError::Discontinuous {
-                                what: what.clone(),
-                                thread: tid,
-                                edge: e as u64,
-                                src: ed.src,
-                                reached: prev,
-                            });
-                            return;
-                        }
-                    }
-                    *counts.entry(e as u64).or_insert(0) += 1;
-                    if let Some(src) = p.nodes.get(&ed.src) {
-                        // Cannot overflow unless the DCFG's checked sums did.
-                        chunk_instrs = chunk_instrs.saturating_add(src.instrs);
-                    }
-                    if let Some(dst) = p.nodes.get(&ed.dst) {
-                        block(pid, tid, dst.addr, dst.instrs);
-                    }
-                    last_dst = Some(ed.dst);
-                });
-                // The first problem found is the one named: an edge the graph lacks stops the
-                // sequence making sense before the decoder runs out of rows or bits.
-                if let Some(f) = failure {
-                    return Err(f);
-                }
-                decoded_chunk.map_err(|source| CheckError::Decode { what: format!("{what} thread {tid}"), source })?;
-                if chunk_instrs != instrs {
-                    return disagree(
-                        &format!("{what} thread {tid}"),
-                        format!("a chunk's INSTR_COUNT is {instrs}, its edges' source nodes hold {chunk_instrs}"),
-                    );
-                }
-                expect_preceding = add(expect_preceding, instrs, &format!("{what} thread {tid} INSTR_COUNT"))?;
-                report.decoded_edges = report.decoded_edges.saturating_add(n);
-            }
-            // The decoded edges are exactly this thread's edge counts: those decoded agree,
-            // and they add up to all the thread's (so the rest count none). Work in the edges
-            // decoded, not in edges x threads.
-            let want = |id: &u64| p.edges.get(id).and_then(|e| e.per_thread.get(tid as usize)).copied().unwrap_or(0);
-            let wrong = counts.iter().find(|(id, got)| **got != want(id)).map(|(id, _)| *id);
-            let wrong = wrong.or_else(|| {
-                (decoded != edges_of_thread).then(|| p.edges.keys().copied().find(|id| !counts.contains_key(id) && want(id) > 0)).flatten()
-            });
-            if let Some(id) = wrong {
-                let (got, want) = (counts.get(&id).copied().unwrap_or(0), want(&id));
-                return disagree(&format!("{what} thread {tid}"), format!("edge {id} decoded {got} times, COUNT_PER_THREAD says {want}"));
-            }
-            if expect_preceding != p.instr_per_thread.get(tid as usize).copied().unwrap_or(0) {
-                return disagree(
-                    &format!("{what} thread {tid}"),
-                    format!("the chunks hold {expect_preceding} instructions, INSTR_COUNT_PER_THREAD another count"),
-                );
-            }
-        }
-        // A thread the DCFG saw run but the trace leaves out would pass unchecked.
-        if let Some(t) = thread_edges.iter().enumerate().position(|(t, &n)| n > 0 && !traced.contains(&(t as u64))) {
-            return Err(CheckError::Thread { what, thread: t as u64, why: "has edge counts in the DCFG but no trace" });
-        }
-    }
-    Ok(())
+        drop(jobs_rx);
+        let judged = decode::judge(order_rx, report, emit);
+        drop(stop_tx);
+        judged
+    })
 }

@@ -215,25 +215,51 @@ impl Table {
         Ok(())
     }
 
-    /// Decodes `count` edges, the first being `first`, calling `edge` with each.
+    /// The table compiled for decoding from `states` current edges, numbered by `state`
+    /// (the rows of an edge it does not number are left out: decoding never reaches them),
+    /// each next edge id turned into what a step gives by `item`.
+    pub fn compile<T>(&self, states: usize, state: impl Fn(u32) -> Option<usize>, item: impl Fn(u32) -> T) -> Decoder<T> {
+        let mut d = Decoder { roots: vec![NONE; states], nodes: Vec::new(), rows: Vec::new(), next: Vec::new() };
+        // Shorter codes first: a row on the way to a longer code's place is read first, so
+        // the longer one can never be; and a current edge's trie nodes lie together.
+        let mut rows: Vec<_> = self.rows.iter().filter_map(|(&(cur, len, code), next)| Some((state(cur)?, len, code, next))).collect();
+        rows.sort_unstable_by_key(|r| (r.0, r.1, r.2));
+        'rows: for (s, len, code, next) in rows {
+            // The link to follow: a root (`node` NONE) or a node's child for a bit.
+            let (mut node, mut bit) = (NONE, s);
+            for b in (0..len).rev() {
+                node = match d.link(node, bit) {
+                    NONE => d.grow(node, bit),
+                    link if link & LEAF != 0 => continue 'rows,
+                    link => link,
+                };
+                bit = (code >> b) as usize & 1;
+            }
+            let row = LEAF | d.rows.len() as u32;
+            *d.link_mut(node, bit) = row;
+            let at = d.next.len() as u32;
+            d.next.extend(next.iter().map(|&e| item(e)));
+            d.rows.push((at, d.next.len() as u32));
+        }
+        d
+    }
+
+    /// Decodes `count` edges, the first being `first`, calling `edge` with each (compiling
+    /// the table first: for small tables and tests).
     pub fn decode(&self, first: u32, count: u64, bits: &mut BitReader, mut edge: impl FnMut(u32)) -> Result<(), TableError> {
         if count == 0 {
             return Ok(());
         }
+        let mut ids: Vec<u32> = self.rows.keys().map(|k| k.0).collect();
+        ids.push(first);
+        ids.sort_unstable();
+        ids.dedup();
+        let state = |e: u32| ids.binary_search(&e).ok();
+        let d = self.compile(ids.len(), state, |e| e);
         edge(first);
         let (mut done, mut current) = (1u64, first);
         while done < count {
-            let (mut code, mut len) = (0u32, 0u8);
-            let next = loop {
-                if let Some(n) = self.rows.get(&(current, len, code)) {
-                    break n;
-                }
-                if len == MAX_CODE_BITS {
-                    return Err(TableError::NoTransition(current));
-                }
-                code = code << 1 | bits.bit()? as u32;
-                len += 1;
-            };
+            let next = d.step(state(current).unwrap_or(usize::MAX), current, bits)?;
             for &e in next.iter().take((count - done) as usize) {
                 edge(e);
                 done += 1;
@@ -241,6 +267,70 @@ impl Table {
             current = *next.last().expect("rows are not empty");
         }
         Ok(())
+    }
+}
+
+/// A link to nothing: no row's code begins with the bits read.
+const NONE: u32 = u32::MAX;
+/// A link to a row (its number in the low bits), not to a trie node.
+const LEAF: u32 = 1 << 31;
+
+/// A transition table compiled for decoding: each current edge's codes as a binary trie, so
+/// a bit read costs an array index (where the table costs a hash of (edge, length, code)).
+pub struct Decoder<T> {
+    /// Per state (current edge): the link to its trie, or to its row of the empty code.
+    roots: Vec<u32>,
+    /// Trie nodes: the links for bits 0 and 1. A node's codes are longer than its depth, so
+    /// there are none deeper than 31.
+    nodes: Vec<[u32; 2]>,
+    /// Per row: its range of `next`.
+    rows: Vec<(u32, u32)>,
+    next: Vec<T>,
+}
+
+impl<T> Decoder<T> {
+    /// The link of state `bit` if `node` is NONE, else of `node`'s child for `bit`.
+    fn link_mut(&mut self, node: u32, bit: usize) -> &mut u32 {
+        if node == NONE {
+            &mut self.roots[bit]
+        } else {
+            &mut self.nodes[node as usize][bit]
+        }
+    }
+
+    fn link(&mut self, node: u32, bit: usize) -> u32 {
+        *self.link_mut(node, bit)
+    }
+
+    /// A new node where [`link_mut`](Self::link_mut) names.
+    fn grow(&mut self, node: u32, bit: usize) -> u32 {
+        self.nodes.push([NONE; 2]);
+        let n = (self.nodes.len() - 1) as u32;
+        *self.link_mut(node, bit) = n;
+        n
+    }
+
+    /// The edges that follow state `s` (edge `current`, named in errors): the row named by
+    /// the fewest bits, read from `bits` (spec 3.5). A state out of range has no rows.
+    #[inline]
+    pub fn step(&self, s: usize, current: u32, bits: &mut BitReader) -> Result<&[T], TableError> {
+        let mut link = self.roots.get(s).copied().unwrap_or(NONE);
+        let mut len = 0u8;
+        while link & LEAF == 0 {
+            link = self.nodes[link as usize][bits.bit()? as usize];
+            len += 1;
+        }
+        if link == NONE {
+            // No row's code begins with the bits read: as a table read a length at a time
+            // does, on to 32 bits (which may run out first), then no transition.
+            while len < MAX_CODE_BITS {
+                bits.bit()?;
+                len += 1;
+            }
+            return Err(TableError::NoTransition(current));
+        }
+        let (a, b) = self.rows[(link & !LEAF) as usize];
+        Ok(&self.next[a as usize..b as usize])
     }
 }
 
@@ -350,5 +440,57 @@ mod tests {
             table.decode(walk[0], walk.len() as u64, &mut BitReader::new(&text, &d), |e| got.push(e)).unwrap();
             assert_eq!(got, walk);
         }
+    }
+
+    /// Decoding as the spec reads it, a code length at a time over the table's rows.
+    fn by_lengths(t: &Table, first: u32, count: u64, bits: &mut BitReader) -> Result<Vec<u32>, TableError> {
+        let (mut out, mut current) = (vec![first], first);
+        while (out.len() as u64) < count {
+            let (mut code, mut len) = (0u32, 0u8);
+            let next = loop {
+                if let Some(n) = t.rows.get(&(current, len, code)) {
+                    break n;
+                }
+                if len == MAX_CODE_BITS {
+                    return Err(TableError::NoTransition(current));
+                }
+                code = code << 1 | bits.bit()? as u32;
+                len += 1;
+            };
+            out.extend(next.iter().take((count - out.len() as u64) as usize));
+            current = *next.last().unwrap();
+        }
+        Ok(out)
+    }
+
+    /// The compiled trie decodes as the table read a length at a time does, on tables whose
+    /// codes are not prefix-free (the shorter code wins) and edges without rows, to the same
+    /// edges or the same error (bits run short, or no transition after 32 bits).
+    #[test]
+    fn compiled_tables_decode_as_the_spec_reads() {
+        let mut rng = dep_profile::simulate::Rng::new(11);
+        let mut rnd = |n: u64| rng.below(n);
+        let d = HashMap::new();
+        // How often each outcome came: edges, bits short, no transition.
+        let mut seen = [0; 3];
+        for _ in 0..2000 {
+            let mut t = Table::default();
+            for _ in 0..rnd(12) {
+                let code: String = (0..rnd(5)).map(|_| if rnd(2) == 0 { '0' } else { '1' }).collect();
+                let next = (0..1 + rnd(3)).map(|_| 1 + rnd(6) as u32).collect();
+                let _ = t.add(1 + rnd(5) as u32, &code, next);
+            }
+            let text: String = (0..rnd(12)).map(|_| ['A', 'B', 'f', '-', 'V', 'q'][rnd(6) as usize]).collect();
+            let (first, count) = (1 + rnd(6) as u32, 1 + rnd(40));
+            let mut got = Vec::new();
+            let compiled = t.decode(first, count, &mut BitReader::new(&text, &d), |e| got.push(e)).map(|()| got);
+            assert_eq!(compiled, by_lengths(&t, first, count, &mut BitReader::new(&text, &d)), "{t:?} from {first}, {count} edges, {text}");
+            seen[match compiled {
+                Ok(_) => 0,
+                Err(TableError::Seq(SeqError::Short(_))) => 1,
+                Err(_) => 2,
+            }] += 1;
+        }
+        assert!(seen.iter().all(|&n| n > 50), "outcomes {seen:?}");
     }
 }
