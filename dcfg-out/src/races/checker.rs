@@ -55,12 +55,14 @@ pub struct Check {
 pub struct Batch {
     pub checks: Vec<Check>,
     pub ops: Vec<(u32, Op)>,
+    /// Bytes the ops hold (a clock of thousands of threads is tens of KiB).
+    pub op_bytes: usize,
 }
 
 impl Batch {
     /// Room for `n` accesses.
     pub fn with_capacity(n: usize) -> Batch {
-        Batch { checks: Vec::with_capacity(n), ops: Vec::new() }
+        Batch { checks: Vec::with_capacity(n), ops: Vec::new(), op_bytes: 0 }
     }
 
     /// Neither accesses nor ops.
@@ -72,6 +74,18 @@ impl Batch {
     pub fn clear(&mut self) {
         self.checks.clear();
         self.ops.clear();
+        self.op_bytes = 0;
+    }
+
+    /// Adds `op`, to go before the next access.
+    pub fn push_op(&mut self, op: Op) {
+        self.op_bytes += std::mem::size_of::<(u32, Op)>()
+            + match &op {
+                Op::Clock(_, c) => 4 * c.len(),
+                Op::Lockset(l) => std::mem::size_of_val(l.as_slice()),
+                _ => 0,
+            };
+        self.ops.push((self.checks.len() as u32, op));
     }
 }
 

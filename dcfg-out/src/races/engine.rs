@@ -372,8 +372,9 @@ impl<'a> Engine<'a> {
     fn broadcast(&mut self, op: Op) {
         for k in 0..self.pending.len() {
             let b = &mut self.pending[k];
-            b.ops.push((b.checks.len() as u32, op.clone()));
-            if b.ops.len() >= BATCH {
+            b.push_op(op.clone());
+            // A batch's memory stays bounded however large the clocks it carries.
+            if b.ops.len() >= BATCH || b.op_bytes >= OP_BYTES {
                 self.deliver(k);
             }
         }
@@ -935,6 +936,9 @@ enum Out {
 
 /// Accesses (or ops) sent to a shard at once.
 const BATCH: usize = 1 << 14;
+
+/// Bytes of ops past which a batch is sent.
+const OP_BYTES: usize = 4 << 20;
 
 #[cfg(test)]
 mod tests {
