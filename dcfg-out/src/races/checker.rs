@@ -192,11 +192,6 @@ impl Checker {
         self.shadow.bytes()
     }
 
-    /// Clock components held.
-    pub fn clock_components(&self) -> usize {
-        self.clocks.iter().map(Clocks::len).sum()
-    }
-
     /// Takes a batch: each access after the ops before it.
     pub fn apply(&mut self, b: &Batch) {
         let mut ops = b.ops.iter().peekable();

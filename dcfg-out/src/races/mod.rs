@@ -128,7 +128,7 @@ pub fn analyse(rec: &Recovery, symbols: &crate::program::symbols::Symbolizer, re
         .filter(|m| m.event == dep_profile::container::ModuleEventKind::Load && feed::is_runtime(&m.path))
         .map(|m| (m.base, m.base + m.size))
         .collect();
-    // The shadow's checks split by page over a shard per core, each on its own thread,
+    // The shadow's checks split by cache line over a shard per core, each on its own thread,
     // beside this one (the order between threads) and the threads' producers.
     let shards = rec.workers().max(1);
     let (engine, found, shadow_bytes) = std::thread::scope(|s| -> Result<_, RacesError> {
