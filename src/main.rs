@@ -418,7 +418,7 @@ fn recover(
     let source = if truth { Source::Truth } else { Source::Dep };
     if format == "null" {
         // Recovery alone, for timing it: per-chunk counts summed (in any order: the checksum
-        // is a sum), nothing written.
+        // is a sum of lanes), nothing written.
         let mut c = dep_recover::Counts::default();
         rec.events(source).unordered(
             |_| dep_recover::Counts::default(),
@@ -430,7 +430,11 @@ fn recover(
         )?;
         eprintln!(
             "dep: recovered {} blocks, {} instructions, {} reads, {} writes, checksum {:016x}",
-            c.blocks, c.instructions, c.reads, c.writes, c.checksum
+            c.blocks,
+            c.instructions,
+            c.reads,
+            c.writes,
+            c.checksum()
         );
         if !truth {
             eprintln!("dep: {} of the blocks by compiled code", rec.plans.compiled_blocks());

@@ -827,14 +827,12 @@ impl Walker<'_> {
                     while k < count {
                         let run = (count - k).min((BATCH / events.len().max(1)) as u64);
                         let at = |e: &MemEvent, i: u64| MemEvent { addr: e.addr.wrapping_add(i.wrapping_mul(stride)) & mask, ..*e };
+                        // One extend over a range per run, so the events are stored with no
+                        // capacity check between them (movs and cmps alternate two).
                         match *events {
                             [e] => self.batch.extend((k..k + run).map(|i| at(&e, i))),
-                            _ => {
-                                self.batch.reserve(run as usize * events.len());
-                                for i in k..k + run {
-                                    self.batch.extend(events.iter().map(|e| at(e, i)));
-                                }
-                            }
+                            [a, b] => self.batch.extend((k..k + run).flat_map(|i| [at(&a, i), at(&b, i)])),
+                            _ => {}
                         }
                         k += run;
                         if self.batch.len() >= BATCH {
