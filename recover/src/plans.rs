@@ -86,7 +86,8 @@ impl Plans {
             .then(|| {
                 let addr = |i: usize| (plans[i].is_ok() && blocks[i].version == 0).then_some(blocks[i].addr);
                 let popcnt = engine == Engine::Compiled && std::arch::is_x86_feature_detected!("popcnt");
-                crate::jit::Jit::build(&flat, &addr, workers, popcnt)
+                let succ = |i: usize| successors(plans[i].as_ref().ok());
+                crate::jit::Jit::build(&flat, &addr, &succ, workers, popcnt)
             })
             .flatten();
         let exits = plans.iter().map(|p| crate::edges::exit_of(p.as_ref().ok())).collect();
@@ -227,4 +228,20 @@ impl Default for PlanCache {
 pub enum PlanMiss<'a> {
     NotInTable,
     Undecodable(&'a BlockError),
+}
+
+/// Where a block's last instruction can go without a lookup: a conditional branch's
+/// fall-through and target, a direct jump's or call's target, the next instruction after
+/// a block cut short or a system call (compiled code tests for these first).
+#[cfg(target_arch = "x86_64")]
+fn successors(plan: Option<&BlockPlan>) -> [Option<u64>; 2] {
+    use dep_profile::semantics::Flow;
+    let Some(last) = plan.and_then(|p| p.insns.last()) else { return [None, None] };
+    let next = last.pc.wrapping_add(last.len as u64);
+    match last.flow {
+        Flow::Jump { target, conditional: true } => [Some(next), Some(target)],
+        Flow::Jump { target, conditional: false } | Flow::Call { target } => [Some(target), None],
+        Flow::Next | Flow::Syscall => [Some(next), None],
+        _ => [None, None],
+    }
 }

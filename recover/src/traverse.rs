@@ -572,6 +572,17 @@ impl Walker<'_> {
         let tags_range = bytes.as_ptr_range();
         let (exit, set_hi) = jit.routines();
         let values_range = values.as_ptr_range();
+        // SAFETY: the tags are at least 4 bytes long (checked above).
+        let tags_last = unsafe { tags_range.end.sub(4) };
+        // Where the code leaves from `at` to hand over at most `JIT_BLOCKS` blocks: each
+        // block reads at least one tag word, so block n starts `2 * n` bytes on or more.
+        let bound = |at: *const u8| {
+            if (tags_last as usize).saturating_sub(at as usize) / 2 < JIT_BLOCKS {
+                tags_last
+            } else {
+                at.wrapping_add(2 * (JIT_BLOCKS - 1))
+            }
+        };
         // SAFETY (the pointers): each is within, or one past, the slice or capacity it
         // comes from; `Jit::enter` needs no more.
         let mut st = JitState {
@@ -579,8 +590,7 @@ impl Walker<'_> {
             hi: tags.hi() << 16,
             // SAFETY: `p + 4 <= bytes.len()`, checked above.
             tags: unsafe { tags_range.start.add(p) },
-            // SAFETY: the tags are at least 4 bytes long (checked above).
-            tags_last: unsafe { tags_range.end.sub(4) },
+            tags_last,
             // SAFETY: the value reader's offset is within its bytes.
             values: unsafe { values_range.start.add(self.values.offset()) },
             values_end: values_range.end,
@@ -588,17 +598,19 @@ impl Walker<'_> {
             // SAFETY: `cap >= 4 * max_refs`, reserved above; the room past the limit holds
             // the largest compiled block's references (compiled blocks have at most `max_refs`).
             refs_limit: unsafe { refs0.add(cap - max_refs) },
+            // `JIT_BLOCKS` records are reserved above, and `tags_last` is set before each
+            // entry to allow at most that many.
             blocks: blocks0,
-            // SAFETY: `JIT_BLOCKS` records are reserved above.
-            blocks_limit: unsafe { blocks0.add(JIT_BLOCKS - 1) },
             status: self.status as u64,
             table: jit.table(),
+            succ: jit.successors(),
             exit,
             set_hi,
         };
         let r = (|| loop {
             st.refs = refs0;
             st.blocks = blocks0;
+            st.tags_last = bound(st.tags);
             // SAFETY: the state was built above for this code.
             unsafe { jit.enter(&mut st) };
             // SAFETY: the code wrote this many records and references, in order.
@@ -612,7 +624,8 @@ impl Walker<'_> {
                 plans.count_compiled(recs.len());
                 go(sink.run(&Run::new(self.thread, recs, refs, plans)))?;
             }
-            if st.refs <= st.refs_limit && st.blocks <= st.blocks_limit {
+            // Left for the general walk, not for a full buffer or the blocks' bound.
+            if st.refs <= st.refs_limit && (st.tags <= st.tags_last || st.tags_last == tags_last) {
                 return Ok(());
             }
         })();

@@ -2,8 +2,9 @@
 //!
 //! Registers, the same in every piece of code: rbx points at the [`JitState`], r12 at the next
 //! tag word, r13 at the next DEP_m word, r14 at the next reference to write, rbp at the next
-//! block record, r15 holds the CURRENT bits; r8, r9, r10 and rdi hold the limits of r12, r14,
-//! rbp and r13, rsi the dispatch table and r11 its hash multiplier. A block is entered with
+//! block record, r15 holds the CURRENT bits; r8, r9 and rdi hold the limits of r12, r14 and
+//! r13 (r8's also bounds rbp's), rsi the dispatch table, r10 the successor table and r11 the
+//! address bits above the L-tag ([`JitState::hi`] while the code runs). A block is entered with
 //! rax = its address and r12 at its L-tag; it leaves either into the next block or through
 //! the exit, with r12 at a tag word the general walk then reads.
 
@@ -26,17 +27,21 @@ const _: () = assert!(offset_of!(MemEvent, insn) == 22);
 const _: () = assert!(size_of::<Slot>() == 16 && size_of::<BlockRec>() == 16);
 const _: () = assert!(offset_of!(BlockRec, id) == 8 && offset_of!(BlockRec, executed) == 12 && offset_of!(BlockRec, refs) == 14);
 
-/// The dispatch table's hash: `(addr * mul) >> shift`.
+/// The dispatch table's hash: `(addr >> 2) & mask`, bits of the address itself, so that
+/// blocks near one another in the program have their slots near one another in the table
+/// and a program's hot code has few lines of table to miss on (a multiplicative hash spread
+/// them over the whole table: CPython's dispatch waited on cache misses for a third of its
+/// time). Linear probing absorbs blocks that share a slot.
 #[derive(Clone, Copy)]
 pub(super) struct Hash {
-    pub mul: u64,
-    pub shift: u32,
+    /// The table's size less one; below 2^29, so `mask << 2` is a positive `i32`.
+    pub mask: u32,
 }
 
 impl Hash {
     /// The first slot to probe for `addr`, as the compiled code computes it.
     pub fn slot(self, addr: u64) -> usize {
-        (addr.wrapping_mul(self.mul) >> self.shift) as usize
+        ((addr >> 2) & self.mask as u64) as usize
     }
 }
 
@@ -76,7 +81,11 @@ pub(super) struct SharedLabels {
 /// Emitted at the end of every block, so each block's jump to its successor is predicted
 /// apart; the long H-tag change and the exit jump to the one copy in the entry routine
 /// (`shared` is `Some` there, and gets their labels).
-fn dispatch(a: &mut CodeAssembler, hash: Hash, shared: Option<&mut SharedLabels>) -> R {
+///
+/// `known` are the block's successors in its own 64 KiB with their entries in the successor
+/// table: a plain L-tag naming one of them (the H-tag still the block's own) jumps to the
+/// code the table would give for it, with no lookup.
+fn dispatch(a: &mut CodeAssembler, hash: Hash, shared: Option<&mut SharedLabels>, known: &[(u64, usize)]) -> R {
     let mut top = a.create_label();
     let mut out = a.create_label();
     let mut esc = a.create_label();
@@ -86,8 +95,6 @@ fn dispatch(a: &mut CodeAssembler, hash: Hash, shared: Option<&mut SharedLabels>
     a.set_label(&mut top)?;
     a.cmp(r14, r9)?;
     a.ja(out)?;
-    a.cmp(rbp, r10)?;
-    a.ja(out)?;
     a.cmp(r12, r8)?;
     a.ja(out)?;
     a.mov(eax, dword_ptr(r12))?;
@@ -96,14 +103,25 @@ fn dispatch(a: &mut CodeAssembler, hash: Hash, shared: Option<&mut SharedLabels>
     a.mov(ecx, eax)?;
     a.shr(ecx, 16)?;
     a.jz(next_esc)?;
+    // Only here, before any H-tag change: `top` is also where one returns to.
+    // (A label marks one instruction: the last test goes on to `go` itself.)
+    for (k, &(s, slot)) in known.iter().enumerate() {
+        let mut other = if k + 1 < known.len() { a.create_label() } else { go };
+        a.cmp(ax, (s & 0xffff) as u32)?;
+        a.jne(other)?;
+        a.mov(rax, s)?;
+        a.jmp(qword_ptr(r10 + 8 * slot as i32))?;
+        if k + 1 < known.len() {
+            a.set_label(&mut other)?;
+        }
+    }
     a.set_label(&mut go)?;
     a.movzx(eax, ax)?;
-    a.or(rax, st(offset_of!(JitState, hi)))?;
-    a.mov(rdx, rax)?;
-    a.imul_2(rdx, r11)?;
-    a.shr(rdx, hash.shift as i32)?;
-    a.shl(rdx, 4)?;
-    a.add(rdx, rsi)?;
+    a.or(rax, r11)?;
+    // rdx = the slot's offset (16 bytes a slot, `(addr >> 2) & mask` slots in).
+    a.mov(edx, eax)?;
+    a.and(edx, (hash.mask << 2) as i32)?;
+    a.lea(rdx, qword_ptr(rsi + rdx * 4))?;
     a.cmp(qword_ptr(rdx), rax)?;
     a.jne(probe)?;
     a.jmp(qword_ptr(rdx + 8))?;
@@ -136,7 +154,10 @@ fn dispatch(a: &mut CodeAssembler, hash: Hash, shared: Option<&mut SharedLabels>
     a.lea(ecx, dword_ptr(rax - 1))?;
     a.cmp(ecx, (MAX_SHORT_H - 1) as i32)?;
     a.ja(set_hi)?;
-    a.mov(word_ptr(rbx + off(offset_of!(JitState, hi)) + 2), ax)?;
+    a.shr(r11, 32)?;
+    a.shl(r11, 32)?;
+    a.shl(eax, 16)?;
+    a.or(r11, rax)?;
     a.add(r12, 4)?;
     a.jmp(top)?;
     let Some(labels) = shared else {
@@ -154,9 +175,8 @@ fn dispatch(a: &mut CodeAssembler, hash: Hash, shared: Option<&mut SharedLabels>
     a.cmp(rdx, r8)?;
     a.ja(out)?;
     // Words 2..4 are the H-tag; shifting out the word after them leaves H << 16.
-    a.mov(rax, qword_ptr(r12 + 4))?;
-    a.shl(rax, 16)?;
-    a.mov(st(offset_of!(JitState, hi)), rax)?;
+    a.mov(r11, qword_ptr(r12 + 4))?;
+    a.shl(r11, 16)?;
     a.add(r12, 10)?;
     a.jmp(top)?;
     a.set_label(&mut out)?;
@@ -166,6 +186,7 @@ fn dispatch(a: &mut CodeAssembler, hash: Hash, shared: Option<&mut SharedLabels>
     a.mov(st(offset_of!(JitState, refs)), r14)?;
     a.mov(st(offset_of!(JitState, blocks)), rbp)?;
     a.mov(st(offset_of!(JitState, status)), r15)?;
+    a.mov(st(offset_of!(JitState, hi)), r11)?;
     for r in [r15, r14, r13, r12, rbp, rbx] {
         a.pop(r)?;
     }
@@ -186,12 +207,12 @@ pub(super) fn trampoline(a: &mut CodeAssembler, hash: Hash) -> Result<SharedLabe
     a.mov(r15, st(offset_of!(JitState, status)))?;
     a.mov(r8, st(offset_of!(JitState, tags_last)))?;
     a.mov(r9, st(offset_of!(JitState, refs_limit)))?;
-    a.mov(r10, st(offset_of!(JitState, blocks_limit)))?;
+    a.mov(r10, st(offset_of!(JitState, succ)))?;
     a.mov(rdi, st(offset_of!(JitState, values_end)))?;
     a.mov(rsi, st(offset_of!(JitState, table)))?;
-    a.mov(r11, hash.mul)?;
+    a.mov(r11, st(offset_of!(JitState, hi)))?;
     let mut labels = SharedLabels { exit: a.create_label(), set_hi: a.create_label() };
-    dispatch(a, hash, Some(&mut labels))?;
+    dispatch(a, hash, Some(&mut labels), &[])?;
     Ok(labels)
 }
 
@@ -215,10 +236,22 @@ impl Known {
     }
 }
 
-/// The code of one plain block (no special step), at block index `id`.
+/// The code of one plain block (no special step), at block index `id`, compiled `nth`:
+/// `succ` are its successors to test for (same 64 KiB, nonzero L-tag), whose code is at
+/// entries `2 * nth` and `2 * nth + 1` of the successor table.
 ///
 /// Without `popcnt` the block leaves whenever fewer values remain than it could read.
-pub(super) fn block(a: &mut CodeAssembler, flat: &FlatPlans, id: u32, addr: u64, hash: Hash, popcnt: bool) -> R {
+#[allow(clippy::too_many_arguments)]
+pub(super) fn block(
+    a: &mut CodeAssembler,
+    flat: &FlatPlans,
+    id: u32,
+    addr: u64,
+    succ: [Option<u64>; 2],
+    nth: usize,
+    hash: Hash,
+    popcnt: bool,
+) -> R {
     let fb = &flat.blocks[id as usize];
     let steps = &flat.steps[fb.steps.0 as usize..fb.steps.1 as usize];
     // The values the block reads: those of registers it always reloads, and those of the
@@ -332,7 +365,8 @@ pub(super) fn block(a: &mut CodeAssembler, flat: &FlatPlans, id: u32, addr: u64,
     for r in 0..NUM_REGS as u8 {
         pending.flush(a, r)?;
     }
-    dispatch(a, hash, None)
+    let known: Vec<(u64, usize)> = (0..2).filter_map(|k| succ[k].map(|s| (s, 2 * nth + k))).collect();
+    dispatch(a, hash, None, &known)
 }
 
 /// A plan's ordered value changes: constant additions stay pending; a derivation is
