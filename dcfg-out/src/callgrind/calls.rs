@@ -9,8 +9,8 @@
 //! other activation of the callee is still on the stack, so that recursion is not counted
 //! twice (Callgrind's "calls" are the non-recursive ones for cost).
 
-use super::costs::{CallEvent, ChunkCosts, Cost, Tables};
-use crate::program::calls::{self, CallStack, FrameKind, Step, NO_RETURN};
+use super::costs::{CallEvent, ChunkCosts, Cost, PrefixEnd, Tables};
+use crate::program::calls::{self, CallFlow, CallStack, FrameKind, Step, NO_RETURN};
 use rustc_hash::FxHashMap;
 
 /// A call arc's count and inclusive cost.
@@ -173,15 +173,22 @@ impl Local {
 }
 
 /// One thread's call stack between chunks.
-#[derive(Default)]
 pub struct Stack {
     stack: CallStack<Call>,
     /// Activations on the stack per function id.
     depth: Vec<u32>,
     /// The thread's cost before the next chunk.
     base: Cost,
-    /// The last block of the previous chunk, when the flow goes on into the next.
-    carry: Option<u32>,
+    /// The flow at the end of the previous chunk (its last block, when the flow goes on
+    /// into the next, and the PLT code under way), which the next one's first block and
+    /// leading PLT code continue.
+    carry: CallFlow,
+}
+
+impl Default for Stack {
+    fn default() -> Stack {
+        Stack { stack: CallStack::default(), depth: Vec::new(), base: [0; 3], carry: CallFlow::skipping_plt() }
+    }
 }
 
 fn add(a: Cost, b: Cost) -> Cost {
@@ -280,12 +287,54 @@ impl Stack {
 
     /// Takes the next chunk of this thread into `tot`.
     pub fn chunk(&mut self, c: &mut ChunkCosts, t: &Tables, tot: &mut Totals) {
-        if let (Some(last), Some(first)) = (self.carry, c.first) {
-            *tot.trans.entry((last, first)).or_default() += 1;
-            if let Some(tr) = t.exits.bound(last, first).or_else(|| t.exits.transition(last, first)) {
-                self.apply(CallEvent::Flow(tr, [0; 3]), t, &mut tot.arcs);
-            }
+        if tot.whole.len() < c.whole.len() {
+            tot.whole.resize(c.whole.len(), 0);
         }
+        // Into the chunk's first block, as the flow within a chunk goes (entering or
+        // leaving PLT code included). A chunk that began in PLT code then has its blocks
+        // taken here, in order, and the call out of them made.
+        let mut flow = self.carry;
+        if let (Some(last), Some(first)) = (flow.last, c.first) {
+            *tot.trans.entry((last, first)).or_default() += 1;
+        }
+        if c.first.is_none() {
+            flow.break_flow();
+        }
+        let open = match c.prefix.take() {
+            None => {
+                if let Some(tr) = c.first.and_then(|first| flow.block(&t.exits, first, true)) {
+                    self.apply(CallEvent::Flow(tr, [0; 3]), t, &mut tot.arcs);
+                }
+                false
+            }
+            Some(pre) => {
+                let mut at = [0; 3];
+                for (id, executed, whole, cost) in pre.blocks {
+                    if let Some(tr) = flow.block(&t.exits, id, whole) {
+                        self.apply(CallEvent::Flow(tr, at), t, &mut tot.arcs);
+                    }
+                    match flow.plt_site(&t.exits, id) {
+                        Some(site) => {
+                            let e = tot.plt_cost.entry(site).or_default();
+                            *e = add(*e, cost);
+                        }
+                        None if whole => tot.whole[id as usize] += 1,
+                        None => *tot.runs.entry((id as u64) << 16 | executed as u64).or_default() += 1,
+                    }
+                    at = add(at, cost);
+                }
+                match pre.end {
+                    PrefixEnd::Left(to) => {
+                        if let Some(tr) = flow.block(&t.exits, to, true) {
+                            self.apply(CallEvent::Flow(tr, at), t, &mut tot.arcs);
+                        }
+                    }
+                    PrefixEnd::Broken => flow.break_flow(),
+                    PrefixEnd::Open => {}
+                }
+                pre.end == PrefixEnd::Open
+            }
+        };
         for op in std::mem::take(&mut c.local.ops) {
             match op {
                 Op::Arcs(arcs) => {
@@ -307,9 +356,6 @@ impl Stack {
                 Op::Event(e) => self.apply(e, t, &mut tot.arcs),
             }
         }
-        if tot.whole.len() < c.whole.len() {
-            tot.whole.resize(c.whole.len(), 0);
-        }
         for (t, v) in tot.whole.iter_mut().zip(&c.whole) {
             *t += v;
         }
@@ -330,9 +376,12 @@ impl Stack {
         }
         self.base = add(self.base, c.cost);
         tot.total = add(tot.total, c.cost);
-        if c.seen_block {
-            self.carry = c.flow.last;
-        }
+        // The chunk's own flow, unless all of it was PLT code taken above.
+        self.carry = match (open, c.seen_block) {
+            (true, _) => flow,
+            (false, true) => c.flow,
+            (false, false) => self.carry,
+        };
     }
 
     /// The thread ended (or its profile did): frames still open close here.

@@ -166,6 +166,29 @@ pub struct ChunkCosts {
     pub flow: CallFlow,
     /// Cost of PLT code, charged to the call or jump that entered it: site -> cost.
     pub plt_cost: FxHashMap<u64, Cost>,
+    /// The PLT code the chunk began in: which call entered it is in the chunk before, so
+    /// its blocks' costs and the call it makes when it is left are settled when the chunk
+    /// is joined to the thread ([`Stack::chunk`](super::calls::Stack::chunk)).
+    pub prefix: Option<PltPrefix>,
+}
+
+/// The PLT blocks a chunk began with, in order: (block, instructions run, ran whole, cost).
+#[derive(Debug, Default)]
+pub struct PltPrefix {
+    pub blocks: Vec<(u32, u32, bool, Cost)>,
+    pub end: PrefixEnd,
+}
+
+/// How a chunk's leading PLT code ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PrefixEnd {
+    /// It had not ended when the chunk did.
+    #[default]
+    Open,
+    /// Control went on to this block, outside PLT code.
+    Left(u32),
+    /// A marker or a block with no plan broke the flow.
+    Broken,
 }
 
 /// A chunk's dense arrays (whole runs, successors), handed on for reuse.
@@ -177,6 +200,13 @@ impl ChunkCosts {
     pub fn new(blocks: usize, spare: Option<Spare>) -> ChunkCosts {
         let (whole, next) = spare.unwrap_or_else(|| (vec![0; blocks], vec![(u32::MAX, 0); blocks]));
         ChunkCosts { whole, next, flow: CallFlow::skipping_plt(), ..Default::default() }
+    }
+
+    /// The flow broke: leading PLT code, if still under way, ends with no call out of it.
+    fn end_prefix(&mut self) {
+        if let Some(pre) = self.prefix.as_mut().filter(|p| p.end == PrefixEnd::Open) {
+            pre.end = PrefixEnd::Broken;
+        }
     }
 
     /// Counts a transition from block `p` to block `id`.
@@ -223,9 +253,34 @@ impl CostSink<'_> {
     #[inline]
     fn enter(&mut self, id: u32, executed: u32, whole: bool) {
         let c = &mut self.c;
+        let plt = self.t.exits.plt.get(id as usize).copied().unwrap_or(false);
         if !c.seen_block {
             c.seen_block = true;
             c.first = Some(id);
+            if plt {
+                c.prefix = Some(PltPrefix::default());
+            }
+        }
+        if let Some(pre) = c.prefix.as_mut().filter(|p| p.end == PrefixEnd::Open) {
+            // Neither the flow into these blocks nor whose cost they are is known here.
+            let last = pre.blocks.last().map(|b| b.0);
+            if plt {
+                let (r, w) = self.t.static_refs(id, executed);
+                let cost = [executed as u64, r, w];
+                pre.blocks.push((id, executed, whole, cost));
+                c.cost = [c.cost[0] + cost[0], c.cost[1] + cost[1], c.cost[2] + cost[2]];
+            } else {
+                pre.end = PrefixEnd::Left(id);
+            }
+            if let Some(p) = last {
+                c.count_transition(p, id);
+            }
+            if plt {
+                return;
+            }
+            // The call out of the PLT code is made when the chunk is joined; from here on
+            // the flow is the chunk's own.
+            c.flow.break_flow();
         }
         if let Some(p) = c.flow.last {
             c.count_transition(p, id);
@@ -285,6 +340,7 @@ impl Sink for CostSink<'_> {
             _ => {
                 self.c.seen_block = true;
                 self.c.flow.break_flow();
+                self.c.end_prefix();
             }
         }
         Ok(true)
@@ -312,6 +368,7 @@ impl Sink for CostSink<'_> {
         }
         c.seen_block = true;
         c.flow.break_flow();
+        c.end_prefix();
         Ok(true)
     }
 
@@ -347,5 +404,101 @@ impl Sink for CostSink<'_> {
             }
         }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::callgrind::calls::{Stack, Totals};
+    use crate::program::calls::Exit;
+
+    /// Six one-instruction blocks: main's loop, which calls `f` through a PLT stub at 0x100
+    /// (the first time through PLT0 and the lazy binder, which then jumps to `f`).
+    fn tables() -> Tables {
+        let jump = |site| Exit::Jump { site, conditional: None };
+        let exits = BlockExits {
+            //         0 main_b    1 main_a                          2 stub      3 f           4 plt0      5 binder
+            exit: vec![jump(0x10a), Exit::Call { site: 0x100, ret: 0x105 }, jump(0x200), Exit::Return, jump(0x1f0), jump(0x410)],
+            entry: vec![false, false, false, true, false, true],
+            func: vec![0, 0, 1, 2, 1, 3],
+            plt: vec![false, false, true, false, true, false],
+            binder: vec![false, false, false, false, false, true],
+            addr: vec![0x105, 0xf0, 0x200, 0x300, 0x1f0, 0x400],
+            names: ["main", "f@plt", "f", "_dl_runtime_resolve_xsavec"].map(String::from).to_vec(),
+        };
+        let n = exits.exit.len();
+        let kind = (0..n)
+            .map(|b| {
+                let k = match exits.exit[b] {
+                    Exit::Call { .. } | Exit::Return => KIND_CALL_RET,
+                    Exit::Jump { .. } => KIND_JUMP,
+                    Exit::Other => 0,
+                };
+                k | if exits.entry[b] { KIND_ENTRY } else { 0 } | if exits.plt[b] || exits.binder[b] { KIND_SLOW } else { 0 }
+            })
+            .collect();
+        Tables {
+            first: (0..=n as u32).collect(),
+            pc: exits.addr.clone(),
+            reads: vec![0; n],
+            writes: vec![0; n],
+            dynamic: vec![false; n],
+            prefix: vec![(0, 0); 2 * n],
+            exits,
+            has_dynamic: vec![false; n],
+            full: vec![(1, 0, 0); n],
+            kind,
+        }
+    }
+
+    /// What the thread's blocks add up to, cut into chunks after the given blocks.
+    fn totals(t: &Tables, blocks: &[u32], cuts: &[usize]) -> Totals {
+        let mut tot = Totals::default();
+        let mut stack = Stack::default();
+        let mut bounds = vec![0];
+        bounds.extend_from_slice(cuts);
+        bounds.push(blocks.len());
+        for w in bounds.windows(2) {
+            let mut sink = CostSink { t, c: ChunkCosts::new(t.first.len() - 1, None) };
+            for &b in &blocks[w[0]..w[1]] {
+                sink.enter(b, 1, true);
+            }
+            sink.c.settle();
+            stack.chunk(&mut sink.c, t, &mut tot);
+        }
+        stack.finish(t, &mut tot);
+        tot
+    }
+
+    type Summary = (Vec<((u64, u32), u64, Cost)>, Vec<(u64, Cost)>, Vec<u64>, Vec<((u32, u32), u64)>, Cost);
+
+    fn summary(t: Totals) -> Summary {
+        let mut arcs: Vec<_> = t.arcs.iter().map(|(k, a)| (*k, a.count, a.cost)).collect();
+        let mut plt: Vec<_> = t.plt_cost.into_iter().collect();
+        let mut trans: Vec<_> = t.trans.into_iter().collect();
+        arcs.sort();
+        plt.sort();
+        trans.sort();
+        (arcs, plt, t.whole, trans, t.total)
+    }
+
+    #[test]
+    fn chunks_that_begin_or_end_in_plt_code_add_up_to_the_whole_run() {
+        let t = tables();
+        let blocks = [0, 1, 2, 4, 5, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0];
+        let whole = summary(totals(&t, &blocks, &[]));
+        // As Callgrind counts it: main calls f three times from 0x100, and the binder once
+        // (its frame gives way to f's); the PLT code's 4 instructions (the stub three
+        // times, PLT0 once) are the call site's.
+        let calls: Vec<_> = whole.0.iter().map(|&(k, n, _)| (k, n)).collect();
+        assert_eq!(calls, vec![((0x100, 3), 3), ((0x100, 5), 1)], "{whole:?}");
+        assert_eq!(whole.1, vec![(0x100, [4, 0, 0])], "{whole:?}");
+        for a in 1..blocks.len() {
+            assert_eq!(summary(totals(&t, &blocks, &[a])), whole, "cut after block {a}");
+            for b in a + 1..blocks.len() {
+                assert_eq!(summary(totals(&t, &blocks, &[a, b])), whole, "cuts after blocks {a} and {b}");
+            }
+        }
     }
 }
