@@ -47,18 +47,12 @@ impl Counts {
             let w = (m.access == Access::Write) as u64;
             (lane.rotate_left(5) ^ m.addr.wrapping_add(m.pc.wrapping_mul(0x9e37_79b9)).wrapping_add(((m.size as u64) << 1) | w), w)
         }
+        // Lanes turned so that lane 0 is the next position's, four at a time, turned back.
+        let turn = (self.reads + self.writes) as usize % 4;
+        self.lanes.rotate_left(turn);
         let mut writes = 0;
-        // Up to lane 0 one at a time, then four at a time, then the rest.
-        let pos = (self.reads + self.writes) as usize;
-        let lead = ((4 - pos % 4) % 4).min(refs.len());
-        let (head, body) = refs.split_at(lead);
-        for (i, m) in head.iter().enumerate() {
-            let lane = &mut self.lanes[(pos + i) % 4];
-            let (l, w) = step(*lane, m);
-            (*lane, writes) = (l, writes + w);
-        }
         let [mut a, mut b, mut c, mut d] = self.lanes;
-        let quads = body.chunks_exact(4);
+        let quads = refs.chunks_exact(4);
         let tail = quads.remainder();
         for q in quads {
             let (wa, wb, wc, wd);
@@ -70,6 +64,7 @@ impl Counts {
             let (l, w) = step(self.lanes[i], m);
             (self.lanes[i], writes) = (l, writes + w);
         }
+        self.lanes.rotate_right(turn);
         self.writes += writes;
         self.reads += refs.len() as u64 - writes;
     }

@@ -9,7 +9,7 @@
 //! other activation of the callee is still on the stack, so that recursion is not counted
 //! twice (Callgrind's "calls" are the non-recursive ones for cost).
 
-use super::costs::{CallEvent, ChunkCosts, Cost, PrefixEnd, Tables};
+use super::costs::{add, CallEvent, ChunkCosts, Cost, PrefixEnd, Tables};
 use crate::program::calls::{self, CallFlow, CallStack, FrameKind, Step, NO_RETURN};
 use rustc_hash::FxHashMap;
 
@@ -191,10 +191,6 @@ impl Default for Stack {
     }
 }
 
-fn add(a: Cost, b: Cost) -> Cost {
-    [a[0] + b[0], a[1] + b[1], a[2] + b[2]]
-}
-
 impl Stack {
     fn close(&mut self, f: Frame, now: Cost, t: &Tables, arcs: &mut FxHashMap<(u64, u32), Arc>) {
         if f.kind == FrameKind::Signal {
@@ -287,9 +283,6 @@ impl Stack {
 
     /// Takes the next chunk of this thread into `tot`.
     pub fn chunk(&mut self, c: &mut ChunkCosts, t: &Tables, tot: &mut Totals) {
-        if tot.whole.len() < c.whole.len() {
-            tot.whole.resize(c.whole.len(), 0);
-        }
         // Into the chunk's first block, as the flow within a chunk goes (entering or
         // leaving PLT code included). A chunk that began in PLT code then has its blocks
         // taken here, in order, and the call out of them made.
@@ -313,14 +306,8 @@ impl Stack {
                     if let Some(tr) = flow.block(&t.exits, id, whole) {
                         self.apply(CallEvent::Flow(tr, at), t, &mut tot.arcs);
                     }
-                    match flow.plt_site(&t.exits, id) {
-                        Some(site) => {
-                            let e = tot.plt_cost.entry(site).or_default();
-                            *e = add(*e, cost);
-                        }
-                        None if whole => tot.whole[id as usize] += 1,
-                        None => *tot.runs.entry((id as u64) << 16 | executed as u64).or_default() += 1,
-                    }
+                    // Into the chunk's counts, which are added to the thread's below.
+                    c.charge(flow.plt_site(&t.exits, id), id, executed, whole, cost);
                     at = add(at, cost);
                 }
                 match pre.end {
@@ -355,6 +342,9 @@ impl Stack {
                 Op::Shift(d) => shift(self.stack.frames_mut(), d),
                 Op::Event(e) => self.apply(e, t, &mut tot.arcs),
             }
+        }
+        if tot.whole.len() < c.whole.len() {
+            tot.whole.resize(c.whole.len(), 0);
         }
         for (t, v) in tot.whole.iter_mut().zip(&c.whole) {
             *t += v;

@@ -14,6 +14,11 @@ use rustc_hash::FxHashMap;
 /// Costs in the order of `events: Ir Dr Dw`.
 pub type Cost = [u64; 3];
 
+/// Two costs added.
+pub fn add(a: Cost, b: Cost) -> Cost {
+    [a[0] + b[0], a[1] + b[1], a[2] + b[2]]
+}
+
 /// Static facts per block, flattened: what costs follow from a block running.
 pub struct Tables {
     /// Per block: index of its first instruction in the per-instruction arrays (len blocks + 1).
@@ -209,6 +214,19 @@ impl ChunkCosts {
         }
     }
 
+    /// Charges block `id`'s run (`executed` instructions, `cost`) to PLT site `site`, or to
+    /// the block's own counts.
+    pub fn charge(&mut self, site: Option<u64>, id: u32, executed: u32, whole: bool, cost: Cost) {
+        match site {
+            Some(site) => {
+                let k = self.plt_cost.entry(site).or_default();
+                *k = add(*k, cost);
+            }
+            None if whole => self.whole[id as usize] += 1,
+            None => *self.runs.entry((id as u64) << 16 | executed as u64).or_default() += 1,
+        }
+    }
+
     /// Counts a transition from block `p` to block `id`.
     #[inline]
     fn count_transition(&mut self, p: u32, id: u32) {
@@ -261,14 +279,14 @@ impl CostSink<'_> {
                 c.prefix = Some(PltPrefix::default());
             }
         }
+        let (r, w) = self.t.static_refs(id, executed);
+        let cost = [executed as u64, r, w];
         if let Some(pre) = c.prefix.as_mut().filter(|p| p.end == PrefixEnd::Open) {
             // Neither the flow into these blocks nor whose cost they are is known here.
             let last = pre.blocks.last().map(|b| b.0);
             if plt {
-                let (r, w) = self.t.static_refs(id, executed);
-                let cost = [executed as u64, r, w];
                 pre.blocks.push((id, executed, whole, cost));
-                c.cost = [c.cost[0] + cost[0], c.cost[1] + cost[1], c.cost[2] + cost[2]];
+                c.cost = add(c.cost, cost);
             } else {
                 pre.end = PrefixEnd::Left(id);
             }
@@ -288,20 +306,8 @@ impl CostSink<'_> {
         if let Some(tr) = c.flow.block(&self.t.exits, id, whole) {
             c.local.event(CallEvent::Flow(tr, c.cost), self.t);
         }
-        let (r, w) = self.t.static_refs(id, executed);
-        match c.flow.plt_site(&self.t.exits, id) {
-            Some(site) => {
-                let k = c.plt_cost.entry(site).or_default();
-                k[0] += executed as u64;
-                k[1] += r;
-                k[2] += w;
-            }
-            _ if whole => c.whole[id as usize] += 1,
-            _ => *c.runs.entry((id as u64) << 16 | executed as u64).or_default() += 1,
-        }
-        c.cost[0] += executed as u64;
-        c.cost[1] += r;
-        c.cost[2] += w;
+        c.charge(c.flow.plt_site(&self.t.exits, id), id, executed, whole, cost);
+        c.cost = add(c.cost, cost);
     }
 
     /// Counts block `b`'s references of instructions whose accesses vary per execution.
