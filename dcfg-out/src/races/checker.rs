@@ -130,8 +130,9 @@ pub const LINE: u64 = 64;
 /// The shard of `n` that checks the line holding `addr`.
 #[inline]
 pub fn shard_of(addr: u64, n: usize) -> usize {
-    if n == 1 {
-        0
+    if n.is_power_of_two() {
+        // (No division where none is needed: it was a tenth of a shard's time.)
+        ((addr / LINE) & (n as u64 - 1)) as usize
     } else {
         ((addr / LINE) % n as u64) as usize
     }
@@ -141,6 +142,9 @@ pub fn shard_of(addr: u64, n: usize) -> usize {
 /// shadow holds no other shard's granules.
 #[inline]
 fn local(addr: u64, n: usize) -> u64 {
+    if n.is_power_of_two() {
+        return ((addr / LINE) >> n.trailing_zeros()) * LINE + addr % LINE;
+    }
     (addr / LINE / n as u64) * LINE + addr % LINE
 }
 

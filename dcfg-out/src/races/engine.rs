@@ -14,10 +14,9 @@
 
 use super::checker::{self, Batch, Check, Checker, Found, Op, Races};
 use super::clock::Clocks;
-use super::feed::{Class, Ev};
-use super::shadow::{access_end, granules, Slot};
-use crate::program::calls::{CallStack, Step, Transition, NO_RETURN};
-use crate::program::watched::{Pending, Watched};
+use super::local::{Act, KERNEL, SHARED_ATOMIC};
+use super::shadow::{access_end, Slot};
+use crate::program::watched::Pending;
 use dep_profile::calls::{Func, LockOp, ObjectAccess};
 use dep_profile::syscalls::{self, FdOp};
 use rustc_hash::FxHashMap;
@@ -102,10 +101,9 @@ struct Thread {
     started: bool,
     held: Vec<(u64, bool)>,
     locks: u32,
-    calls: Watched,
-    /// The program's call stack, as far as seen: each frame with whether it returns into
-    /// the C runtime's code.
-    frames: CallStack<bool>,
+    /// The thread's sites by its own numbers ([`Act::Site`]), each with its id here once
+    /// an access of it was checked (0 before).
+    sites: Vec<(Site, u32)>,
     /// Lowest and highest address reached through rsp.
     stack: (u64, u64),
     ended: bool,
@@ -136,12 +134,8 @@ fn channel_object(c: u64) -> u64 {
 /// Bytes of a freed block checked as written by the free.
 const FREE_CHECKED: u64 = 1024;
 
-/// Frames kept per thread (only the innermost is looked at); deeper recursion forgets the
-/// outer half.
-const MAX_FRAMES: usize = 4096;
-
 /// The analysis state of all threads.
-pub struct Engine<'a> {
+pub struct Engine {
     threads: Vec<Thread>,
     /// Sync objects (atomic locations, locks, condition variables, semaphores, barriers),
     /// by 8-aligned address: the clock their releases left.
@@ -155,11 +149,6 @@ pub struct Engine<'a> {
     /// Reader locks by address: the clock their read-unlocks left, which only writers
     /// acquire (readers are not ordered with each other).
     read_objects: FxHashMap<u64, Clocks>,
-    /// Granules locked instructions touch, with their bytes.
-    atomic: &'a FxHashMap<u64, u8>,
-    /// Pages holding such granules, and the last page asked about.
-    atomic_pages: rustc_hash::FxHashSet<u64>,
-    atomic_last: (u64, bool),
     /// Parent's sync record number → the thread it created.
     spawned_at: FxHashMap<u64, u32>,
     spawn_clock: Vec<Option<Clocks>>,
@@ -183,12 +172,10 @@ pub struct Engine<'a> {
     site_ids: FxHashMap<Site, u32>,
     /// Interned sites, by id (id 0 unused).
     pub sites: Vec<Site>,
-    site_cache: Vec<(Site, u32)>,
     lockset_ids: FxHashMap<Vec<(u64, bool)>, u32>,
     /// Interned locksets, by id (0: none).
     pub locksets: Vec<Vec<(u64, bool)>>,
     blocks: BTreeMap<u64, Block>,
-    runtime: Vec<(u64, u64)>,
     pub region: Option<Region>,
     pub stats: Stats,
     /// The first thread whose epochs ran out (2^32 - 1 of them): what follows in it
@@ -196,12 +183,10 @@ pub struct Engine<'a> {
     pub exhausted: Option<u32>,
 }
 
-impl<'a> Engine<'a> {
+impl Engine {
     /// An engine for `spawns.len()` threads; `spawns[t]` is (parent, parent's sync record
     /// number, TLS pointer) where the profile says who created thread `t`.
-    /// `runtime` holds the address ranges of the C runtime's modules.
-    pub fn new(spawns: &[Option<(u32, u64, u64)>], atomic: &'a FxHashMap<u64, u8>, mut runtime: Vec<(u64, u64)>) -> Engine<'a> {
-        runtime.sort_unstable();
+    pub fn new(spawns: &[Option<(u32, u64, u64)>]) -> Engine {
         let n = spawns.len();
         let threads = (0..n)
             .map(|_| {
@@ -212,8 +197,7 @@ impl<'a> Engine<'a> {
                     started: false,
                     held: Vec::new(),
                     locks: 0,
-                    calls: Watched::default(),
-                    frames: CallStack::with_limit(MAX_FRAMES),
+                    sites: Vec::new(),
                     stack: (u64::MAX, 0),
                     ended: false,
                     syscall: None,
@@ -241,9 +225,6 @@ impl<'a> Engine<'a> {
             fds: FxHashMap::default(),
             epoll_of: FxHashMap::default(),
             next_channel: FILES + 1,
-            atomic,
-            atomic_pages: atomic.keys().map(|g| g >> 12).collect(),
-            atomic_last: (u64::MAX, false),
             spawned_at,
             spawn_clock: vec![None; n],
             end_clock: vec![None; n],
@@ -257,38 +238,13 @@ impl<'a> Engine<'a> {
             context: None,
             site_ids: FxHashMap::default(),
             sites: vec![Site { pc: 0, caller: 0, write: false, size: 0, atomic: false, kernel: false }],
-            site_cache: vec![(Site { pc: 0, caller: 0, write: false, size: 0, atomic: false, kernel: false }, 0); 4096],
             lockset_ids,
             locksets: vec![Vec::new()],
             blocks: BTreeMap::new(),
-            runtime,
             region: None,
             stats: Stats::default(),
             exhausted: None,
         }
-    }
-
-    /// Whether `[addr, addr + size)` touches a location locked instructions use.
-    #[inline]
-    pub fn is_atomic(&mut self, addr: u64, size: u32) -> bool {
-        if self.atomic.is_empty() {
-            return false;
-        }
-        for (g, mask) in granules(addr, access_end(addr, size.max(1))) {
-            let page = g >> 12;
-            if self.atomic_last.0 != page {
-                self.atomic_last = (page, self.atomic_pages.contains(&page));
-            }
-            if self.atomic_last.1 && self.atomic.get(&g).is_some_and(|&m| m & mask != 0) {
-                return true;
-            }
-        }
-        false
-    }
-
-    fn in_runtime(&self, addr: u64) -> bool {
-        let i = self.runtime.partition_point(|&(s, _)| s <= addr);
-        i > 0 && addr < self.runtime[i - 1].1
     }
 
     /// Sends the shadow's checks to `shards` (each taking batches on a thread of its own)
@@ -528,19 +484,6 @@ impl<'a> Engine<'a> {
         self.set_locks(t);
     }
 
-    #[inline]
-    fn site(&mut self, s: Site) -> u32 {
-        // Most accesses repeat a recent site: a direct-mapped cache before the table.
-        let h = (s.pc ^ s.caller.rotate_left(17) ^ s.write as u64 ^ (s.atomic as u64) << 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52;
-        let c = &mut self.site_cache[h as usize];
-        if c.1 != 0 && c.0 == s {
-            return c.1;
-        }
-        let id = self.intern_site(s);
-        self.site_cache[h as usize] = (s, id);
-        id
-    }
-
     fn intern_site(&mut self, s: Site) -> u32 {
         let next = self.sites.len() as u32;
         let id = *self.site_ids.entry(s).or_insert(next);
@@ -552,72 +495,39 @@ impl<'a> Engine<'a> {
     }
 
     /// The next event of thread `t`.
-    pub fn event(&mut self, t: usize, ev: Ev) {
+    pub fn event(&mut self, t: usize, act: Act) {
         self.own(t);
-        match ev {
-            Ev::Block { addr } => self.block(t, addr),
-            Ev::Flow(tr) => self.flow(t, tr),
-            Ev::Signal => {
-                // A handler is the kernel's call, not the runtime's.
-                let _ = self.threads[t].frames.signal(false);
+        match act {
+            Act::Access { addr, site, flags } => self.access(t, addr, site, flags),
+            Act::Site(s) => self.threads[t].sites.push((s, 0)),
+            Act::Stack(lo, hi) => {
+                self.threads[t].stack = (lo, hi);
+                self.broadcast(Op::Stack(t as u16, lo, hi));
             }
-            Ev::SignalReturn => {
-                let frames = &mut self.threads[t].frames;
-                if let Some(k) = frames.handler() {
-                    frames.truncate(k);
-                }
-            }
-            Ev::Access { pc, addr, size, write, class } => self.access(t, pc, addr, size, write, class),
-            Ev::Sync(seq) => self.sync(t, seq),
-            Ev::Release(a) => {
+            Act::Skipped(n) => self.stats.skipped += n,
+            Act::Hold => {}
+            Act::Sync(seq) => self.sync(t, seq),
+            Act::Release(a) => {
                 self.stats.syncs += 1;
                 self.release(t, a)
             }
-            Ev::Acquire(a) => {
+            Act::Acquire(a) => {
                 self.stats.syncs += 1;
                 self.acquire(t, a)
             }
-            Ev::Call { func, args, ret } => self.call(t, func, args, ret),
-            Ev::Return { func, value } => self.ret(t, func, value),
-            Ev::Syscall { nr, args } => self.syscall(t, nr, args),
-            Ev::SyscallReturn { value } => self.syscall_return(t, value),
-            Ev::Descriptors(fds) => self.descriptors(t, fds),
-            Ev::Kernel { pc, addr, size, write, class } => {
-                // What the kernel read for a send, it read before the send's release.
-                let epoch = if write { None } else { self.threads[t].syscall.and_then(|s| s.sent) };
-                self.access_at(t, pc, addr, size.min(syscalls::SHADOWED), write, class, epoch, true)
-            }
-            Ev::Start => {}
-            Ev::End => self.end(t),
+            Act::Call(c) => self.call(t, c.0, c.1),
+            Act::Ended(e) => self.complete(t, e.call, e.value),
+            Act::Syscall(c) => self.syscall(t, c.0, c.1),
+            Act::SyscallReturn(value) => self.syscall_return(t, value),
+            Act::Descriptors(fds) => self.descriptors(t, fds),
+            Act::End => self.end(t),
         }
     }
 
-    fn flow(&mut self, t: usize, tr: Transition) {
-        // A frame is the runtime's where its call returns into the runtime; a tail call
-        // stays where the frame it replaces was.
-        let runtime = match tr {
-            Transition::Call { ret, .. } => Some(self.in_runtime(ret)),
-            _ => None,
-        };
-        let frames = &mut self.threads[t].frames;
-        match frames.apply(tr, |_, _, top| runtime.unwrap_or_else(|| top.is_some_and(|f| f.data))) {
-            Step::Close(k) => frames.truncate(k),
-            // Only Callgrind's PLT folding makes it: the frame stays as it was.
-            Step::Rebind { old, .. } => drop(frames.push(old)),
-            Step::Pushed(_) | Step::Confined | Step::Beyond(_) => {}
-        }
-    }
-
-    fn block(&mut self, t: usize, addr: u64) {
-        for e in self.threads[t].calls.block(addr) {
-            self.complete(t, e.call, e.value);
-        }
-    }
-
-    fn call(&mut self, t: usize, func: u16, args: [u64; 2], ret: u64) {
-        let Some(p) = self.threads[t].calls.call(func, args, ret) else { return };
+    /// Thread `t` called a watched function, at `site` (pc, caller) if the program did.
+    fn call(&mut self, t: usize, p: Pending, site: Option<(u64, u64)>) {
         self.stats.calls += 1;
-        let site = self.call_site(t, ret);
+        let args = p.args;
         if let (Some(how), Some((pc, caller))) = (p.func.object_access(), site) {
             // The object as memory: a use races with its creation, destruction or freeing
             // in another thread, unless ordered with them.
@@ -644,30 +554,6 @@ impl<'a> Engine<'a> {
                 self.free(args[0])
             }
             _ => {}
-        }
-    }
-
-    /// Where thread `t`'s call returning to `ret` was made, as (pc, caller), if it is the
-    /// program's: not the C runtime's, nor made inside another watched call.
-    fn call_site(&self, t: usize, ret: u64) -> Option<(u64, u64)> {
-        let th = &self.threads[t];
-        let pending = th.calls.pending();
-        if ret == 0 || self.in_runtime(ret) || pending[..pending.len().saturating_sub(1)].iter().any(|p| !p.func.runs_program_code()) {
-            return None;
-        }
-        // The frame below the call's own (if the call was seen as one) names the caller.
-        let frames = th.frames.frames();
-        let caller = match frames.iter().rposition(|f| f.ret == ret) {
-            Some(k) => frames[..k].last().map_or(0, |f| f.ret),
-            None => frames.last().map_or(0, |f| f.ret),
-        };
-        // The call instruction's last byte: its line, as a debugger's backtrace gives it.
-        Some((ret - 1, if caller == NO_RETURN { 0 } else { caller }))
-    }
-
-    fn ret(&mut self, t: usize, func: u16, value: u64) {
-        for e in self.threads[t].calls.ret(func, value) {
-            self.complete(t, e.call, e.value);
         }
     }
 
@@ -859,46 +745,32 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn access(&mut self, t: usize, pc: u64, addr: u64, size: u32, write: bool, class: Class) {
-        self.access_at(t, pc, addr, size, write, class, None, false)
-    }
-
-    /// An access (the kernel's for a system call, `kernel`), remembered at `epoch` of its
-    /// thread if given (else the thread's own).
-    #[allow(clippy::too_many_arguments)]
-    fn access_at(&mut self, t: usize, pc: u64, addr: u64, size: u32, write: bool, class: Class, epoch: Option<u32>, kernel: bool) {
-        let th = &mut self.threads[t];
-        if class == Class::Stack {
-            let stack = (th.stack.0.min(addr), th.stack.1.max(access_end(addr, size)));
-            if stack != th.stack {
-                th.stack = stack;
-                self.broadcast(Op::Stack(t as u16, stack.0, stack.1));
-            }
-        }
-        let th = &self.threads[t];
-        // A handler's frame (or a tail call's above one) returns nowhere: no caller to name.
-        let (caller, caller_runtime) = th.frames.top().map_or((0, true), |f| (if f.ret == NO_RETURN { 0 } else { f.ret }, f.data));
-        // The runtime's code called by the runtime: its own internals, ordered by its own
-        // locks (which make no happens-before here).
-        let internal = class == Class::Runtime && caller_runtime;
-        let in_library = th.calls.pending().iter().any(|p| !p.func.runs_program_code());
-        if matches!(class, Class::RuntimeAtomic | Class::Linker) || internal || in_library || size == 0 {
-            self.stats.skipped += 1;
-            return;
-        }
-        let atomic = class == Class::Atomic;
+    /// Thread `t`'s access to `addr` at its site `site`: an acquire where it reads a
+    /// location locked instructions use, else checked (and then a release where it writes
+    /// one).
+    fn access(&mut self, t: usize, addr: u64, site: u32, flags: u8) {
+        let Some(&(s, id)) = self.threads[t].sites.get(site as usize) else { return };
         // A plain access of a location locked instructions use. A load may be an atomic
         // load (a plain move on x86, as the program's atomic loads compile): an acquire,
         // never a race. A store is checked (against the locked accesses too), then
         // releases what the thread did, its own store included.
-        let shared_atomic = !atomic && self.is_atomic(addr, size);
-        if shared_atomic && !write {
+        let shared_atomic = flags & SHARED_ATOMIC != 0;
+        if shared_atomic && !s.write {
             self.stats.skipped += 1;
             self.stats.syncs += 1;
             self.acquire(t, addr);
             return;
         }
-        self.checked_at(t, Site { pc, caller, write, size, atomic, kernel }, addr, epoch);
+        // What the kernel read for a send, it read before the send's release.
+        let epoch = if flags & KERNEL != 0 && !s.write { self.threads[t].syscall.and_then(|c| c.sent) } else { None };
+        let id = if id != 0 {
+            id
+        } else {
+            let id = self.intern_site(s);
+            self.threads[t].sites[site as usize].1 = id;
+            id
+        };
+        self.checked_id(t, id, s.size, addr, epoch);
         if shared_atomic {
             self.stats.syncs += 1;
             self.release(t, addr);
@@ -908,14 +780,15 @@ impl<'a> Engine<'a> {
     /// Checks thread `t`'s access at `site` to `[addr, addr + site.size)` against those
     /// remembered, and remembers it.
     fn checked(&mut self, t: usize, site: Site, addr: u64) {
-        self.checked_at(t, site, addr, None)
+        let id = self.intern_site(site);
+        self.checked_id(t, id, site.size, addr, None)
     }
 
-    /// [`checked`](Self::checked), remembered at `epoch` of the thread if given.
-    fn checked_at(&mut self, t: usize, site: Site, addr: u64, epoch: Option<u32>) {
-        let (locks, size) = (self.threads[t].locks, site.size);
+    /// [`checked`](Self::checked) of the site with id `site`, remembered at `epoch` of the
+    /// thread if given.
+    fn checked_id(&mut self, t: usize, site: u32, size: u32, addr: u64, epoch: Option<u32>) {
+        let locks = self.threads[t].locks;
         let clock = epoch.unwrap_or_else(|| self.threads[t].clock.get(t));
-        let site = self.site(site);
         if let Some(r) = &mut self.region {
             if addr < r.end && access_end(addr, size) > r.start {
                 *r.seen.entry((t as u32, site, locks)).or_insert(0) += 1;
@@ -943,6 +816,52 @@ const OP_BYTES: usize = 4 << 20;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::races::feed::{Class, Ev};
+    use crate::races::local::{Known, Local};
+
+    /// The engine with each thread's view before it, as the analysis runs them (the views
+    /// on the threads' producers): events go through the thread's view first.
+    struct Run<'k> {
+        e: Engine,
+        locals: Vec<Local<'k>>,
+    }
+
+    impl<'k> Run<'k> {
+        fn new(spawns: &[Option<(u32, u64, u64)>], known: &'k Known) -> Run<'k> {
+            Run { e: Engine::new(spawns), locals: spawns.iter().map(|_| Local::new(known)).collect() }
+        }
+
+        fn event(&mut self, t: usize, ev: Ev) {
+            let mut acts = Vec::new();
+            self.locals[t].lower(ev, &mut acts);
+            self.locals[t].flush(&mut acts);
+            for a in acts {
+                self.e.event(t, a);
+            }
+        }
+
+        fn is_atomic(&mut self, addr: u64, size: u32) -> bool {
+            self.locals[0].is_atomic(addr, size)
+        }
+    }
+
+    impl std::ops::Deref for Run<'_> {
+        type Target = Engine;
+        fn deref(&self) -> &Engine {
+            &self.e
+        }
+    }
+
+    impl std::ops::DerefMut for Run<'_> {
+        fn deref_mut(&mut self) -> &mut Engine {
+            &mut self.e
+        }
+    }
+
+    /// Known atomic granules (address, bytes), no runtime modules.
+    fn atomics(granules: &[(u64, u8)]) -> Known {
+        Known::new(granules.iter().copied().collect(), Vec::new())
+    }
 
     fn write(addr: u64, pc: u64) -> Ev {
         Ev::Access { pc, addr, size: 8, write: true, class: Class::Plain }
@@ -953,8 +872,8 @@ mod tests {
     }
 
     /// Two threads created by thread 0 at its sync records 1 and 2.
-    fn two(atomic: &FxHashMap<u64, u8>) -> Engine<'_> {
-        let mut e = Engine::new(&[None, Some((0, 1, 0x7000)), Some((0, 2, 0x8000))], atomic, Vec::new());
+    fn two(known: &Known) -> Run<'_> {
+        let mut e = Run::new(&[None, Some((0, 1, 0x7000)), Some((0, 2, 0x8000))], known);
         e.sync(0, 0);
         e.sync(0, 1);
         e.sync(0, 2);
@@ -973,7 +892,7 @@ mod tests {
 
     #[test]
     fn unordered_writes_race_once_per_pair_of_sites() {
-        let none = FxHashMap::default();
+        let none = Known::default();
         let mut e = two(&none);
         for _ in 0..3 {
             e.event(1, write(0x1000, 0x10));
@@ -1001,11 +920,10 @@ mod tests {
     /// (and counted), as the shadow alone would say.
     #[test]
     fn repeats_are_checked_again_once_their_slot_is_gone() {
-        let none = FxHashMap::default();
+        let none = Known::default();
         let mut e = two(&none);
-        let count = |e: &mut Engine, a: u64, b: u64| {
-            e.races().values().find(|r| r.first.site.pc == a && r.second.site.pc == b).map_or(0, |r| r.count)
-        };
+        let count =
+            |e: &mut Run, a: u64, b: u64| e.races().values().find(|r| r.first.site.pc == a && r.second.site.pc == b).map_or(0, |r| r.count);
         e.event(1, write(0x1000, 0x10));
         e.event(2, read(0x1000, 0x20));
         e.event(2, read(0x1000, 0x20));
@@ -1029,8 +947,8 @@ mod tests {
 
     #[test]
     fn creation_and_join_order_threads() {
-        let none = FxHashMap::default();
-        let mut e = Engine::new(&[None, Some((0, 1, 0x7000))], &none, Vec::new());
+        let none = Known::default();
+        let mut e = Run::new(&[None, Some((0, 1, 0x7000))], &none);
         e.sync(0, 0);
         e.event(0, write(0x1000, 0x10));
         e.sync(0, 1); // pthread_create's clone
@@ -1047,7 +965,7 @@ mod tests {
 
     #[test]
     fn locks_order_and_a_failed_trylock_does_not() {
-        let none = FxHashMap::default();
+        let none = Known::default();
         let l = 0x9000;
         for (result, races) in [(0, 0), (16, 1)] {
             let mut e = two(&none);
@@ -1071,7 +989,7 @@ mod tests {
 
     #[test]
     fn ordered_only_by_another_locks_hand_off_is_a_potential_race() {
-        let none = FxHashMap::default();
+        let none = Known::default();
         let mut e = two(&none);
         let l = 0x9000;
         e.event(1, write(0x1000, 0x10));
@@ -1099,8 +1017,7 @@ mod tests {
 
     #[test]
     fn atomics_release_and_acquire_and_plain_loads_of_them_acquire() {
-        let mut atomic = FxHashMap::default();
-        atomic.insert(0x4000u64, 0x0fu8);
+        let atomic = atomics(&[(0x4000, 0x0f)]);
         let mut e = two(&atomic);
         e.event(1, write(0x1000, 0x10));
         e.event(1, Ev::Release(0x4000));
@@ -1115,7 +1032,7 @@ mod tests {
 
     #[test]
     fn inside_watched_calls_and_thread_local_storage_nothing_is_checked() {
-        let none = FxHashMap::default();
+        let none = Known::default();
         let mut e = two(&none);
         e.event(1, call(Func::Malloc, 16, 0x50));
         e.event(1, write(0x1000, 0x10));
@@ -1135,7 +1052,7 @@ mod tests {
     /// writers released. A writer after them is ordered with both.
     #[test]
     fn reader_locks_order_readers_only_after_writers() {
-        let none = FxHashMap::default();
+        let none = Known::default();
         let l = 0x9000;
         let mut e = two(&none);
         for (t, pc) in [(1, 0x10), (2, 0x20)] {
@@ -1158,8 +1075,7 @@ mod tests {
     /// locked access; two locked accesses never do; a plain load of it is an atomic load.
     #[test]
     fn plain_stores_race_with_atomics_and_atomics_do_not_race() {
-        let mut atomic = FxHashMap::default();
-        atomic.insert(0x4000u64, 0xffu8);
+        let atomic = atomics(&[(0x4000, 0xff)]);
         let locked = |pc| Ev::Access { pc, addr: 0x4000, size: 8, write: true, class: Class::Atomic };
         let mut e = two(&atomic);
         e.event(1, locked(0x10));
@@ -1194,7 +1110,7 @@ mod tests {
     /// writes it; calls from the C runtime are its own business.
     #[test]
     fn synchronisation_objects_are_memory() {
-        let none = FxHashMap::default();
+        let none = Known::default();
         let m = 0x9000;
         let mut e = two(&none);
         e.event(1, call(Func::MutexLock, m, 0x51));
@@ -1213,7 +1129,8 @@ mod tests {
         e.event(1, call(Func::Free, 0x20000, 0x52));
         assert_eq!(e.races().len(), 1, "{:?}", e.races());
         // The runtime's own calls (returning into it) are not checked.
-        let mut e = Engine::new(&[None, Some((0, 1, 0x7000)), Some((0, 2, 0x8000))], &none, vec![(0x7f00_0000, 0x7f10_0000)]);
+        let runtime = Known::new(FxHashMap::default(), vec![(0x7f00_0000, 0x7f10_0000)]);
+        let mut e = Run::new(&[None, Some((0, 1, 0x7000)), Some((0, 2, 0x8000))], &runtime);
         for (t, s) in [(0, 0), (0, 1), (0, 2), (1, 3), (2, 4)] {
             e.sync(t, s);
         }
@@ -1226,7 +1143,7 @@ mod tests {
     /// other end; another pipe, or a receive before the send, does not.
     #[test]
     fn descriptors_hand_over() {
-        let none = FxHashMap::default();
+        let none = Known::default();
         let (pipe2, write_nr, read_nr) = (libc::SYS_pipe2 as u16, libc::SYS_write as u16, libc::SYS_read as u16);
         for (other_pipe, races) in [(false, 0), (true, 1)] {
             let mut e = two(&none);
@@ -1265,7 +1182,7 @@ mod tests {
     fn accesses_at_the_top_of_the_address_space_do_not_wrap() {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let atomic: &'static FxHashMap<u64, u8> = Box::leak(Box::new([(0x4000u64, 0x0fu8)].into_iter().collect()));
+            let atomic: &'static Known = Box::leak(Box::new(atomics(&[(0x4000, 0x0f)])));
             let mut e = two(atomic);
             e.event(1, write(u64::MAX - 7, 0x10));
             e.event(2, Ev::Access { pc: 0x20, addr: u64::MAX - 3, size: 16, write: true, class: Class::Plain });
@@ -1281,7 +1198,7 @@ mod tests {
     /// the shadow memory stays that size.
     #[test]
     fn a_huge_kernel_access_makes_bounded_shadow() {
-        let none = FxHashMap::default();
+        let none = Known::default();
         let mut e = two(&none);
         e.event(1, Ev::Kernel { pc: 0x10, addr: 0x1000_0000, size: u32::MAX, write: true, class: Class::Plain });
         e.event(2, read(0x1000_0000 + (1 << 20) - 8, 0x20));
@@ -1297,13 +1214,13 @@ mod tests {
     #[test]
     fn clocks_grow_with_the_threads_alive() {
         let (n, alive) = (2000usize, 64usize);
-        let none = FxHashMap::default();
+        let none = Known::default();
         // Thread k (1..=n) created at thread 0's sync record 2k - 1; its pthread_t is that of
         // the slot it takes among those alive (glibc reuses a joined thread's).
         let tls = |k: usize| 0x7000_0000 + ((k - 1) % alive) as u64 * 0x1000;
         let spawns: Vec<Option<(u32, u64, u64)>> =
             std::iter::once(None).chain((1..=n).map(|k| Some((0, 2 * k as u64 - 1, tls(k))))).collect();
-        let mut e = Engine::new(&spawns, &none, Vec::new());
+        let mut e = Run::new(&spawns, &none);
         let mut seq = 1_000_000u64;
         let mut peak = 0;
         e.sync(0, 0);
@@ -1338,7 +1255,7 @@ mod tests {
     /// reports no result rather than one from wrapped clocks.
     #[test]
     fn exhausted_epochs_are_noted() {
-        let none = FxHashMap::default();
+        let none = Known::default();
         let mut e = two(&none);
         e.event(1, Ev::Release(0x5000));
         assert_eq!(e.exhausted, None);

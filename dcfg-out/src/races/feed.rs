@@ -9,6 +9,7 @@ use dep_recover::events::{BlockEvent, Marker, MemEvent};
 use dep_recover::plans::Plans;
 use dep_recover::{RecoverError, Sink};
 
+use super::local::{Act, Local};
 use crate::program::calls::{BlockExits, CallFlow, Transition};
 
 /// What an access is to the analysis.
@@ -174,13 +175,15 @@ pub fn is_dynamic_linker(path: &str) -> bool {
     name.starts_with("ld-linux") || name.starts_with("ld-musl") || name.starts_with("ld64.so") || name == "ld.so"
 }
 
-/// A sink for one thread's recovery that hands [`Ev`]s to `out` in batches, as they come:
+/// A sink for one thread's recovery that hands its [`Ev`]s, through `lower` (the
+/// thread's [`Local`] view in the analysis), to `out` in batches, as they come:
 /// recovery gives the records of a block's instructions where they stand among its
 /// references, so nothing is held but the instruction under way.
-pub struct Feed<'f, F: FnMut(Vec<Ev>) -> Sent> {
+pub struct Feed<'f, L: Lower, F: FnMut(Vec<L::Item>) -> Sent> {
     facts: &'f Facts,
+    lower: L,
     out: F,
-    batch: Vec<Ev>,
+    batch: Vec<L::Item>,
     /// The open block's instruction flags.
     flags: &'f [u8],
     open: bool,
@@ -197,6 +200,47 @@ pub struct Feed<'f, F: FnMut(Vec<Ev>) -> Sent> {
     flow: CallFlow,
 }
 
+/// How a feed puts its events into the batches it sends.
+pub trait Lower {
+    type Item;
+    /// Adds what `e` comes to.
+    fn lower(&mut self, e: Ev, out: &mut Vec<Self::Item>);
+    /// Adds what is owed before a batch goes.
+    fn flush(&mut self, _out: &mut Vec<Self::Item>) {}
+    /// Adds what an access comes to: [`lower`](Self::lower) of its [`Ev::Access`], for
+    /// the one event of every reference to take without building it.
+    #[inline]
+    fn access(&mut self, pc: u64, addr: u64, size: u32, write: bool, class: Class, out: &mut Vec<Self::Item>) {
+        self.lower(Ev::Access { pc, addr, size, write, class }, out)
+    }
+}
+
+/// The events as they are.
+pub struct AsIs;
+
+impl Lower for AsIs {
+    type Item = Ev;
+    fn lower(&mut self, e: Ev, out: &mut Vec<Ev>) {
+        out.push(e);
+    }
+}
+
+/// Through the thread's own view: what the engine takes.
+impl Lower for Local<'_> {
+    type Item = Act;
+    #[inline]
+    fn lower(&mut self, e: Ev, out: &mut Vec<Act>) {
+        Local::lower(self, e, out)
+    }
+    fn flush(&mut self, out: &mut Vec<Act>) {
+        Local::flush(self, out)
+    }
+    #[inline]
+    fn access(&mut self, pc: u64, addr: u64, size: u32, write: bool, class: Class, out: &mut Vec<Act>) {
+        Local::access(self, pc, addr, size, write, class, false, out)
+    }
+}
+
 /// What handing events on comes to: `Err(Gone)` when the receiver is gone (it failed, and
 /// reports why).
 pub type Sent = Result<(), Gone>;
@@ -207,11 +251,12 @@ pub struct Gone;
 
 const BATCH: usize = 4096;
 
-impl<'f, F: FnMut(Vec<Ev>) -> Sent> Feed<'f, F> {
-    /// A feed sending batches to `out`.
-    pub fn new(facts: &'f Facts, out: F) -> Self {
+impl<'f, L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Feed<'f, L, F> {
+    /// A feed putting its events into batches through `lower`, and sending them to `out`.
+    pub fn new(facts: &'f Facts, lower: L, out: F) -> Self {
         Feed {
             facts,
+            lower,
             out,
             batch: Vec::with_capacity(BATCH),
             flags: &[],
@@ -223,9 +268,17 @@ impl<'f, F: FnMut(Vec<Ev>) -> Sent> Feed<'f, F> {
         }
     }
 
+    #[inline]
     fn push(&mut self, e: Ev) -> Sent {
-        self.batch.push(e);
+        self.lower.lower(e, &mut self.batch);
+        self.sent()
+    }
+
+    /// Sends the batch if it is full.
+    #[inline]
+    fn sent(&mut self) -> Sent {
         if self.batch.len() >= BATCH {
+            self.lower.flush(&mut self.batch);
             let b = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
             (self.out)(b)?;
         }
@@ -272,13 +325,16 @@ impl<'f, F: FnMut(Vec<Ev>) -> Sent> Feed<'f, F> {
         }
     }
 
+    #[inline]
     fn access(&mut self, r: &MemEvent, flags: u8) -> Sent {
         let class = Self::class(flags);
-        self.push(Ev::Access { pc: r.pc, addr: r.addr, size: r.size, write: r.access == Access::Write, class })
+        self.lower.access(r.pc, r.addr, r.size, r.access == Access::Write, class, &mut self.batch);
+        self.sent()
     }
 
     /// An atomic's release once its references are all out: the release covers the
     /// atomic's own access, as an atomic read-modify-write publishes what it wrote.
+    #[inline]
     fn release_insn(&mut self) -> Sent {
         if let (Some((_, Some(addr))), false) = (self.cur, self.released) {
             self.released = true;
@@ -289,7 +345,13 @@ impl<'f, F: FnMut(Vec<Ev>) -> Sent> Feed<'f, F> {
 
     /// Ends the instruction under way: an atomic's acquire after its references and the
     /// records right after it.
+    #[inline]
     fn end_insn(&mut self) -> Sent {
+        // Most instructions are not atomics: nothing to release or acquire.
+        if !matches!(self.cur, Some((_, Some(_)))) {
+            self.cur = None;
+            return Ok(());
+        }
         self.release_insn()?;
         if let Some((_, Some(addr))) = self.cur.take() {
             self.push(Ev::Acquire(addr))?;
@@ -307,6 +369,7 @@ impl<'f, F: FnMut(Vec<Ev>) -> Sent> Feed<'f, F> {
     /// Sends what is left.
     pub fn finish_feed(&mut self) -> Sent {
         self.close_block()?;
+        self.lower.flush(&mut self.batch);
         let b = std::mem::take(&mut self.batch);
         if !b.is_empty() {
             (self.out)(b)?;
@@ -315,7 +378,7 @@ impl<'f, F: FnMut(Vec<Ev>) -> Sent> Feed<'f, F> {
     }
 }
 
-impl<F: FnMut(Vec<Ev>) -> Sent> Feed<'_, F> {
+impl<L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Feed<'_, L, F> {
     fn on_block(&mut self, b: &BlockEvent) -> Sent {
         self.close_block()?;
         let flags = self.facts.flags(b.id);
@@ -387,7 +450,7 @@ impl<F: FnMut(Vec<Ev>) -> Sent> Feed<'_, F> {
     }
 }
 
-impl<F: FnMut(Vec<Ev>) -> Sent> Sink for Feed<'_, F> {
+impl<L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Sink for Feed<'_, L, F> {
     type Error = RecoverError;
 
     fn block(&mut self, b: &BlockEvent) -> Result<bool, RecoverError> {
@@ -426,7 +489,7 @@ mod tests {
         let facts = Facts { blocks: vec![vec![0, ATOMIC, 0].into_boxed_slice()], exits: BlockExits::default() };
         let mut sent: Vec<Vec<Ev>> = Vec::new();
         let out = std::cell::Cell::new(0usize);
-        let mut feed = Feed::new(&facts, |b| {
+        let mut feed = Feed::new(&facts, AsIs, |b| {
             out.set(out.get() + b.len());
             sent.push(b);
             Ok(())

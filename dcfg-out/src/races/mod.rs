@@ -4,8 +4,9 @@
 //!
 //! Two passes over the profile. The first, on all cores, finds the locations locked
 //! instructions use (atomics) and each thread's sync record numbers. The second recovers
-//! each thread on a producer of its own and interleaves the threads' events by their sync
-//! records: a thread's events between two records are taken in the order of the record
+//! each thread on a producer of its own, which also works out what needs no other thread
+//! ([`local`]: call stacks, watched calls, sites, which accesses are checked), and
+//! interleaves the threads' events by their sync records: a thread's events between two records are taken in the order of the record
 //! that begins them, so a release is seen before every acquire that follows it in the
 //! run. A plain load of an atomic location (an acquire with no record of its own) waits,
 //! with what follows it, for the record that ends its stretch (known from the first pass,
@@ -16,6 +17,7 @@ pub mod clock;
 pub mod declared;
 pub mod engine;
 pub mod feed;
+pub mod local;
 pub mod report;
 pub mod shadow;
 
@@ -24,7 +26,8 @@ use dep_recover::events::{BlockEvent, Marker, MemEvent};
 use dep_recover::{Merge, Sink};
 use dep_recover::{RecoverError, Recovery, Source, Turn};
 use engine::{Engine, Region};
-use feed::{Class, Code, Ev, Facts, Feed};
+use feed::{Code, Facts, Feed};
+use local::{Act, AtomicBytes, Known, Local};
 use rustc_hash::FxHashMap;
 
 /// Why the analysis could not run.
@@ -149,11 +152,12 @@ pub fn analyse(rec: &Recovery, symbols: &crate::program::symbols::Symbolizer, re
                 c
             }));
         }
-        let mut engine = Engine::new(&spawns, &atomic, runtime).sharded(txs, spare);
+        let known = Known::new(atomic, runtime);
+        let mut engine = Engine::new(&spawns).sharded(txs, spare);
         if let Some((start, end, _)) = &region {
             engine.region = Some(Region { start: *start, end: *end, seen: FxHashMap::default() });
         }
-        let run = interleave(rec, &facts, syncs, &mut engine);
+        let run = interleave(rec, &facts, &known, syncs, &mut engine);
         engine.finish();
         let mut found = checker::Races::default();
         let mut bytes = 0;
@@ -186,9 +190,6 @@ pub fn analyse(rec: &Recovery, symbols: &crate::program::symbols::Symbolizer, re
         shadow_bytes,
     })
 }
-
-/// Bytes of each 8-byte granule that locked instructions use, by granule address.
-type AtomicBytes = FxHashMap<u64, u8>;
 
 /// The granules locked instructions touch, with their bytes, each thread's sync record
 /// numbers in order, and the references recovered: chunks on all cores.
@@ -252,7 +253,7 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64), Recov
 
 /// A batch of one thread's events, and how far the interleaving has read it.
 struct Stretch {
-    evs: Vec<Ev>,
+    acts: Vec<Act>,
     at: usize,
 }
 
@@ -278,27 +279,27 @@ impl Input {
 /// at one of its sync records and runs to its next. A plain read of a location atomics use, where a stretch has not been held back
 /// yet, holds the rest of the stretch back to just before the sync record that ends it, so
 /// a flag's reader reads after the other threads' stores of that stretch.
-fn interleave(rec: &Recovery, facts: &Facts, syncs: Vec<Vec<u64>>, engine: &mut Engine) -> Result<(), RacesError> {
+fn interleave(rec: &Recovery, facts: &Facts, known: &Known, syncs: Vec<Vec<u64>>, engine: &mut Engine) -> Result<(), RacesError> {
     let mut inputs: Vec<Input> = syncs.into_iter().map(|syncs| Input { syncs, ..Default::default() }).collect();
     rec.events(Source::Dep).interleaved(
-        |_, tx| Feed::new(facts, move |evs| if tx.send(Stretch { evs, at: 0 }) { Ok(()) } else { Err(feed::Gone) }),
+        |_, tx| Feed::new(facts, Local::new(known), move |acts| if tx.send(Stretch { acts, at: 0 }) { Ok(()) } else { Err(feed::Gone) }),
         |t, key, batch: &mut Stretch| {
             let input = &mut inputs[t as usize];
-            while let Some(&ev) = batch.evs.get(batch.at) {
-                match ev {
-                    Ev::Sync(seq) if seq != key => return Ok(Turn::Yield(seq)),
-                    Ev::Sync(seq) => {
+            while let Some(act) = batch.acts.get_mut(batch.at) {
+                match *act {
+                    Act::Sync(seq) if seq != key => return Ok(Turn::Yield(seq)),
+                    Act::Sync(seq) => {
                         input.held = false;
                         input.taken += 1;
                         engine.sync(t as usize, seq);
                     }
-                    Ev::Access { addr, size, write: false, class: Class::Plain | Class::Stack, .. }
-                        if !input.held && engine.is_atomic(addr, size) =>
-                    {
+                    Act::Hold if !input.held => {
                         input.held = true;
+                        batch.at += 1;
                         return Ok(Turn::Yield(input.next_sync()));
                     }
-                    ev => engine.event(t as usize, ev),
+                    // (Taken out: each is read once, and the boxed ones need not be copied.)
+                    _ => engine.event(t as usize, std::mem::replace(act, Act::Hold)),
                 }
                 batch.at += 1;
             }
