@@ -7,7 +7,7 @@
 
 use super::engine::Site;
 use super::feed::{Class, Ev};
-use super::shadow::{access_end, granules};
+use super::shadow::{access_end, byte_mask, granules};
 use crate::program::calls::{CallStack, Step, Transition, NO_RETURN};
 use crate::program::watched::{Ended, Pending, Watched};
 use dep_profile::syscalls;
@@ -139,13 +139,12 @@ impl<'k> Local<'k> {
         if self.known.atomic.is_empty() {
             return false;
         }
-        // One granule (most accesses): its mask without the general walk.
-        if (addr & 7) + size as u64 <= 8 {
-            let g = addr & !7;
-            let mask = ((1u32 << size.max(1)) - 1) << (addr & 7);
-            return self.atomic_in(g, mask as u8);
+        let end = access_end(addr, size.max(1));
+        // One granule (most accesses): without the general walk.
+        if end - (addr & !7) <= 8 {
+            return self.atomic_in(addr & !7, byte_mask(addr & !7, addr, end));
         }
-        for (g, mask) in granules(addr, access_end(addr, size.max(1))) {
+        for (g, mask) in granules(addr, end) {
             if self.atomic_in(g, mask) {
                 return true;
             }
@@ -187,12 +186,11 @@ impl<'k> Local<'k> {
     /// Adds to `out` what `ev` comes to.
     pub fn lower(&mut self, ev: Ev, out: &mut Vec<Act>) {
         match ev {
-            Ev::Block { addr } if !self.calls.pending().is_empty() => {
+            Ev::Block { addr } => {
                 for e in self.calls.block(addr) {
                     out.push(Act::Ended(Box::new(e)));
                 }
             }
-            Ev::Block { .. } => {}
             Ev::Flow(tr) => self.flow(tr),
             Ev::Signal => {
                 // A handler is the kernel's call, not the runtime's.
