@@ -10,12 +10,13 @@
 //! effect after the instance's uses, memory writes after its reads.
 
 use super::control::Control;
+use super::ops::{Op, Ops, BRANCH, GATHER, REP};
 use super::shadow::{self, id_of, inst_of, pack, At, Def, Flags, Memory, Registers, Segment, NONE};
 use super::statics::{Statics, NO_NODE};
 use super::store::Store;
-use super::values::{revealed, Values};
+use super::values::Values;
 use crate::program::calls::{BlockExits, CallFlow};
-use dep_profile::semantics::{Access, Flow, Insn, Special};
+use dep_profile::semantics::Access;
 use dep_recover::events::{BlockEvent, Marker, MemEvent};
 use dep_recover::plans::Plans;
 use std::collections::VecDeque;
@@ -43,11 +44,11 @@ impl Out {
 #[derive(Clone, Copy)]
 struct Cur {
     idx: u32,
+    /// Its [`Op`]'s place in [`Ops`].
+    at: u32,
     id: u32,
     inst: u64,
     def: Def,
-    /// First memory port (relative to the instruction's first segment).
-    mem_port: u32,
     reads: u32,
     writes: u32,
     events: u32,
@@ -119,6 +120,7 @@ pub struct Engine<'a> {
     st: &'a Statics,
     exits: &'a BlockExits,
     plans: &'a Plans,
+    ops: Ops,
     /// Instances so far, per static instruction.
     pub counts: Vec<u64>,
     pub out: Out,
@@ -144,6 +146,7 @@ impl<'a> Engine<'a> {
             st,
             exits,
             plans,
+            ops: Ops::build(st, plans),
             counts: vec![0; st.insns.len()],
             out,
             t: Thread::new(u32::MAX, 0),
@@ -210,22 +213,23 @@ impl<'a> Engine<'a> {
     pub fn refs(&mut self, thread: u32, evs: &[MemEvent]) -> Result<(), EngineError> {
         self.thread(thread)?;
         let Some((bid, executed)) = self.t.block else { return Ok(()) };
-        let plan = self.plans.plan(bid);
+        let first = self.ops.first(bid);
         for ev in evs {
             let i = ev.insn as u32;
             if i >= executed {
                 continue;
             }
-            let insn = &plan.insns[i as usize];
+            let op = *self.ops.op(first + i);
             // Each reference names its instruction: one given with another block (another
             // thread's) would be charged to the wrong instruction's use ports.
-            if insn.pc != ev.pc {
-                return Err(EngineError::Misplaced { thread, pc: ev.pc, block: plan.addr, insn: ev.insn, at: insn.pc });
+            if op.pc != ev.pc {
+                let block = self.plans.plan(bid).addr;
+                return Err(EngineError::Misplaced { thread, pc: ev.pc, block, insn: ev.insn, at: op.pc });
             }
             match self.t.cur {
                 Some(c) if c.idx == i => {
-                    let per = insn.refs.len() as u32;
-                    if matches!(insn.special, Special::Rep(_)) && per > 0 && c.events >= per {
+                    let per = op.refs_n as u32;
+                    if op.kind & REP != 0 && per > 0 && c.events >= per {
                         self.end()?;
                         self.start(bid, i, true)?;
                     }
@@ -237,7 +241,7 @@ impl<'a> Engine<'a> {
                     self.catch_up(bid, i)?;
                 }
             }
-            self.event(insn, ev)?;
+            self.event(&op, ev)?;
         }
         Ok(())
     }
@@ -332,103 +336,84 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    #[inline]
-    fn emit(&mut self, seg: u32, id: u32, inst: u64, d: Def) -> io::Result<()> {
-        self.deps += 1;
-        match &mut self.out {
-            Out::Store(s) => s.dep(seg, inst, d),
-            Out::History { ring, cap } => {
-                if *cap > 0 {
-                    if ring.len() == *cap {
-                        ring.pop_front();
-                    }
-                    ring.push_back([self.st.insns[id as usize].pc, inst, self.st.insns[id_of(d) as usize].pc, inst_of(d)]);
-                }
-                Ok(())
-            }
-        }
-    }
-
     /// Starts instance of instruction `i` of block `bid` (`again`: another iteration of the
     /// rep string just ended).
     fn start(&mut self, bid: u32, i: u32, again: bool) -> Result<(), EngineError> {
-        let (ids, nodes) = self.st.block(bid);
-        let (id, node) = (ids[i as usize], nodes[i as usize]);
-        let insn = &self.plans.plan(bid).insns[i as usize];
-        if node != NO_NODE && !again {
-            self.t.cd.enter(node);
-            self.t.node = node;
+        let ops = &self.ops;
+        let at = ops.first(bid) + i;
+        let op = ops.op(at);
+        let id = op.id;
+        if op.node != NO_NODE && !again {
+            self.t.cd.enter(op.node);
+            self.t.node = op.node;
         }
         let inst = self.counts[id as usize];
         if inst + 1 >= shadow::MAX_INSTANCES {
-            return Err(EngineError::TooManyInstances { pc: insn.pc, max: shadow::MAX_INSTANCES - 1 });
+            return Err(EngineError::TooManyInstances { pc: op.pc, max: shadow::MAX_INSTANCES - 1 });
         }
         self.counts[id as usize] = inst + 1;
         self.instances += 1;
         let def = pack(id, inst);
-        let seg0 = self.st.insns[id as usize].first_seg;
+        let seg0 = op.seg0;
         let cd = self.t.cd.current();
         self.t.last_cd = cd;
         if cd != NONE {
-            self.emit(seg0, id, inst, cd)?;
+            emit(&mut self.out, &mut self.deps, self.st, seg0, id, inst, cd)?;
         }
         let mut port = 1u32;
-        let mut scratch = std::mem::take(&mut self.scratch);
-        for r in &insn.bytes.reads {
+        let scratch = &mut self.scratch;
+        for r in ops.reads(op) {
             scratch.clear();
-            self.t.regs.read(r, &mut scratch);
-            for &d in &scratch {
-                self.emit(seg0 + port, id, inst, d)?;
+            self.t.regs.read(r, scratch);
+            for &d in scratch.iter() {
+                emit(&mut self.out, &mut self.deps, self.st, seg0 + port, id, inst, d)?;
             }
             port += 1;
         }
-        if insn.regs.flags_read != 0 {
+        if op.flags_read != 0 {
             scratch.clear();
-            self.t.flags.read(insn.regs.flags_read, &mut scratch);
-            for &d in &scratch {
-                self.emit(seg0 + port, id, inst, d)?;
+            self.t.flags.read(op.flags_read, scratch);
+            for &d in scratch.iter() {
+                emit(&mut self.out, &mut self.deps, self.st, seg0 + port, id, inst, d)?;
             }
-            port += 1;
         }
-        self.scratch = scratch;
-        self.t.cur = Some(Cur { idx: i, id, inst, def, mem_port: port, reads: 0, writes: 0, events: 0 });
+        self.t.cur = Some(Cur { idx: i, at, id, inst, def, reads: 0, writes: 0, events: 0 });
         Ok(())
     }
 
     /// A reference of the current instance.
-    fn event(&mut self, insn: &Insn, ev: &MemEvent) -> io::Result<()> {
+    fn event(&mut self, op: &Op, ev: &MemEvent) -> io::Result<()> {
         let Some(mut c) = self.t.cur else { return Ok(()) };
         c.events += 1;
         // An instruction's references are its reads, then its writes.
-        let nreads = insn.refs.iter().take_while(|r| r.access == Access::Read).count();
+        let nreads = op.mem_reads as u32;
         let mref = match ev.access {
             Access::Read => {
-                let k = (c.reads as usize).min(nreads.saturating_sub(1));
-                let seg = self.st.insns[c.id as usize].first_seg + c.mem_port + k as u32;
-                let mut scratch = std::mem::take(&mut self.scratch);
-                scratch.clear();
+                let k = c.reads.min(nreads.saturating_sub(1));
+                let seg = op.seg0 + op.mem_port as u32 + k;
+                self.scratch.clear();
                 let at = self.at();
-                self.mem.read(ev.addr, ev.size, at, &self.segs, &mut scratch);
-                for &d in &scratch {
-                    self.emit(seg, c.id, c.inst, d)?;
+                self.mem.read(ev.addr, ev.size, at, &self.segs, &mut self.scratch);
+                for &d in &self.scratch {
+                    emit(&mut self.out, &mut self.deps, self.st, seg, c.id, c.inst, d)?;
                 }
-                self.scratch = scratch;
                 c.reads += 1;
-                insn.refs[..nreads].get(k)
+                (k < nreads).then_some(k)
             }
             Access::Write => {
                 let at = self.at();
                 self.mem.write(ev.addr, ev.size, c.def, at, &self.segs);
-                let writes = &insn.refs[nreads..];
-                let m = writes.get((c.writes as usize).min(writes.len().saturating_sub(1)));
+                let writes = op.refs_n as u32 - nreads;
+                let m = (writes > 0).then(|| nreads + c.writes.min(writes - 1));
                 c.writes += 1;
                 m
             }
         };
         self.t.cur = Some(c);
-        if let (Some(m), false) = (mref, matches!(insn.special, Special::Gather(_))) {
-            if let Some(reg) = revealed(&m.addr) {
-                let v = ev.addr.wrapping_sub(m.addr.disp);
+        if let (Some(k), false) = (mref, op.kind & GATHER != 0) {
+            let r = self.ops.reveal(op, k as usize);
+            if let Some(reg) = r.reg {
+                let v = ev.addr.wrapping_sub(r.disp);
                 let (st, out) = (self.st, &mut self.out);
                 let mut res = Ok(());
                 self.t.values.learn(reg, v, &mut |d, v| {
@@ -445,43 +430,52 @@ impl<'a> Engine<'a> {
     /// Ends the current instance: its definitions take effect.
     fn end(&mut self) -> io::Result<()> {
         let Some(c) = self.t.cur.take() else { return Ok(()) };
-        let Some((bid, executed)) = self.t.block else { return Ok(()) };
+        let Some((_, executed)) = self.t.block else { return Ok(()) };
         self.t.next = c.idx + 1;
         if self.t.interrupted && c.idx + 1 == executed {
             return Ok(());
         }
-        let insn = &self.plans.plan(bid).insns[c.idx as usize];
-        let (mut whole, mut partial) = (0u16, 0u16);
-        for r in &insn.bytes.defs {
+        let ops = &self.ops;
+        let op = ops.op(c.at);
+        for r in ops.defs(op) {
             self.t.regs.define(r, c.def);
-            if r.reg.index() < 16 {
-                if r.lo == 0 && r.hi == 8 {
-                    whole |= 1 << r.reg.index();
-                } else {
-                    partial |= 1 << r.reg.index();
-                }
-            }
         }
-        self.t.flags.define(insn.regs.flags_written, c.def);
-        if whole | partial != 0 {
+        self.t.flags.define(op.flags_written, c.def);
+        let steps = ops.steps(op);
+        if !steps.is_empty() {
             let (st, out) = (self.st, &mut self.out);
             let mut res = Ok(());
-            self.t.values.after(insn, c.def, whole, partial, &mut |d, v| {
+            self.t.values.after(steps, c.def, &mut |d, v| {
                 if res.is_ok() {
                     res = out.value(st, d, v);
                 }
             });
             res?;
         }
-        match insn.flow {
-            Flow::Jump { conditional: true, .. } | Flow::IndirectJump => {
-                let n = self.t.node;
-                if n != NO_NODE && self.st.branch[n as usize] {
-                    self.t.cd.branch(c.def, self.st.ipdom[n as usize]);
-                }
+        if op.kind & BRANCH != 0 {
+            let n = self.t.node;
+            if n != NO_NODE && self.st.branch[n as usize] {
+                self.t.cd.branch(c.def, self.st.ipdom[n as usize]);
             }
-            _ => {}
         }
         Ok(())
+    }
+}
+
+/// Counts dependence `d` of use segment `seg` of instance `inst` of `id`, and hands it to `out`.
+#[inline]
+fn emit(out: &mut Out, deps: &mut u64, st: &Statics, seg: u32, id: u32, inst: u64, d: Def) -> io::Result<()> {
+    *deps += 1;
+    match out {
+        Out::Store(s) => s.dep(seg, inst, d),
+        Out::History { ring, cap } => {
+            if *cap > 0 {
+                if ring.len() == *cap {
+                    ring.pop_front();
+                }
+                ring.push_back([st.insns[id as usize].pc, inst, st.insns[id_of(d) as usize].pc, inst_of(d)]);
+            }
+            Ok(())
+        }
     }
 }

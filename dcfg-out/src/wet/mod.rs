@@ -10,6 +10,7 @@
 
 pub mod control;
 pub mod engine;
+pub mod ops;
 pub mod shadow;
 pub mod statics;
 pub mod store;

@@ -48,50 +48,101 @@ fn distinct(slots: &[Def], out: &mut Vec<Def>) {
 }
 
 /// General registers by byte (8 each), vector registers by byte (64 each), every other
-/// register whole.
+/// register whole. Most writes define a register whole, so each register also keeps the one
+/// definition of all its bytes while it has one: a read then takes it without visiting the
+/// bytes, and a write of the whole register only sets it.
 pub struct Registers {
+    /// Each byte's definition, valid for registers whose `uni` is [`MIXED`].
     slots: Vec<Def>,
+    /// Per register: the definition of all its bytes, or [`MIXED`].
+    uni: Vec<Def>,
 }
+
+/// Bytes of one register with different definitions. Never a [`Def`]: its instance field
+/// is the largest, which the engine never hands out (it stops below `MAX_INSTANCES - 1`).
+const MIXED: Def = NONE - 1;
 
 const GPR_SLOTS: usize = 16 * 8;
 const VEC_SLOTS: usize = 32 * 64;
 
+/// Bytes of one register, as a register's state holds them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegSpan {
+    /// The register's index.
+    reg: u16,
+    /// Its bytes' slots.
+    start: u16,
+    len: u16,
+    /// The span is the whole register.
+    full: bool,
+}
+
 impl Default for Registers {
     fn default() -> Self {
-        Registers { slots: vec![NONE; GPR_SLOTS + VEC_SLOTS + dep_profile::archregs::NUM_ARCH_REGS] }
+        Registers { slots: vec![NONE; GPR_SLOTS + VEC_SLOTS], uni: vec![NONE; dep_profile::archregs::NUM_ARCH_REGS] }
     }
 }
 
 impl Registers {
+    /// The slots of all of register `reg` (empty for the registers held whole).
     #[inline]
-    fn range(r: &ByteRange) -> std::ops::Range<usize> {
-        let (reg, lo, hi) = (r.reg.index(), r.lo as usize, r.hi as usize);
-        let base = if reg < 16 {
-            reg * 8
+    fn all(reg: usize) -> std::ops::Range<usize> {
+        if reg < 16 {
+            reg * 8..reg * 8 + 8
         } else if reg < 48 {
-            GPR_SLOTS + (reg - 16) * 64
+            GPR_SLOTS + (reg - 16) * 64..GPR_SLOTS + (reg - 15) * 64
         } else {
-            return GPR_SLOTS + VEC_SLOTS + reg..GPR_SLOTS + VEC_SLOTS + reg + 1;
-        };
-        base + lo..base + hi
+            0..0
+        }
+    }
+
+    /// Where the bytes `r` names are held.
+    pub fn span(r: &ByteRange) -> RegSpan {
+        let reg = r.reg.index();
+        let all = Self::all(reg);
+        let (lo, hi) = (r.lo as usize, (r.hi as usize).max(r.lo as usize));
+        let full = all.is_empty() || (lo == 0 && hi == all.len());
+        let start = if all.is_empty() { 0 } else { all.start + lo.min(all.len()) };
+        let len = if all.is_empty() { 0 } else { hi.min(all.len()) - lo.min(all.len()) };
+        RegSpan { reg: reg as u16, start: start as u16, len: len as u16, full }
     }
 
     /// The definitions of the bytes `r` reads, appended to `out`.
     #[inline]
-    pub fn read(&self, r: &ByteRange, out: &mut Vec<Def>) {
-        distinct(&self.slots[Self::range(r)], out);
+    pub fn read(&self, r: &RegSpan, out: &mut Vec<Def>) {
+        let u = self.uni[r.reg as usize];
+        if u != MIXED {
+            if u != NONE && (r.full || r.len > 0) && !out.contains(&u) {
+                out.push(u);
+            }
+        } else {
+            distinct(&self.slots[r.start as usize..r.start as usize + r.len as usize], out);
+        }
     }
 
     /// `d` defines the bytes of `r`.
     #[inline]
-    pub fn define(&mut self, r: &ByteRange, d: Def) {
-        self.slots[Self::range(r)].fill(d);
+    pub fn define(&mut self, r: &RegSpan, d: Def) {
+        let u = &mut self.uni[r.reg as usize];
+        if r.full {
+            *u = d;
+            return;
+        }
+        if *u != MIXED {
+            // The register's bytes part ways: from now on they are held one by one.
+            self.slots[Self::all(r.reg as usize)].fill(*u);
+            *u = MIXED;
+        }
+        self.slots[r.start as usize..r.start as usize + r.len as usize].fill(d);
     }
 
     /// The one instance that defined all 8 bytes of general register `reg`, if one did.
-    #[inline]
     pub fn whole(&self, reg: ArchReg) -> Option<Def> {
-        let s = &self.slots[reg.index() * 8..reg.index() * 8 + 8];
+        let u = self.uni[reg.index()];
+        if u != MIXED {
+            return (u != NONE).then_some(u);
+        }
+        let s = &self.slots[Self::all(reg.index())];
         (s[0] != NONE && s.iter().all(|&d| d == s[0])).then_some(s[0])
     }
 }
@@ -288,7 +339,7 @@ mod tests {
     #[test]
     fn partial_register_writes_keep_the_other_bytes() {
         let mut r = Registers::default();
-        let rax = |lo, hi| ByteRange { reg: ArchReg::RAX, lo, hi };
+        let rax = |lo, hi| Registers::span(&ByteRange { reg: ArchReg::RAX, lo, hi });
         r.define(&rax(0, 8), pack(1, 0));
         r.define(&rax(0, 1), pack(2, 0));
         let mut out = vec![];
@@ -300,6 +351,15 @@ mod tests {
         assert_eq!(r.whole(ArchReg::RAX), None);
         r.define(&rax(0, 8), pack(3, 7));
         assert_eq!(r.whole(ArchReg::RAX), Some(pack(3, 7)));
+        out.clear();
+        r.read(&rax(2, 4), &mut out);
+        assert_eq!(out, vec![pack(3, 7)], "a whole write covers the bytes written one by one before");
+        // Bytes parting again start from the whole write, not the older byte definitions.
+        r.define(&rax(4, 8), pack(4, 0));
+        out.clear();
+        r.read(&rax(0, 8), &mut out);
+        assert_eq!(out, vec![pack(3, 7), pack(4, 0)]);
+        assert_eq!(r.whole(ArchReg::RAX), None);
     }
 
     #[test]

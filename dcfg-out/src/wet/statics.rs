@@ -275,11 +275,21 @@ impl Statics {
         Statics { block_first, ids, node_at, insns, ipdom, branch, segs, unreached: keys.len() - ran.len() }
     }
 
-    /// Static ids and node starts of block `b`'s instructions.
+    /// Static ids of block `b`'s instructions.
     #[inline]
-    pub fn block(&self, b: u32) -> (&[u32], &[u32]) {
+    pub fn block(&self, b: u32) -> &[u32] {
         let (s, e) = (self.block_first[b as usize] as usize, self.block_first[b as usize + 1] as usize);
-        (&self.ids[s..e], &self.node_at[s..e])
+        &self.ids[s..e]
+    }
+
+    /// Blocks of the table.
+    pub fn blocks(&self) -> usize {
+        self.block_first.len() - 1
+    }
+
+    /// The node starting at instruction `index` of block `b`, or [`NO_NODE`].
+    pub fn node(&self, b: u32, index: u16) -> u32 {
+        self.node_at[self.block_first[b as usize] as usize + index as usize]
     }
 }
 

@@ -26,7 +26,10 @@ struct Seg {
     d_inst: u64,
     d_dep: u64,
     run: u32,
-    count: u32,
+    /// Records since the last spill (a run of repeats holds billions in a few bytes).
+    count: u64,
+    /// Records over all runs.
+    total: u64,
 }
 
 impl Seg {
@@ -42,8 +45,6 @@ impl Seg {
 /// Dependences and values of a whole trace, by segment.
 pub struct Store {
     segs: Vec<Seg>,
-    /// Records of each segment over all runs.
-    totals: Vec<u64>,
     /// Spilled runs, oldest first, each with its level: a run of level l+1 is [`FAN_IN`]
     /// consecutive runs of level l merged.
     runs: Vec<(File, u32)>,
@@ -121,7 +122,7 @@ impl Store {
     pub fn new(n: usize, budget: usize) -> Store {
         let mut segs = Vec::with_capacity(n);
         segs.resize_with(n, Seg::default);
-        Store { segs, totals: vec![0; n], runs: Vec::new(), spilled: 0, held: 0, budget }
+        Store { segs, runs: Vec::new(), spilled: 0, held: 0, budget }
     }
 
     /// In use-port segment `seg`, instance `inst` depends on `dep`.
@@ -143,7 +144,7 @@ impl Store {
         s.last = inst;
         s.last_dep = dep_inst;
         s.count += 1;
-        self.totals[seg as usize] += 1;
+        s.total += 1;
         self.held += s.buf.capacity() - before;
         self.check()
     }
@@ -158,7 +159,7 @@ impl Store {
         put(&mut s.buf, value);
         s.last = inst;
         s.count += 1;
-        self.totals[k] += 1;
+        s.total += 1;
         self.held += s.buf.capacity() - before;
         self.check()
     }
@@ -183,12 +184,12 @@ impl Store {
             s.flush_run();
             head.clear();
             put(&mut head, k as u64 - prev);
-            put(&mut head, s.count as u64);
+            put(&mut head, s.count);
             put(&mut head, s.buf.len() as u64);
             w.write_all(&head)?;
             w.write_all(&s.buf)?;
             prev = k as u64;
-            *s = Seg::default();
+            *s = Seg { total: s.total, ..Seg::default() };
         }
         let mut f = w.into_inner().map_err(|e| e.into_error())?;
         io::Seek::rewind(&mut f)?;
@@ -222,7 +223,7 @@ impl Store {
 
     /// Records of a segment over the whole trace.
     pub fn total(&self, seg: u32) -> u64 {
-        self.totals[seg as usize]
+        self.segs[seg as usize].total
     }
 
     /// A reader that yields every segment's records in order, runs first, memory last.
@@ -235,7 +236,7 @@ impl Store {
 struct RunReader {
     r: BufReader<File>,
     /// The next segment's index, records and length.
-    next: Option<(u64, u32, usize)>,
+    next: Option<(u64, u64, usize)>,
     pos: u64,
 }
 
@@ -259,7 +260,7 @@ fn merge(group: Vec<File>) -> io::Result<File> {
                 r.r.read_exact(&mut buf)?;
                 head.clear();
                 put(&mut head, k - prev);
-                put(&mut head, count as u64);
+                put(&mut head, count);
                 put(&mut head, len as u64);
                 w.write_all(&head)?;
                 w.write_all(&buf)?;
@@ -282,7 +283,7 @@ impl RunReader {
         self.next = match read_varint(&mut self.r)? {
             None => None,
             Some(delta) => {
-                let count = read_varint(&mut self.r)?.ok_or(io::ErrorKind::UnexpectedEof)? as u32;
+                let count = read_varint(&mut self.r)?.ok_or(io::ErrorKind::UnexpectedEof)?;
                 let len = read_varint(&mut self.r)?.ok_or(io::ErrorKind::UnexpectedEof)? as usize;
                 self.pos += delta;
                 Some((self.pos, count, len))
@@ -303,7 +304,7 @@ pub struct Reader {
 impl Reader {
     /// Calls `f` with each part of segment `seg` (raw bytes and record count), in run order.
     /// Segments must be asked for in increasing order.
-    fn parts(&mut self, seg: u32, f: &mut dyn FnMut(&[u8], u32) -> io::Result<()>) -> io::Result<()> {
+    fn parts(&mut self, seg: u32, f: &mut dyn FnMut(&[u8], u64) -> io::Result<()>) -> io::Result<()> {
         if !self.started {
             for r in &mut self.runs {
                 r.advance()?;

@@ -42,53 +42,128 @@ enum Item {
 /// Items a formatter takes at once.
 const BATCH: usize = 1 << 15;
 
-fn format(items: &[Item], st: &Statics, place: &(dyn Fn(u32) -> String + Sync), buf: &mut Vec<u8>) {
-    for item in items {
-        match *item {
-            Item::Count(n) => {
-                dec(buf, n);
-                buf.push(b'\n');
-            }
-            Item::Head(id) => {
-                let s = &st.insns[id as usize];
-                dec(buf, id as u64);
-                buf.push(b' ');
-                dec(buf, s.ports as u64);
-                buf.push(b' ');
-                hex(buf, s.pc);
-                buf.push(b' ');
-                buf.extend_from_slice(place(id).as_bytes());
-                buf.push(b'\n');
-            }
-            Item::Size(n) => {
-                buf.extend_from_slice(b"SIZE ");
-                dec(buf, n);
-                buf.push(b'\n');
-            }
-            Item::Dep(d) => {
-                buf.extend_from_slice(b"    ");
-                dec(buf, d.inst);
-                buf.push(b':');
-                dec(buf, d.dep_id as u64);
-                buf.push(b' ');
-                dec(buf, d.dep_inst);
-                buf.push(b'\n');
-            }
-            Item::Values(n) => {
-                buf.extend_from_slice(b"VALUES ");
-                dec(buf, n);
-                buf.push(b'\n');
-            }
-            Item::Value(inst, v) => {
-                buf.extend_from_slice(b"    ");
-                dec(buf, inst);
-                buf.push(b':');
-                hex(buf, v);
-                buf.push(b'\n');
-            }
-            Item::NoValues => buf.extend_from_slice(b"NO VALUES\n"),
+/// Two decimal digits of every number below 100.
+const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// Text built in a fixed block and moved to the output a block at a time: one copy for
+/// a few hundred lines, where appending each number to the output was a copy per number.
+struct Block<'o> {
+    buf: [u8; BLOCK],
+    n: usize,
+    out: &'o mut Vec<u8>,
+}
+
+const BLOCK: usize = 4096;
+/// Room the lines written into a block need at most: three 20-digit numbers and their text.
+const LINE: usize = 96;
+
+impl Block<'_> {
+    /// Makes room for one more line.
+    #[inline]
+    fn line(&mut self) {
+        if self.n > BLOCK - LINE {
+            self.flush();
         }
     }
+
+    fn flush(&mut self) {
+        self.out.extend_from_slice(&self.buf[..self.n]);
+        self.n = 0;
+    }
+
+    #[inline]
+    fn bytes<const N: usize>(&mut self, b: &[u8; N]) {
+        self.buf[self.n..self.n + N].copy_from_slice(b);
+        self.n += N;
+    }
+
+    /// `v` in decimal.
+    #[inline(always)]
+    fn dec(&mut self, mut v: u64) {
+        let end = self.n + v.checked_ilog10().map_or(1, |l| l as usize + 1);
+        let mut i = end;
+        while v >= 100 {
+            let r = (v % 100) as usize * 2;
+            v /= 100;
+            i -= 2;
+            self.buf[i..i + 2].copy_from_slice(&PAIRS[r..r + 2]);
+        }
+        if v >= 10 {
+            let r = v as usize * 2;
+            self.buf[i - 2..i].copy_from_slice(&PAIRS[r..r + 2]);
+        } else {
+            self.buf[i - 1] = b'0' + v as u8;
+        }
+        self.n = end;
+    }
+
+    /// `v` in lowercase hexadecimal, no prefix.
+    #[inline]
+    fn hex(&mut self, v: u64) {
+        let digits = (64 - v.leading_zeros()).div_ceil(4).max(1) as usize;
+        for k in 0..digits {
+            self.buf[self.n + digits - 1 - k] = b"0123456789abcdef"[(v >> (k * 4) & 15) as usize];
+        }
+        self.n += digits;
+    }
+}
+
+fn format(items: &[Item], st: &Statics, place: &(dyn Fn(u32) -> String + Sync), out: &mut Vec<u8>) {
+    let mut b = Block { buf: [0; BLOCK], n: 0, out };
+    for item in items {
+        b.line();
+        match *item {
+            Item::Count(n) => {
+                b.dec(n);
+                b.bytes(b"\n");
+            }
+            Item::Head(id) => {
+                // The place may be longer than a block's line: it goes on its own.
+                let s = &st.insns[id as usize];
+                b.dec(id as u64);
+                b.bytes(b" ");
+                b.dec(s.ports as u64);
+                b.bytes(b" ");
+                b.hex(s.pc);
+                b.bytes(b" ");
+                b.flush();
+                b.out.extend_from_slice(place(id).as_bytes());
+                b.out.push(b'\n');
+            }
+            Item::Size(n) => {
+                b.bytes(b"SIZE ");
+                b.dec(n);
+                b.bytes(b"\n");
+            }
+            Item::Dep(d) => {
+                b.bytes(b"    ");
+                b.dec(d.inst);
+                b.bytes(b":");
+                b.dec(d.dep_id as u64);
+                b.bytes(b" ");
+                b.dec(d.dep_inst);
+                b.bytes(b"\n");
+            }
+            Item::Values(n) => {
+                b.bytes(b"VALUES ");
+                b.dec(n);
+                b.bytes(b"\n");
+            }
+            Item::Value(inst, v) => {
+                b.bytes(b"    ");
+                b.dec(inst);
+                b.bytes(b":");
+                b.hex(v);
+                b.bytes(b"\n");
+            }
+            Item::NoValues => b.bytes(b"NO VALUES\n"),
+        }
+    }
+    b.flush();
 }
 
 /// Writes the comprehensive format: `N`, then each executed instruction's block in id
@@ -108,13 +183,18 @@ pub fn comprehensive(
     let workers = workers.max(1);
     let (job_tx, job_rx) = bounded::<(u64, Vec<Item>)>(workers * 2);
     let (done_tx, done_rx) = bounded::<(u64, Vec<u8>)>(workers * 2);
+    // Batches and text buffers go back to be filled again: fresh ones would cost a page
+    // fault every 4 KiB they are first written.
+    let (items_back, items_free) = bounded::<Vec<Item>>(workers * 4);
+    let (text_back, text_free) = bounded::<Vec<u8>>(workers * 4);
     std::thread::scope(|s| {
         let producer = s.spawn(move || -> io::Result<()> {
             let mut reader = reader;
             let mut seq = 0u64;
             let mut batch = Vec::with_capacity(BATCH);
             let send = |batch: &mut Vec<Item>, seq: &mut u64| -> io::Result<()> {
-                let full = std::mem::replace(batch, Vec::with_capacity(BATCH));
+                let next = items_free.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH));
+                let full = std::mem::replace(batch, next);
                 job_tx.send((*seq, full)).map_err(|_| io::Error::other("the WET formatters stopped"))?;
                 *seq += 1;
                 Ok(())
@@ -157,16 +237,20 @@ pub fn comprehensive(
         });
         for _ in 0..workers {
             let (job_rx, done_tx) = (job_rx.clone(), done_tx.clone());
+            let (items_back, text_free) = (items_back.clone(), text_free.clone());
             s.spawn(move || {
-                for (seq, items) in job_rx {
-                    let mut buf = Vec::with_capacity(items.len() * 20);
+                for (seq, mut items) in job_rx {
+                    let mut buf = text_free.try_recv().unwrap_or_else(|_| Vec::with_capacity(items.len() * 20));
                     format(&items, st, place, &mut buf);
+                    items.clear();
+                    let _ = items_back.try_send(items);
                     if done_tx.send((seq, buf)).is_err() {
                         break;
                     }
                 }
             });
         }
+        drop((items_back, text_free));
         drop((job_rx, done_tx));
         // Write in order; on a write error, stop taking results (which stops the others).
         let mut ready = std::collections::BTreeMap::new();
@@ -174,8 +258,10 @@ pub fn comprehensive(
         let mut written: io::Result<()> = Ok(());
         for (seq, buf) in done_rx.iter() {
             ready.insert(seq, buf);
-            while let Some(buf) = ready.remove(&next) {
+            while let Some(mut buf) = ready.remove(&next) {
                 written = out.write_all(&buf);
+                buf.clear();
+                let _ = text_back.try_send(buf);
                 next += 1;
                 if written.is_err() {
                     break;
@@ -227,6 +313,21 @@ mod tests {
         dec(&mut b, 18446744073709551615);
         assert_eq!(String::from_utf8(b).unwrap(), "8048242 0 18446744073709551615");
         assert_eq!(field(Some("f(int, char)")), "f(int,_char)");
+        // The block writer gives the same digits, at every length and across its flushes.
+        let mut out = vec![];
+        let mut want = vec![];
+        let mut blk = Block { buf: [0; BLOCK], n: 0, out: &mut out };
+        for k in 0..2000u64 {
+            let v = [0, 9, 10, 99, 100, 12345, u64::MAX, k.wrapping_mul(0x9e3779b97f4a7c15) >> (k % 64)][k as usize % 8];
+            blk.line();
+            blk.dec(v);
+            blk.bytes(b" ");
+            blk.hex(v);
+            blk.bytes(b"\n");
+            want.extend_from_slice(format!("{v} {v:x}\n").as_bytes());
+        }
+        blk.flush();
+        assert_eq!(String::from_utf8(out).unwrap(), String::from_utf8(want).unwrap());
         assert_eq!(field(None), "??");
     }
 }

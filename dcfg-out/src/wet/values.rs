@@ -49,36 +49,14 @@ impl Values {
         r.value = Some(v);
     }
 
-    /// After instance `d` of `insn`: `whole` tells which general registers it defined all of,
-    /// `partial` which it changed in part; `emit` gets `d`'s result when it is known now.
-    pub fn after(&mut self, insn: &Insn, d: Def, whole: u16, partial: u16, emit: &mut impl FnMut(Def, u64)) {
-        let result = insn.bytes.result.map(|r| r.index()).or_else(|| {
-            let mut adds = insn.effects.iter().filter_map(|e| match e {
-                RegEffect::Add(r, _) if r.index() < 16 => Some(r.index()),
-                _ => None,
-            });
-            match (adds.next(), adds.next()) {
-                (Some(r), None) => Some(r),
-                _ => None,
-            }
-        });
-        let rep = matches!(insn.special, dep_profile::semantics::Special::Rep(_));
-        let mut bits = whole | partial;
-        while bits != 0 {
-            let k = bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            let bit = 1u16 << k;
-            let r = &mut self.regs[k];
-            let add = (!rep && whole & bit != 0)
-                .then(|| {
-                    insn.effects.iter().find_map(|e| match *e {
-                        RegEffect::Add(reg, c) if reg.index() == k => Some(c as u64),
-                        _ => None,
-                    })
-                })
-                .flatten();
-            let mine = result == Some(k) && whole & bit != 0 && d != NONE;
-            match add {
+    /// After instance `d` of an instruction with value steps `steps` ([`steps`]): `emit`
+    /// gets `d`'s result when it is known now.
+    #[inline]
+    pub fn after(&mut self, steps: &[Step], d: Def, emit: &mut impl FnMut(Def, u64)) {
+        for s in steps {
+            let r = &mut self.regs[s.reg as usize];
+            let mine = s.mine && d != NONE;
+            match s.add {
                 Some(c) => match r.value {
                     Some(v) => {
                         r.value = Some(v.wrapping_add(c));
@@ -108,4 +86,48 @@ impl Values {
             }
         }
     }
+}
+
+/// What an instruction does to one general register's value.
+#[derive(Clone, Copy, Debug)]
+pub struct Step {
+    pub reg: u8,
+    /// It adds this constant (the register was defined whole, not by a rep string).
+    pub add: Option<u64>,
+    /// Its new value is the instruction's result.
+    pub mine: bool,
+}
+
+/// The steps of `insn`, which defines all of the general registers in `whole` and part of
+/// those in `partial`, in register order. The result is `insn`'s result register, or else
+/// the one register it adds a constant to.
+pub fn steps(insn: &Insn, whole: u16, partial: u16) -> Vec<Step> {
+    let result = insn.bytes.result.map(|r| r.index()).or_else(|| {
+        let mut adds = insn.effects.iter().filter_map(|e| match e {
+            RegEffect::Add(r, _) if r.index() < 16 => Some(r.index()),
+            _ => None,
+        });
+        match (adds.next(), adds.next()) {
+            (Some(r), None) => Some(r),
+            _ => None,
+        }
+    });
+    let rep = matches!(insn.special, dep_profile::semantics::Special::Rep(_));
+    let mut out = Vec::new();
+    let mut bits = whole | partial;
+    while bits != 0 {
+        let k = bits.trailing_zeros() as usize;
+        bits &= bits - 1;
+        let bit = 1u16 << k;
+        let add = (!rep && whole & bit != 0)
+            .then(|| {
+                insn.effects.iter().find_map(|e| match *e {
+                    RegEffect::Add(reg, c) if reg.index() == k => Some(c as u64),
+                    _ => None,
+                })
+            })
+            .flatten();
+        out.push(Step { reg: k as u8, add, mine: result == Some(k) && whole & bit != 0 });
+    }
+    out
 }
