@@ -654,9 +654,10 @@ fn wet(
     let syms = symbolizer(&p.modules);
     let opts = wet::Options { history, memory: usize::try_from(spill_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX) };
     let start = std::time::Instant::now();
-    let s = wet::write(&rec, &syms, &opts, &mut out, ports_out.as_mut().map(|w| w as &mut dyn Write)).with_context(|| match output {
-        Some(o) => format!("writing {}", o.display()),
-        None => "finding the dependences".to_string(),
+    let s = wet::write(&rec, &syms, &opts, &mut out, ports_out.as_mut().map(|w| w as &mut dyn Write)).map_err(|e| match (&e, output) {
+        // Only an output error is the output's; the others say what they are.
+        (wet::WetError::Io(_), Some(o)) => anyhow::Error::new(e).context(format!("writing {}", o.display())),
+        _ => anyhow::Error::new(e),
     })?;
     if summary {
         let secs = start.elapsed().as_secs_f64();

@@ -351,6 +351,25 @@ fn bad_input_fails_cleanly() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.trim().lines().count() == 1 && err.matches("No space left on device").count() == 1, "{err}");
+    // Runs spilled (hello holds more than 1 MiB) where no directory is: the spill is named, not the output the trace was
+    // going to (the store's own thread reports it to the engine).
+    let o = Command::new(dep())
+        .env("TMPDIR", "/nonexistent/tmp")
+        .arg("wet")
+        .arg(&profile)
+        .args(["--spill-mb", "1", "-o"])
+        .arg(dir.path().join("y"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.trim().lines().count() == 1
+            && err.contains("spilling dependences")
+            && err.contains("/nonexistent/tmp")
+            && !err.contains("writing"),
+        "{err}"
+    );
 }
 
 /// `--count` finds the dependences the comprehensive trace lists, and writes none: its

@@ -13,7 +13,7 @@ use super::control::Control;
 use super::ops::{Op, Ops, BRANCH, GATHER, REP};
 use super::shadow::{self, id_of, inst_of, pack, At, Def, Flags, Memory, Registers, Segment, NONE};
 use super::statics::{Statics, NO_NODE};
-use super::store::Store;
+use super::store::Background;
 use super::values::Values;
 use crate::program::calls::{BlockExits, CallFlow};
 use dep_profile::semantics::Access;
@@ -25,7 +25,7 @@ use std::io;
 /// Where dependences go.
 pub enum Out {
     /// Every dependence and value, for the comprehensive format.
-    Store(Store),
+    Store(Background),
     /// The last `cap` dependences: (pc, instance, pc depended on, its instance).
     History { ring: VecDeque<[u64; 4]>, cap: usize },
 }

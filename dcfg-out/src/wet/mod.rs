@@ -91,12 +91,21 @@ pub fn write(
     }
     let sink = match opts.history {
         Some(cap) => Out::History { ring: VecDeque::with_capacity(cap.min(1 << 24)), cap },
-        None => Out::Store(store::Store::new(st.segs as usize, opts.memory)),
+        None => Out::Store(store::Background::new(store::Store::new(st.segs as usize, opts.memory))?),
     };
     let exits = BlockExits::build(&rec.plans, symbols);
     let mut engine = Engine::new(&st, &exits, &rec.plans, sink);
     let started = std::time::Instant::now();
     run_pipelined(rec, &mut engine)?;
+    // The store's thread may still be encoding the last records: that is the engine's time.
+    enum Done {
+        History(VecDeque<[u64; 4]>),
+        Store(store::Store),
+    }
+    let done = match std::mem::replace(&mut engine.out, Out::History { ring: VecDeque::new(), cap: 0 }) {
+        Out::History { ring, .. } => Done::History(ring),
+        Out::Store(store) => Done::Store(store.finish()?),
+    };
     let engine_secs = started.elapsed().as_secs_f64();
     let mut summary = Summary {
         instances: engine.instances,
@@ -109,9 +118,9 @@ pub fn write(
         write_secs: 0.0,
     };
     let started = std::time::Instant::now();
-    match engine.out {
-        Out::History { ring, .. } => text::history(ring.iter(), out)?,
-        Out::Store(store) => {
+    match done {
+        Done::History(ring) => text::history(ring.iter(), out)?,
+        Done::Store(store) => {
             summary.runs = store.runs();
             let places = static_places(&st, &engine.counts, symbols);
             let totals: Vec<u64> = (0..st.segs).map(|s| store.total(s)).collect();

@@ -172,8 +172,14 @@ impl Store {
         Ok(())
     }
 
-    /// Writes every segment held to a new run and frees them.
+    /// Writes every segment held to a new run and frees them; an error names the directory.
     fn spill(&mut self) -> io::Result<()> {
+        self.spill_run().map_err(|e| {
+            io::Error::new(e.kind(), format!("spilling dependences to a temporary file in {}: {e}", std::env::temp_dir().display()))
+        })
+    }
+
+    fn spill_run(&mut self) -> io::Result<()> {
         let mut w = BufWriter::with_capacity(1 << 20, tempfile::tempfile()?);
         let mut prev = 0u64;
         let mut head = Vec::with_capacity(32);
@@ -229,7 +235,104 @@ impl Store {
     /// A reader that yields every segment's records in order, runs first, memory last.
     pub fn into_reader(self) -> Reader {
         let runs = self.runs.into_iter().map(|(f, _)| RunReader::new(f)).collect();
-        Reader { runs, segs: self.segs, buf: Vec::new(), started: false }
+        Reader { runs, segs: self.segs, buf: Vec::new(), started: false, values_held: VALUES_HELD, values: Vec::new(), values_files: 0 }
+    }
+}
+
+/// A [`Store`] filled on a thread of its own: the engine hands it records in batches, so
+/// that encoding them runs beside the engine instead of in its turn.
+pub struct Background {
+    batch: Vec<Record>,
+    tx: Option<crossbeam::channel::Sender<Vec<Record>>>,
+    free: crossbeam::channel::Receiver<Vec<Record>>,
+    thread: Option<std::thread::JoinHandle<io::Result<Store>>>,
+}
+
+/// One record for the store: a dependence (`seg` a use port) or a value (`seg` with
+/// [`VALUE`] set).
+#[derive(Clone, Copy)]
+struct Record {
+    seg: u32,
+    inst: u64,
+    x: u64,
+}
+
+/// Marks a value record's segment.
+const VALUE: u32 = 1 << 31;
+/// Records a batch holds.
+const RECORDS: usize = 1 << 16;
+
+impl Background {
+    /// Starts filling `store`.
+    pub fn new(mut store: Store) -> io::Result<Background> {
+        if store.segs.len() > VALUE as usize {
+            return Err(io::Error::other(format!("{} WET store segments, more than {VALUE}", store.segs.len())));
+        }
+        let (tx, rx) = crossbeam::channel::bounded::<Vec<Record>>(4);
+        let (free_tx, free) = crossbeam::channel::bounded::<Vec<Record>>(4);
+        let thread = std::thread::Builder::new().name("wet-store".into()).spawn(move || -> io::Result<Store> {
+            for mut batch in rx {
+                for r in &batch {
+                    if r.seg & VALUE == 0 {
+                        store.dep(r.seg, r.inst, r.x)?;
+                    } else {
+                        store.value(r.seg & !VALUE, r.inst, r.x)?;
+                    }
+                }
+                batch.clear();
+                let _ = free_tx.try_send(batch);
+            }
+            Ok(store)
+        })?;
+        Ok(Background { batch: Vec::with_capacity(RECORDS), tx: Some(tx), free, thread: Some(thread) })
+    }
+
+    /// In use-port segment `seg`, instance `inst` depends on `dep` (see [`Store::dep`]).
+    #[inline]
+    pub fn dep(&mut self, seg: u32, inst: u64, dep: Def) -> io::Result<()> {
+        self.push(Record { seg, inst, x: dep })
+    }
+
+    /// In value segment `seg`, instance `inst` computed `value` (see [`Store::value`]).
+    #[inline]
+    pub fn value(&mut self, seg: u32, inst: u64, value: u64) -> io::Result<()> {
+        self.push(Record { seg: seg | VALUE, inst, x: value })
+    }
+
+    #[inline]
+    fn push(&mut self, r: Record) -> io::Result<()> {
+        self.batch.push(r);
+        if self.batch.len() >= RECORDS {
+            self.send()?;
+        }
+        Ok(())
+    }
+
+    fn send(&mut self) -> io::Result<()> {
+        let next = self.free.try_recv().unwrap_or_else(|_| Vec::with_capacity(RECORDS));
+        let full = std::mem::replace(&mut self.batch, next);
+        match &self.tx {
+            Some(tx) if tx.send(full).is_ok() => Ok(()),
+            // The store's thread stopped on an error: `finish` says which.
+            _ => Err(self.stop().err().unwrap_or_else(|| io::Error::other("the WET store stopped"))),
+        }
+    }
+
+    /// Waits for the thread and takes back its store (or its error).
+    fn stop(&mut self) -> io::Result<Store> {
+        self.tx = None;
+        match self.thread.take() {
+            Some(t) => t.join().map_err(|_| io::Error::other("the WET store's thread panicked"))?,
+            None => Err(io::Error::other("the WET store stopped")),
+        }
+    }
+
+    /// Hands over the last records and returns the filled store.
+    pub fn finish(mut self) -> io::Result<Store> {
+        if !self.batch.is_empty() {
+            self.send()?;
+        }
+        self.stop()
     }
 }
 
@@ -299,6 +402,81 @@ pub struct Reader {
     segs: Vec<Seg>,
     buf: Vec<u8>,
     started: bool,
+    /// One instruction's values sorted in memory at most; more go through sorted runs in
+    /// temporary files (an instruction may run billions of times).
+    values_held: usize,
+    values: Vec<(u64, u64)>,
+    /// Most sorted runs of values held at once.
+    values_files: usize,
+}
+
+/// Values of one instruction [`Reader::values`] sorts in memory, by default (64 MiB).
+const VALUES_HELD: usize = 1 << 22;
+
+/// What [`Reader::values`] gives: the number of values, then each (instance, value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Values {
+    Count(u64),
+    Value(u64, u64),
+}
+
+/// A temporary file, its errors naming the directory.
+fn temp_file(what: &str) -> io::Result<File> {
+    tempfile::tempfile()
+        .map_err(|e| io::Error::new(e.kind(), format!("{what} to a temporary file in {}: {e}", std::env::temp_dir().display())))
+}
+
+/// Sorts `held` by instance and writes it to a temporary file as (instance, value) pairs.
+fn sorted_values(held: &mut Vec<(u64, u64)>) -> io::Result<File> {
+    held.sort_unstable_by_key(|v| v.0);
+    held.dedup_by_key(|v| v.0);
+    let mut w = BufWriter::with_capacity(1 << 20, temp_file("sorting values")?);
+    for &(i, v) in held.iter() {
+        w.write_all(&i.to_le_bytes())?;
+        w.write_all(&v.to_le_bytes())?;
+    }
+    held.clear();
+    let mut f = w.into_inner().map_err(|e| e.into_error())?;
+    io::Seek::rewind(&mut f)?;
+    Ok(f)
+}
+
+/// Sorted runs of values merged into one, one value per instance (the earliest run's), and
+/// how many it holds.
+fn merge_values(sorted: Vec<File>) -> io::Result<(File, u64)> {
+    let mut runs: Vec<BufReader<File>> = sorted.into_iter().map(|f| BufReader::with_capacity(1 << 16, f)).collect();
+    let mut heap = std::collections::BinaryHeap::new();
+    for (k, r) in runs.iter_mut().enumerate() {
+        if let Some((i, v)) = next_value(r)? {
+            heap.push(std::cmp::Reverse((i, k, v)));
+        }
+    }
+    let mut w = BufWriter::with_capacity(1 << 20, temp_file("sorting values")?);
+    let (mut n, mut last) = (0u64, None);
+    while let Some(std::cmp::Reverse((i, k, v))) = heap.pop() {
+        if last != Some(i) {
+            w.write_all(&i.to_le_bytes())?;
+            w.write_all(&v.to_le_bytes())?;
+            n += 1;
+            last = Some(i);
+        }
+        if let Some((i, v)) = next_value(&mut runs[k])? {
+            heap.push(std::cmp::Reverse((i, k, v)));
+        }
+    }
+    let mut merged = w.into_inner().map_err(|e| e.into_error())?;
+    io::Seek::rewind(&mut merged)?;
+    Ok((merged, n))
+}
+
+/// The next (instance, value) pair of a sorted run; None at its end.
+fn next_value(r: &mut impl Read) -> io::Result<Option<(u64, u64)>> {
+    let mut b = [0u8; 16];
+    match r.read_exact(&mut b) {
+        Ok(()) => Ok(Some((u64::from_le_bytes(b[..8].try_into().expect("8")), u64::from_le_bytes(b[8..].try_into().expect("8"))))),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 impl Reader {
@@ -358,19 +536,57 @@ impl Reader {
         })
     }
 
-    /// The values of value segment `seg`, sorted by instance.
-    pub fn values(&mut self, seg: u32, out: &mut Vec<(u64, u64)>) -> io::Result<()> {
-        out.clear();
+    /// The values of value segment `seg`: their number, then each, sorted by instance
+    /// (one value per instance). Past [`VALUES_HELD`] they are sorted in runs on disk and
+    /// merged, so memory stays bounded however often the instruction ran.
+    pub fn values(&mut self, seg: u32, f: &mut dyn FnMut(Values) -> io::Result<()>) -> io::Result<()> {
+        let mut held = std::mem::take(&mut self.values);
+        held.clear();
+        // Sorted runs, each with its level: FAN_IN runs of one level merge into one of the
+        // next as they come, so few files are open at once.
+        let mut sorted: Vec<(File, u32)> = Vec::new();
+        let cap = self.values_held.max(1);
+        let mut most = self.values_files;
         self.parts(seg, &mut |buf, count| {
             let (mut at, mut last) = (0usize, 0u64);
             for _ in 0..count {
                 last = last.wrapping_add(unzig(get(buf, &mut at)?) as u64);
-                out.push((last, get(buf, &mut at)?));
+                held.push((last, get(buf, &mut at)?));
+                if held.len() >= cap {
+                    sorted.push((sorted_values(&mut held)?, 0));
+                    while sorted.len() >= FAN_IN && sorted[sorted.len() - FAN_IN..].iter().all(|r| r.1 == sorted[sorted.len() - 1].1) {
+                        let level = sorted[sorted.len() - 1].1;
+                        let group = sorted.drain(sorted.len() - FAN_IN..).map(|r| r.0).collect();
+                        sorted.push((merge_values(group)?.0, level + 1));
+                    }
+                    most = most.max(sorted.len());
+                }
             }
             Ok(())
         })?;
-        out.sort_unstable_by_key(|v| v.0);
-        out.dedup_by_key(|v| v.0);
+        self.values_files = most;
+        if sorted.is_empty() {
+            held.sort_unstable_by_key(|v| v.0);
+            held.dedup_by_key(|v| v.0);
+            f(Values::Count(held.len() as u64))?;
+            for &(i, v) in &held {
+                f(Values::Value(i, v))?;
+            }
+        } else {
+            if !held.is_empty() {
+                sorted.push((sorted_values(&mut held)?, 0));
+            }
+            let (merged, n) = merge_values(sorted.into_iter().map(|r| r.0).collect())?;
+            f(Values::Count(n))?;
+            let mut r = BufReader::with_capacity(1 << 20, merged);
+            for _ in 0..n {
+                let (i, v) =
+                    next_value(&mut r)?.ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "sorted WET values cut short"))?;
+                f(Values::Value(i, v))?;
+            }
+        }
+        held.clear();
+        self.values = held;
         Ok(())
     }
 }
@@ -412,9 +628,7 @@ mod tests {
                 assert_eq!(got, want[port as usize]);
                 assert_eq!(totals[port as usize], got.len() as u64);
             }
-            let mut v = vec![];
-            r.values(vseg, &mut v).unwrap();
-            assert_eq!(v, (0..200).map(|i| (i, 199 - i)).collect::<Vec<_>>());
+            assert_eq!(values(&mut r, vseg), (0..200).map(|i| (i, 199 - i)).collect::<Vec<_>>());
         }
     }
 
@@ -444,8 +658,48 @@ mod tests {
                 (0..n).step_by(step as usize).map(|i| DepRecord { inst: i, dep_id: id, dep_inst: i * mul }).collect();
             assert!(got == want, "segment {seg}: {} records read, {} written", got.len(), want.len());
         }
-        let mut v = vec![];
-        r.values(2, &mut v).unwrap();
-        assert_eq!(v, (0..n).map(|i| (i, n - 1 - i)).collect::<Vec<_>>());
+        assert_eq!(values(&mut r, 2), (0..n).map(|i| (i, n - 1 - i)).collect::<Vec<_>>());
+    }
+
+    /// A segment's values through the reader, checking the count comes first and is right.
+    fn values(r: &mut Reader, seg: u32) -> Vec<(u64, u64)> {
+        let (mut count, mut got) = (None, vec![]);
+        r.values(seg, &mut |v| {
+            match v {
+                Values::Count(n) => {
+                    assert!(count.is_none() && got.is_empty(), "one count, before the values");
+                    count = Some(n);
+                }
+                Values::Value(i, v) => got.push((i, v)),
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(count, Some(got.len() as u64));
+        got
+    }
+
+    /// More values than a reader sorts in memory go through sorted runs: the same values
+    /// come back, sorted, one per instance, whether held, spilled by the store or both.
+    #[test]
+    fn values_past_the_memory_bound_are_sorted_on_disk() {
+        for (budget, held) in [(1 << 30, 1usize), (1 << 30, 7), (64, 5), (1 << 30, 1 << 20)] {
+            let mut s = Store::new(1, budget);
+            // With one value per sorted run, 3000 runs: merged in levels as they come.
+            let n = 3000u64;
+            let mut want = vec![];
+            for k in 0..n {
+                // Out of order as values learned late arrive: blocks of 10 reversed.
+                let inst = (k / 10) * 10 + 9 - k % 10;
+                s.value(0, inst, inst * 3 + 1).unwrap();
+                want.push((k, k * 3 + 1));
+            }
+            // A value given twice (as no engine does, but a reader must not list it twice).
+            s.value(0, 1500, 1500 * 3 + 1).unwrap();
+            let mut r = s.into_reader();
+            r.values_held = held;
+            assert_eq!(values(&mut r, 0), want, "budget {budget}, {held} held");
+            assert!(r.values_files < 3 * FAN_IN, "{} sorted runs open at once", r.values_files);
+        }
     }
 }

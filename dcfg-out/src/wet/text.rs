@@ -1,7 +1,7 @@
 //! The two WET text formats.
 
 use super::statics::Statics;
-use super::store::{DepRecord, Reader};
+use super::store::{DepRecord, Reader, Values};
 use std::io::{self, Write};
 
 /// Appends `v` in decimal.
@@ -200,7 +200,6 @@ pub fn comprehensive(
                 Ok(())
             };
             batch.push(Item::Count(counts.iter().filter(|&&c| c > 0).count() as u64));
-            let mut values = Vec::new();
             for (id, s) in st.insns.iter().enumerate() {
                 if counts[id] == 0 {
                     continue;
@@ -217,18 +216,17 @@ pub fn comprehensive(
                         Ok(())
                     })?;
                 }
-                reader.values(s.value_seg(), &mut values)?;
-                if values.is_empty() {
-                    batch.push(Item::NoValues);
-                } else {
-                    batch.push(Item::Values(values.len() as u64));
-                    for &(inst, v) in &values {
-                        batch.push(Item::Value(inst, v));
-                        if batch.len() >= BATCH {
-                            send(&mut batch, &mut seq)?;
-                        }
+                reader.values(s.value_seg(), &mut |v| {
+                    match v {
+                        Values::Count(0) => batch.push(Item::NoValues),
+                        Values::Count(n) => batch.push(Item::Values(n)),
+                        Values::Value(inst, v) => batch.push(Item::Value(inst, v)),
                     }
-                }
+                    if batch.len() >= BATCH {
+                        send(&mut batch, &mut seq)?;
+                    }
+                    Ok(())
+                })?;
                 if batch.len() >= BATCH {
                     send(&mut batch, &mut seq)?;
                 }
