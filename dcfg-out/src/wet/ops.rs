@@ -142,7 +142,7 @@ impl Ops {
             steps_n: len16(self.steps.len() - steps_at as usize),
             refs_n: len16(insn.refs.len()),
             mem_reads: len16(mem_reads),
-            mem_port: len16(1 + insn.bytes.reads.len() + usize::from(insn.regs.flags_read != 0)),
+            mem_port: super::statics::mem_port_of(insn),
             flags_read: insn.regs.flags_read,
             flags_written: insn.regs.flags_written,
             kind,

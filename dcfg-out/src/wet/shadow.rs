@@ -100,11 +100,12 @@ impl Registers {
     pub fn span(r: &ByteRange) -> RegSpan {
         let reg = r.reg.index();
         let all = Self::all(reg);
-        let (lo, hi) = (r.lo as usize, (r.hi as usize).max(r.lo as usize));
-        let full = all.is_empty() || (lo == 0 && hi == all.len());
-        let start = if all.is_empty() { 0 } else { all.start + lo.min(all.len()) };
-        let len = if all.is_empty() { 0 } else { hi.min(all.len()) - lo.min(all.len()) };
-        RegSpan { reg: reg as u16, start: start as u16, len: len as u16, full }
+        if all.is_empty() {
+            return RegSpan { reg: reg as u16, start: 0, len: 0, full: true };
+        }
+        let lo = (r.lo as usize).min(all.len());
+        let hi = (r.hi as usize).clamp(lo, all.len());
+        RegSpan { reg: reg as u16, start: (all.start + lo) as u16, len: (hi - lo) as u16, full: r.lo == 0 && r.hi as usize == all.len() }
     }
 
     /// The definitions of the bytes `r` reads, appended to `out`.

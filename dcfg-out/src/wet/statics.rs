@@ -68,7 +68,12 @@ const STATIC_BUDGET: usize = 1 << 21;
 /// Use ports of an instruction (see [`StaticInsn::ports`]).
 pub fn ports_of(insn: &Insn) -> u16 {
     let mem = insn.refs.iter().filter(|r| r.access == Access::Read).count();
-    (1 + insn.bytes.reads.len() + usize::from(insn.regs.flags_read != 0) + mem) as u16
+    mem_port_of(insn) + mem as u16
+}
+
+/// An instruction's first memory port: after control, its register ranges and its flags.
+pub fn mem_port_of(insn: &Insn) -> u16 {
+    (1 + insn.bytes.reads.len() + usize::from(insn.regs.flags_read != 0)) as u16
 }
 
 /// Whether control goes on to the next instruction after `f` (for graph building).

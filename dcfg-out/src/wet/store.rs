@@ -59,6 +59,27 @@ pub struct Store {
 /// any run), and each record is rewritten once per level.
 const FAN_IN: usize = 32;
 
+/// Merges the last [`FAN_IN`] runs of `runs` (each with its level) into one of the next
+/// level while they share one, so that few files are held at any time. They are
+/// consecutive, so the merged run keeps their records' order.
+fn merge_levels(runs: &mut Vec<(File, u32)>, mut merge: impl FnMut(Vec<File>) -> io::Result<File>) -> io::Result<()> {
+    while runs.len() >= FAN_IN {
+        let level = runs[runs.len() - 1].1;
+        let at = runs.len() - FAN_IN;
+        if runs[at..].iter().any(|r| r.1 != level) {
+            break;
+        }
+        let group: Vec<File> = runs.drain(at..).map(|r| r.0).collect();
+        runs.push((merge(group)?, level + 1));
+    }
+    Ok(())
+}
+
+/// An error of a temporary file `what` was written to, naming the directory.
+fn temp_error(what: &str, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{what} to a temporary file in {}: {e}", std::env::temp_dir().display()))
+}
+
 #[inline]
 fn put(buf: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -174,9 +195,7 @@ impl Store {
 
     /// Writes every segment held to a new run and frees them; an error names the directory.
     fn spill(&mut self) -> io::Result<()> {
-        self.spill_run().map_err(|e| {
-            io::Error::new(e.kind(), format!("spilling dependences to a temporary file in {}: {e}", std::env::temp_dir().display()))
-        })
+        self.spill_run().map_err(|e| temp_error("spilling dependences", e))
     }
 
     fn spill_run(&mut self) -> io::Result<()> {
@@ -202,19 +221,7 @@ impl Store {
         self.runs.push((f, 0));
         self.spilled += 1;
         self.held = 0;
-        // The last FAN_IN runs of one level become one of the next (they are consecutive,
-        // so the merged run keeps the records' order).
-        while self.runs.len() >= FAN_IN {
-            let level = self.runs[self.runs.len() - 1].1;
-            let at = self.runs.len() - FAN_IN;
-            if self.runs[at..].iter().any(|r| r.1 != level) {
-                break;
-            }
-            let group: Vec<File> = self.runs.drain(at..).map(|r| r.0).collect();
-            let merged = merge(group)?;
-            self.runs.push((merged, level + 1));
-        }
-        Ok(())
+        merge_levels(&mut self.runs, merge)
     }
 
     /// Runs spilled so far (before merging).
@@ -422,8 +429,7 @@ pub enum Values {
 
 /// A temporary file, its errors naming the directory.
 fn temp_file(what: &str) -> io::Result<File> {
-    tempfile::tempfile()
-        .map_err(|e| io::Error::new(e.kind(), format!("{what} to a temporary file in {}: {e}", std::env::temp_dir().display())))
+    tempfile::tempfile().map_err(|e| temp_error(what, e))
 }
 
 /// Sorts `held` by instance and writes it to a temporary file as (instance, value) pairs.
@@ -542,8 +548,7 @@ impl Reader {
     pub fn values(&mut self, seg: u32, f: &mut dyn FnMut(Values) -> io::Result<()>) -> io::Result<()> {
         let mut held = std::mem::take(&mut self.values);
         held.clear();
-        // Sorted runs, each with its level: FAN_IN runs of one level merge into one of the
-        // next as they come, so few files are open at once.
+        // Sorted runs, each with its level, merged as the store's runs are.
         let mut sorted: Vec<(File, u32)> = Vec::new();
         let cap = self.values_held.max(1);
         let mut most = self.values_files;
@@ -554,11 +559,7 @@ impl Reader {
                 held.push((last, get(buf, &mut at)?));
                 if held.len() >= cap {
                     sorted.push((sorted_values(&mut held)?, 0));
-                    while sorted.len() >= FAN_IN && sorted[sorted.len() - FAN_IN..].iter().all(|r| r.1 == sorted[sorted.len() - 1].1) {
-                        let level = sorted[sorted.len() - 1].1;
-                        let group = sorted.drain(sorted.len() - FAN_IN..).map(|r| r.0).collect();
-                        sorted.push((merge_values(group)?.0, level + 1));
-                    }
+                    merge_levels(&mut sorted, |group| Ok(merge_values(group)?.0))?;
                     most = most.max(sorted.len());
                 }
             }

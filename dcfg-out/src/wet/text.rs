@@ -4,21 +4,6 @@ use super::statics::Statics;
 use super::store::{DepRecord, Reader, Values};
 use std::io::{self, Write};
 
-/// Appends `v` in decimal.
-#[inline]
-fn dec(out: &mut Vec<u8>, v: u64) {
-    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
-}
-
-/// Appends `v` in lowercase hexadecimal, no prefix.
-#[inline]
-fn hex(out: &mut Vec<u8>, v: u64) {
-    let digits = (64 - v.leading_zeros()).div_ceil(4).max(1);
-    for k in (0..digits).rev() {
-        out.push(b"0123456789abcdef"[(v >> (k * 4) & 15) as usize]);
-    }
-}
-
 /// A field of the static line: no spaces (a space in a demangled name or a path becomes
 /// `_`), `??` when absent.
 pub fn field(s: Option<&str>) -> String {
@@ -279,22 +264,25 @@ pub fn comprehensive(
 /// Writes the limited-history format: `a#b --> x#y`, oldest first.
 pub fn history<'a>(ring: impl Iterator<Item = &'a [u64; 4]>, out: &mut dyn Write) -> io::Result<()> {
     let mut buf = Vec::with_capacity(1 << 16);
+    let mut b = Block { buf: [0; BLOCK], n: 0, out: &mut buf };
     for &[pc, inst, dpc, dinst] in ring {
-        buf.extend_from_slice(b"0x");
-        hex(&mut buf, pc);
-        buf.push(b'#');
-        dec(&mut buf, inst);
-        buf.extend_from_slice(b" --> 0x");
-        hex(&mut buf, dpc);
-        buf.push(b'#');
-        dec(&mut buf, dinst);
-        buf.push(b'\n');
-        if buf.len() >= 1 << 16 {
-            out.write_all(&buf)?;
-            buf.clear();
+        b.line();
+        b.bytes(b"0x");
+        b.hex(pc);
+        b.bytes(b"#");
+        b.dec(inst);
+        b.bytes(b" --> 0x");
+        b.hex(dpc);
+        b.bytes(b"#");
+        b.dec(dinst);
+        b.bytes(b"\n");
+        if b.out.len() >= 1 << 16 {
+            out.write_all(b.out)?;
+            b.out.clear();
         }
     }
-    out.write_all(&buf)
+    b.flush();
+    out.write_all(b.out)
 }
 
 #[cfg(test)]
@@ -304,11 +292,13 @@ mod tests {
     #[test]
     fn numbers_and_fields() {
         let mut b = vec![];
-        hex(&mut b, 0x8048242);
-        b.push(b' ');
-        hex(&mut b, 0);
-        b.push(b' ');
-        dec(&mut b, 18446744073709551615);
+        let mut blk = Block { buf: [0; BLOCK], n: 0, out: &mut b };
+        blk.hex(0x8048242);
+        blk.bytes(b" ");
+        blk.hex(0);
+        blk.bytes(b" ");
+        blk.dec(18446744073709551615);
+        blk.flush();
         assert_eq!(String::from_utf8(b).unwrap(), "8048242 0 18446744073709551615");
         assert_eq!(field(Some("f(int, char)")), "f(int,_char)");
         // The block writer gives the same digits, at every length and across its flushes.
