@@ -102,9 +102,10 @@ pub fn write(
         History(VecDeque<[u64; 4]>),
         Store(store::Store),
     }
-    let done = match std::mem::replace(&mut engine.out, Out::History { ring: VecDeque::new(), cap: 0 }) {
+    let done = match engine.out {
         Out::History { ring, .. } => Done::History(ring),
-        Out::Store(store) => Done::Store(store.finish()?),
+        // (Its errors are the engine's, as those it reports while the engine runs.)
+        Out::Store(store) => Done::Store(store.finish().map_err(EngineError::Io)?),
     };
     let engine_secs = started.elapsed().as_secs_f64();
     let mut summary = Summary {
