@@ -143,6 +143,8 @@ ANALYSES = [
     ("callgrind", "callgrnd", "callgrind_s"),
     ("dcfg", "dcfg+tr", "dcfg_s"),
     ("dcfg_check", "dcfg chk", "dcfg_check_s"),
+    ("index", "index", "index_s"),
+    ("seek", "seek 10%", "seek_s"),
 ]
 ANALYSIS_BASE = "recover_null_s"
 LEGEND = {
@@ -163,6 +165,9 @@ LEGEND = {
     "wet_deps": "dep wet P --count (WET dependences computed and summarized, no trace written)",
     "wet": "dep wet P -o /dev/null (WET dependence trace)",
     "dcfg_check": "dep dcfg --check D T (decode and check dcfg's DCFG and DCFG-trace)",
+    "index": "dep index P (the seek index: every chunk recovered and counted, all cores)",
+    "seek": "dep recover P --format null --thread T --from-instr A --to-instr B: the middle "
+            "tenth of the longest thread, with the index",
     "record_small": "dep record -o P (small size)",
     "truth_small": "dep record --truth -o P2 (small size)",
     "recover_binary_small": "dep recover --format binary -o F (small size)",
@@ -1017,6 +1022,40 @@ def measure(name, spec, args, workdir, result, save):
             finally:
                 shutil.rmtree(out, ignore_errors=True)
         step("umt", "dep export umt P -o D (execution files to /dev/null)", umt)
+
+        def index():
+            # Appends to the profile: each run needs one without an index (the suite's
+            # own profile is written once), so a copy per run.
+            copy = profile + ".indexed"
+
+            def fresh():
+                shutil.copyfile(profile, copy)
+            try:
+                timed("index", [DEP, "index", copy], before=fresh)
+                shutil.move(copy, profile)
+            finally:
+                if os.path.exists(copy):
+                    os.remove(copy)
+
+        def seek():
+            st = subprocess.run([DEP, "stats", profile, "--json", "--no-compress"], check=True,
+                                capture_output=True, text=True).stdout
+            per = {}
+            for e in json.loads(st)["index"] or []:
+                per[e["thread"]] = per.get(e["thread"], 0) + e["instructions"]
+            t, n = max(per.items(), key=lambda kv: kv[1])
+            lo, hi = n * 45 // 100, n * 55 // 100
+            err = timed("seek", [DEP, "recover", profile, "--format", "null", "--thread", str(t),
+                                 "--from-instr", str(lo), "--to-instr", str(hi)])
+            m = re.search(r"are in (\d+) of (\d+) chunks; (\d+) chunk reads", err or "")
+            if m:
+                notes.append(f"seek: thread {t} instructions {lo}..{hi} of {n}: in {m[1]} of "
+                             f"{m[2]} chunks, {m[3]} chunk reads")
+        if analyses:
+            step("index", "dep index P", index, base=ANALYSIS_BASE)
+            if "index_s" in result:
+                step("seek", "dep recover P --format null (middle tenth, indexed)", seek,
+                     base=ANALYSIS_BASE)
     else:
         skipped["recover_null"] = "no profile (dep record failed)"
         if analyses:
@@ -1355,8 +1394,10 @@ def analysis_table(results, names, w0):
                  "--count (dependences and summary, no trace);")
     lines.append("  wet = dep wet P -o /dev/null; callgrnd = dep callgrind P -o F; dcfg+tr = "
                  "dep dcfg P -o D --trace T;")
-    lines.append("  dcfg chk = dep dcfg --check D T on dcfg's two files; chk MiB = its peak "
-                 "resident set (GNU time %M).")
+    lines.append("  dcfg chk = dep dcfg --check D T on dcfg's two files; index = dep index P; "
+                 "seek 10% = dep recover P --format null")
+    lines.append("  of the middle tenth of the longest thread, indexed; chk MiB = dcfg chk's "
+                 "peak resident set (GNU time %M).")
     lines.append("  geomean: over the programs the analyses ran on.")
     if any(not results[n].get("analyses") for n in names):
         lines.append("  (-): races, wet and dcfg --check not run on this program (--analyses "

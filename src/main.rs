@@ -34,6 +34,18 @@ enum CompressionArg {
     Fast,
 }
 
+/// A window of each thread's instructions (numbered per thread from 0): the blocks that
+/// start at instructions N..M, read from only the chunks that hold them.
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+struct SeekArgs {
+    /// Begin at the first block starting at or after the thread's instruction N.
+    #[arg(long, value_name = "N")]
+    from_instr: Option<u64>,
+    /// End before the first block starting at or after instruction M.
+    #[arg(long, value_name = "M")]
+    to_instr: Option<u64>,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Run PROGRAM under DynamoRIO and record its DEP profile; exits with the program's status.
@@ -57,6 +69,10 @@ enum Cmd {
         /// less: the least work, about twice the bytes).
         #[arg(long, value_enum, default_value = "auto")]
         compression: CompressionArg,
+        /// After the program ends, add the seek index (`dep index`): one recovery of the
+        /// whole profile, on every core.
+        #[arg(long, conflicts_with = "discard")]
+        index: bool,
         /// The program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         program: Vec<String>,
@@ -83,6 +99,19 @@ enum Cmd {
         /// always has them, marked in its `kernel` column).
         #[arg(long)]
         kernel_refs: bool,
+        #[command(flatten)]
+        seek: SeekArgs,
+        /// Only this thread (index in creation order).
+        #[arg(long, value_name = "T")]
+        thread: Option<u32>,
+    },
+    /// Add the seek index to a profile: what each chunk holds, so that --from-instr and
+    /// --to-instr read only the chunks they need. Recovers the whole profile once.
+    Index {
+        profile: PathBuf,
+        /// Recovery threads (0: one per core).
+        #[arg(short, long, default_value_t = 0)]
+        jobs: usize,
     },
     /// Instruction, block and reference counts and stream sizes against the paper's baselines.
     Stats {
@@ -123,6 +152,8 @@ enum Cmd {
         /// With --check: print the decoded blocks, `<pid> <thread> <start-pc> <instruction-count>`.
         #[arg(long, requires = "check")]
         blocks: bool,
+        #[command(flatten)]
+        seek: SeekArgs,
     },
     /// Write a WET dependence trace: the comprehensive format, or with --history the last
     /// N dependences (default 100000).
@@ -157,6 +188,8 @@ enum Cmd {
         /// Cost lines per instruction address (positions: instr line), not per line.
         #[arg(long)]
         dump_instr: bool,
+        #[command(flatten)]
+        seek: SeekArgs,
     },
     /// Report data races between threads: each pair of source locations once, with both
     /// accesses, the address and what it belongs to, and a count.
@@ -217,6 +250,8 @@ enum Export {
         /// Worker threads (0: all cores)
         #[arg(short, long, default_value_t = 0)]
         jobs: usize,
+        #[command(flatten)]
+        seek: SeekArgs,
     },
     /// ChampSim traces: 64-byte `input_instr` records, one per executed instruction
     /// (compressed when OUTPUT ends in .xz or .gz)
@@ -232,6 +267,8 @@ enum Export {
         /// Worker threads (0: all cores)
         #[arg(short, long, default_value_t = 0)]
         jobs: usize,
+        #[command(flatten)]
+        seek: SeekArgs,
     },
 }
 
@@ -291,29 +328,110 @@ fn run(cli: Cli) -> Result<ExitCode> {
             check_truncated(&p)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Record { output, truth, discard, no_sync, compression, program } => {
-            record(output, truth, discard, no_sync, compression, program)
+        Cmd::Record { output, truth, discard, no_sync, compression, index, program } => {
+            record(output, truth, discard, no_sync, compression, index, program)
         }
-        Cmd::Recover { profile, truth, format, output, jobs, kernel_refs } => {
-            recover(&profile, truth, &format, output.as_deref(), jobs, kernel_refs)
+        Cmd::Recover { profile, truth, format, output, jobs, kernel_refs, seek, thread } => {
+            recover(&profile, truth, &format, output.as_deref(), jobs, kernel_refs, (seek, thread))
         }
+        Cmd::Index { profile, jobs } => index(&profile, jobs),
         Cmd::Stats { profile, json, no_compress } => stats(&profile, json, !no_compress),
         Cmd::Edges { profile, json, truth, output, jobs } => edges(&profile, json, truth, output.as_deref(), jobs),
+        Cmd::Dcfg { check: Some(_), seek, .. } if seek.given() => {
+            bail!("--from-instr and --to-instr choose what a profile gives, not what --check reads")
+        }
         Cmd::Dcfg { check: Some(pair), blocks, .. } => dcfg_check(&pair[0], &pair[1], blocks),
-        Cmd::Dcfg { profile: Some(profile), output: Some(output), trace, .. } => dcfg(&profile, &output, trace.as_deref()),
+        Cmd::Dcfg { profile: Some(profile), output: Some(output), trace, seek, .. } => dcfg(&profile, &output, trace.as_deref(), seek),
         Cmd::Dcfg { .. } => bail!("dep dcfg needs PROFILE -o FILE, or --check DCFG TRACE"),
         Cmd::Wet { profile, output, history, count, spill_mb, summary, ports } => {
             wet(&profile, output.as_deref(), if count { Some(0) } else { history }, spill_mb, summary || count, ports.as_deref())
         }
-        Cmd::Callgrind { profile, output, separate_threads, dump_instr } => callgrind(&profile, &output, separate_threads, dump_instr),
+        Cmd::Callgrind { profile, output, separate_threads, dump_instr, seek } => {
+            callgrind(&profile, &output, separate_threads, dump_instr, seek)
+        }
         Cmd::Races { profile, json, region, output, summary, potential } => {
             races(&profile, json, region.as_ref(), output.as_deref(), summary, potential)
         }
         Cmd::Export { what: Export::Umt { check: Some(dir), .. } } => umt_check(&dir),
-        Cmd::Export { what: Export::Umt { profile: Some(profile), output: Some(output), jobs, .. } } => umt(&profile, &output, jobs),
+        Cmd::Export { what: Export::Umt { profile: Some(profile), output: Some(output), jobs, seek, .. } } => {
+            umt(&profile, &output, jobs, seek)
+        }
         Cmd::Export { what: Export::Umt { .. } } => bail!("dep export umt needs PROFILE -o DIR, or --check DIR"),
-        Cmd::Export { what: Export::Champsim { profile, output, thread, jobs } } => champsim(&profile, &output, thread, jobs),
+        Cmd::Export { what: Export::Champsim { profile, output, thread, jobs, seek } } => champsim(&profile, &output, thread, jobs, seek),
     }
+}
+
+impl SeekArgs {
+    fn given(&self) -> bool {
+        self.from_instr.is_some() || self.to_instr.is_some()
+    }
+}
+
+/// Sets the window of `seek` and `thread` on `rec`, counting every chunk first when the
+/// profile has no seek index. Answers whether any block is in it; with `require`, none is
+/// an error saying what the threads ran.
+fn seek(rec: &mut dep_recover::Recovery, seek: SeekArgs, thread: Option<u32>, require: bool) -> Result<bool> {
+    if !seek.given() && thread.is_none() {
+        return Ok(true);
+    }
+    let window = dep_recover::Window { from: seek.from_instr.unwrap_or(0), to: seek.to_instr.unwrap_or(u64::MAX), thread };
+    let p = rec.profile;
+    let counted;
+    let index = match &p.index {
+        Some(i) => Some(i),
+        None if window.whole() => None,
+        None => {
+            eprintln!("dep: {}: no seek index; counting every chunk first (`dep index` adds one to the profile)", p.path());
+            let pb = progress_bar(rec.chunks().len() as u64, "indexing");
+            counted = dep_recover::seek::count(rec, &|n| pb.inc(n))?;
+            pb.finish_and_clear();
+            Some(&counted)
+        }
+    };
+    let any = rec.seek(window, index)?;
+    if require && !any {
+        rec.window_empty(index)?;
+    }
+    Ok(any)
+}
+
+/// After a run of a window: the chunks that hold it, and how many chunk reads the run made
+/// (counted since `before`; a run of two passes reads each twice).
+fn report_window(rec: &dep_recover::Recovery, before: u64) {
+    if let Some(w) = rec.window().filter(|w| !w.whole()) {
+        let total: usize = rec.profile.threads.iter().map(|t| t.chunks.len()).sum();
+        let to = if w.to == u64::MAX { String::new() } else { w.to.to_string() };
+        let reads = rec.profile.chunks_read() - before;
+        eprintln!(
+            "dep: {}: instructions {}..{to} are in {} of {total} chunks; {reads} chunk reads",
+            rec.profile.path(),
+            w.from,
+            rec.chunks().len()
+        );
+    }
+}
+
+fn index(profile: &std::path::Path, jobs: usize) -> Result<ExitCode> {
+    let p = dep_profile::container::Profile::open(profile)?;
+    if p.index.is_some() {
+        eprintln!("dep: {}: has a seek index already", profile.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    add_index(&p, jobs)?;
+    let n: usize = p.threads.iter().map(|t| t.chunks.len()).sum();
+    eprintln!("dep: {}: indexed {n} chunks of {} threads", profile.display(), p.threads.len());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Counts every chunk of `p` and appends the seek index.
+fn add_index(p: &dep_profile::container::Profile, jobs: usize) -> Result<()> {
+    dep_profile::container::indexable(p)?;
+    let rec = dep_recover::Recovery::new(p, jobs);
+    let pb = progress_bar(rec.chunks().len() as u64, "indexing");
+    let idx = dep_recover::seek::count(&rec, &|n| pb.inc(n))?;
+    pb.finish_and_clear();
+    dep_profile::container::append_index(p, &idx)?;
+    Ok(())
 }
 
 /// Whether a write failed because the reader of the output went away (`dep ... | head`):
@@ -408,13 +526,16 @@ fn recover(
     output: Option<&std::path::Path>,
     jobs: usize,
     kernel_refs: bool,
+    (window, thread): (SeekArgs, Option<u32>),
 ) -> Result<ExitCode> {
     use dep_recover::{Format, Recovery, Renderer, Source};
     if kernel_refs && format != "text" {
         bail!("--kernel-refs writes text lines: it needs --format text (Parquet has the kernel's references in its `kernel` column)");
     }
     let p = dep_profile::container::Profile::open(profile)?;
-    let rec = Recovery::new(&p, jobs);
+    let mut rec = Recovery::new(&p, jobs);
+    seek(&mut rec, window, thread, true)?;
+    let read0 = p.chunks_read();
     let source = if truth { Source::Truth } else { Source::Dep };
     if format == "null" {
         // Recovery alone, for timing it: per-chunk counts summed (in any order: the checksum
@@ -439,6 +560,7 @@ fn recover(
         if !truth {
             eprintln!("dep: {} of the blocks by compiled code", rec.plans.compiled_blocks());
         }
+        report_window(&rec, read0);
         check_truncated(&p)?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -449,6 +571,7 @@ fn recover(
         dep_dcfg_out::parquet::write(&rec, source, dir, &syms, &|n| pb.inc(n))?;
         pb.finish_and_clear();
         warn_symbols([&syms]);
+        report_window(&rec, read0);
         check_truncated(&p)?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -473,6 +596,7 @@ fn recover(
     if written(out.flush(), "writing output")?.is_none() {
         return Ok(ExitCode::SUCCESS);
     }
+    report_window(&rec, read0);
     check_truncated(&p)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -483,6 +607,7 @@ fn record(
     discard: bool,
     no_sync: bool,
     compression: CompressionArg,
+    index: bool,
     program: Vec<String>,
 ) -> Result<ExitCode> {
     let level = std::env::var("DEP_ZSTD_LEVEL").ok().and_then(|l| l.parse().ok()).unwrap_or(1);
@@ -491,8 +616,17 @@ fn record(
         CompressionArg::Small => dep_collector::Compression::Small,
         CompressionArg::Fast => dep_collector::Compression::Fast,
     };
-    let opts = dep_collector::RecordOptions { output, truth, discard, sync: !no_sync, level, compression, program };
+    let opts = dep_collector::RecordOptions { output: output.clone(), truth, discard, sync: !no_sync, level, compression, program };
     let out = dep_collector::record(&opts)?;
+    if index {
+        for path in dep_profile::container::family_paths(&output) {
+            let p = dep_profile::container::Profile::open(&path)?;
+            if p.index.is_some() {
+                continue;
+            }
+            add_index(&p, 0).with_context(|| format!("indexing {}", path.display()))?;
+        }
+    }
     for w in &out.warnings {
         eprintln!("dep: warning: {w}");
     }
@@ -508,10 +642,52 @@ fn stats(profile: &std::path::Path, json: bool, compress: bool) -> Result<ExitCo
     let rec = dep_recover::Recovery::new(&p, 0);
     let s = dep_recover::stats::compute(&rec, dep_recover::Source::Dep, compress)?;
     let mut out = std::io::stdout().lock();
+    // The seek index's entries, each chunk with the number of its first instruction.
+    let entries: Vec<(u32, u32, dep_profile::container::IndexEntry)> = match &p.index {
+        Some(i) => p.threads.iter().flat_map(|t| t.chunks.iter().zip(i.thread(t.index)).map(|(c, e)| (c.thread, c.seq, *e))).collect(),
+        None => Vec::new(),
+    };
     if json {
-        writeln!(out, "{}", s.to_json())?;
+        let mut v: serde_json::Value = serde_json::from_str(&s.to_json()).context("statistics as JSON")?;
+        let index: Option<Vec<serde_json::Value>> = p.index.as_ref().map(|_| {
+            let row = |&(thread, seq, e): &(u32, u32, dep_profile::container::IndexEntry)| {
+                let c = e.counts;
+                serde_json::json!({"thread": thread, "seq": seq, "first": e.first, "instructions": c.instructions,
+                    "blocks": c.blocks, "reads": c.reads, "writes": c.writes})
+            };
+            entries.iter().map(row).collect()
+        });
+        v["index"] = serde_json::json!(index);
+        writeln!(out, "{}", serde_json::to_string_pretty(&v).context("statistics as JSON")?)?;
     } else {
         write!(out, "{}", dep_recover::stats::render_text(&s))?;
+        match &p.index {
+            Some(_) => writeln!(out, "  seek index of {} chunks (dep stats --json lists them)", entries.len())?,
+            None => writeln!(out, "  no seek index (dep index adds one)")?,
+        }
+    }
+    out.flush()?;
+    if p.index.is_some() {
+        // The index must say what recovery found.
+        let sum = entries.iter().fold([0u64; 4], |a, (_, _, e)| {
+            let c = e.counts;
+            [a[0] + c.instructions, a[1] + c.blocks, a[2] + c.reads, a[3] + c.writes]
+        });
+        let t = &s.total;
+        if sum != [t.instructions, t.blocks, t.reads, t.writes] {
+            bail!(
+                "{}: the seek index counts {} instructions, {} blocks, {} reads and {} writes; recovery found {}, {}, {} and {}",
+                p.path(),
+                sum[0],
+                sum[1],
+                sum[2],
+                sum[3],
+                t.instructions,
+                t.blocks,
+                t.reads,
+                t.writes
+            );
+        }
     }
     check_truncated(&p)?;
     Ok(ExitCode::SUCCESS)
@@ -540,9 +716,11 @@ fn edges(profile: &std::path::Path, json: bool, truth: bool, output: Option<&std
     Ok(ExitCode::SUCCESS)
 }
 
-fn champsim(profile: &std::path::Path, output: &std::path::Path, thread: Option<u32>, jobs: usize) -> Result<ExitCode> {
+fn champsim(profile: &std::path::Path, output: &std::path::Path, thread: Option<u32>, jobs: usize, window: SeekArgs) -> Result<ExitCode> {
     let p = dep_profile::container::Profile::open(profile)?;
-    let rec = dep_recover::Recovery::new(&p, jobs);
+    let mut rec = dep_recover::Recovery::new(&p, jobs);
+    seek(&mut rec, window, thread, true)?;
+    let read0 = p.chunks_read();
     let pb = progress_bar(rec.chunks().len() as u64, "writing ChampSim records");
     let s = dep_dcfg_out::champsim::export(&rec, output, thread, &|n| pb.inc(n))?;
     pb.finish_and_clear();
@@ -562,13 +740,16 @@ fn champsim(profile: &std::path::Path, output: &std::path::Path, thread: Option<
             l.unknown_blocks
         );
     }
+    report_window(&rec, read0);
     check_truncated(&p)?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn umt(profile: &std::path::Path, output: &std::path::Path, jobs: usize) -> Result<ExitCode> {
+fn umt(profile: &std::path::Path, output: &std::path::Path, jobs: usize, window: SeekArgs) -> Result<ExitCode> {
     let p = dep_profile::container::Profile::open(profile)?;
-    let rec = dep_recover::Recovery::new(&p, jobs);
+    let mut rec = dep_recover::Recovery::new(&p, jobs);
+    seek(&mut rec, window, None, true)?;
+    let read0 = p.chunks_read();
     // Two passes over the chunks: one to place every record, one to write it.
     let pb = progress_bar(2 * rec.chunks().len() as u64, "writing the UMT trace");
     let s = dep_dcfg_out::umt::export(&rec, output, &|n| pb.inc(n))?;
@@ -588,6 +769,7 @@ fn umt(profile: &std::path::Path, output: &std::path::Path, jobs: usize) -> Resu
             s.unknown_blocks
         );
     }
+    report_window(&rec, read0);
     check_truncated(&p)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -602,14 +784,25 @@ fn umt_check(dir: &std::path::Path) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn dcfg(profile: &std::path::Path, output: &std::path::Path, trace: Option<&std::path::Path>) -> Result<ExitCode> {
+fn dcfg(profile: &std::path::Path, output: &std::path::Path, trace: Option<&std::path::Path>, window: SeekArgs) -> Result<ExitCode> {
     use dep_dcfg_out::dcfg::{write_dcfg, write_trace, Ids, Process};
     use dep_dcfg_out::program::symbols::Symbolizer;
     let (profiles, strays) = dep_profile::container::open_family(profile)?;
     for p in strays {
         eprintln!("dep: warning: {}: not a child of {}; left out", p.display(), profile.display());
     }
-    let recs: Vec<dep_recover::Recovery> = profiles.iter().map(|p| dep_recover::Recovery::new(p, 0)).collect();
+    let mut recs: Vec<dep_recover::Recovery> = profiles.iter().map(|p| dep_recover::Recovery::new(p, 0)).collect();
+    // A window applies to every process, each numbering its threads' instructions; it must
+    // hold a block of one of them.
+    let mut any = false;
+    for r in &mut recs {
+        any |= seek(r, window, None, false)?;
+    }
+    if !any {
+        let (from, to) = (window.from_instr.unwrap_or(0), window.to_instr.map_or(String::new(), |t| t.to_string()));
+        bail!("no block starts in instructions {from}..{to} of any thread of {} processes", recs.len());
+    }
+    let read0: Vec<u64> = profiles.iter().map(|p| p.chunks_read()).collect();
     let chunks: u64 = recs.iter().map(|r| r.chunks().len() as u64).sum();
     let pb = progress_bar(chunks * if trace.is_some() { 2 } else { 1 }, "dcfg");
     let mut ids = Ids::default();
@@ -628,6 +821,9 @@ fn dcfg(profile: &std::path::Path, output: &std::path::Path, trace: Option<&std:
     }
     pb.finish_and_clear();
     warn_symbols(&syms);
+    for (r, before) in recs.iter().zip(read0) {
+        report_window(r, before);
+    }
     for p in &profiles {
         check_truncated(p)?;
     }
@@ -682,17 +878,26 @@ fn wet(
     Ok(ExitCode::SUCCESS)
 }
 
-fn callgrind(profile: &std::path::Path, output: &std::path::Path, separate_threads: bool, dump_instr: bool) -> Result<ExitCode> {
+fn callgrind(
+    profile: &std::path::Path,
+    output: &std::path::Path,
+    separate_threads: bool,
+    dump_instr: bool,
+    window: SeekArgs,
+) -> Result<ExitCode> {
     use dep_dcfg_out::callgrind::{write_profile, Options};
     let p = dep_profile::container::Profile::open(profile)?;
     // Fail on an unwritable output before the work.
     if !separate_threads {
         std::fs::File::create(output).with_context(|| format!("cannot create {}", output.display()))?;
     }
-    let rec = dep_recover::Recovery::new(&p, 0);
+    let mut rec = dep_recover::Recovery::new(&p, 0);
+    seek(&mut rec, window, None, true)?;
+    let read0 = p.chunks_read();
     let syms = symbolizer(&p.modules);
     write_profile(&rec, &syms, &Options { separate_threads, dump_instr }, output)?;
     warn_symbols([&syms]);
+    report_window(&rec, read0);
     eprintln!("dep callgrind: naming code took {:.3} s of CPU", syms.busy().as_secs_f64());
     check_truncated(&p)?;
     Ok(ExitCode::SUCCESS)

@@ -1,6 +1,7 @@
 //! Whole-profile recovery, differential: the interpreted walk, compiled code and compiled
 //! code without popcnt give the same events or the same error, on one worker and in
-//! parallel, for simulated profiles with structure-aware damage.
+//! parallel, for simulated profiles with structure-aware damage; a window of a profile
+//! that recovers whole recovers too.
 #![no_main]
 
 use dep_recover::{Counts, Engine, Format, Recovery, Renderer, Source};
@@ -36,4 +37,16 @@ fuzz_target!(|input: dep_fuzz::Input| {
     }
     // The truth stream's replay never fails badly either.
     let _ = rec.events(Source::Truth).run(&mut Counts::default());
+    // A window of the middle third, by an index counted from the profile: where the whole
+    // run recovered, so does the window.
+    if let (None, Ok(index)) = (&walk.1, dep_recover::seek::count(&rec, &|_| {})) {
+        let total = (0..p.threads.len() as u32).map(|t| index.instructions(t)).max().unwrap_or(0);
+        let window = dep_recover::Window { from: total / 3, to: total / 3 * 2 + 1, thread: None };
+        let mut rec = Recovery::with_engine(&p, 2, Engine::Compiled);
+        if rec.seek(window, Some(&index)).unwrap() {
+            let mut out = Vec::new();
+            let res = rec.events(Source::Dep).rendered(Format::Text, &mut out);
+            assert!(res.is_ok(), "window {window:?}: {res:?}");
+        }
+    }
 });

@@ -390,7 +390,7 @@ fn parse(bytes: &[u8]) -> Vec<Rec> {
                     truth: v.decompress(Section::Truth).unwrap(),
                 })
             }
-            None => Rec::Other(kind, payload.to_vec()),
+            Some(RecordKind::Index) | None => Rec::Other(kind, payload.to_vec()),
         });
     }
     recs

@@ -192,3 +192,89 @@ fn a_family_keeps_its_children_and_names_strays() {
     assert_eq!(strays, [numbered(2)]);
     assert_eq!(family_paths(&base).len(), 4, "the numbering ends at .4, missing");
 }
+
+/// A chunk record of thread `thread`, number `seq` (its streams do not matter here).
+fn chunk_of(thread: u32, seq: u32) -> ChunkData<'static> {
+    ChunkData { thread, seq, hi: 0x40, status: 0, last: false, regs: [0; NUM_REGS], tags: &[1, 0], values: &[], truth: &[] }
+}
+
+/// An index record's payload: the entry count `claimed`, then the entries.
+fn index_bytes(claimed: u64, entries: &[(u32, u32, u64)]) -> Vec<u8> {
+    let mut b = claimed.to_le_bytes().to_vec();
+    for &(thread, seq, insns) in entries {
+        b.extend_from_slice(&thread.to_le_bytes());
+        b.extend_from_slice(&seq.to_le_bytes());
+        for v in [insns, 1, 2, 3] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    b
+}
+
+/// Thread 0 with chunks 0 and 1, thread 1 with chunk 0, then index records of `payloads`.
+fn indexed(payloads: &[Vec<u8>]) -> (tempfile::TempDir, Result<Profile, ProfileError>) {
+    open_with(2696, |w| {
+        w.thread(&thread(ThreadEventKind::Start, 0)).unwrap();
+        w.thread(&thread(ThreadEventKind::Start, 1)).unwrap();
+        for (t, s) in [(0, 0), (1, 0), (0, 1)] {
+            w.chunk(&chunk_of(t, s)).unwrap();
+        }
+        for p in payloads {
+            w.record(RecordKind::Index, p).unwrap();
+        }
+    })
+}
+
+#[test]
+fn seek_index_is_read_against_the_chunks_it_counts() {
+    let good = [(0, 0, 10), (0, 1, 5), (1, 0, 7)];
+    let (_d, r) = indexed(&[index_bytes(3, &good)]);
+    let index = r.unwrap().index.unwrap();
+    let firsts: Vec<Vec<(u64, u64)>> = index.threads.iter().map(|t| t.iter().map(|e| (e.first, e.counts.instructions)).collect()).collect();
+    assert_eq!(firsts, [vec![(0, 10), (10, 5)], vec![(0, 7)]]);
+    assert_eq!((index.instructions(0), index.instructions(1), index.instructions(9)), (15, 7, 0));
+
+    let refused = |payloads: &[Vec<u8>]| {
+        indexed(payloads).1.err().map(|e| match e {
+            ProfileError::Index { err, .. } => err,
+            e => panic!("not an index error: {e}"),
+        })
+    };
+    let mut torn = index_bytes(3, &good);
+    torn.pop();
+    assert_eq!(refused(&[torn]), Some(IndexError::Length(127)));
+    assert_eq!(refused(&[index_bytes(4, &good)]), Some(IndexError::Count { claimed: 4, held: 3 }));
+    assert_eq!(refused(&[index_bytes(u64::MAX, &good)]), Some(IndexError::Count { claimed: u64::MAX, held: 3 }));
+    assert_eq!(refused(&[index_bytes(2, &good[..2])]), Some(IndexError::Chunks { entries: 2, chunks: 3 }));
+    let swapped = [(0, 1, 5), (0, 0, 10), (1, 0, 7)];
+    assert_eq!(refused(&[index_bytes(3, &swapped)]), Some(IndexError::Order { entry: 0, thread: 0, seq: 1, want_thread: 0, want_seq: 0 }));
+    let wrapping = [(0, 0, u64::MAX), (0, 1, 1), (1, 0, 7)];
+    assert_eq!(refused(&[index_bytes(3, &wrapping)]), Some(IndexError::Overflow { entry: 1, thread: 0 }));
+    assert_eq!(refused(&[index_bytes(3, &good), index_bytes(3, &good)]), Some(IndexError::Twice));
+}
+
+#[test]
+fn a_seek_index_is_appended_only_to_a_whole_profile_without_one() {
+    let (d, r) = indexed(&[]);
+    let p = r.unwrap();
+    assert!(p.index.is_none());
+    let idx = Index::from_counts(&p.threads, |t, s| ChunkCounts { instructions: 3 + t as u64 + s as u64, ..Default::default() }).unwrap();
+    append_index(&p, &idx).unwrap();
+    let again = Profile::open(d.path().join("h.dep")).unwrap();
+    assert_eq!(again.index.as_ref(), Some(&idx));
+    assert!(again.truncated_at.is_none());
+    // Not twice.
+    assert!(matches!(append_index(&again, &idx), Err(ProfileError::NotIndexable { .. })));
+    // Not after a torn record, where readers stop.
+    let (d, r) = indexed(&[]);
+    drop(r);
+    let path = d.path().join("h.dep");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend_from_slice(&[0x9f, 0xde, 5, 0, 0, 0, 0, 0, 0xff, 0, 0, 0, 0, 0, 0, 0, 1, 2]);
+    std::fs::write(&path, &bytes).unwrap();
+    let torn = Profile::open(&path).unwrap();
+    assert!(torn.truncated_at.is_some());
+    let e = append_index(&torn, &idx).unwrap_err();
+    assert!(matches!(e, ProfileError::NotIndexable { .. }) && e.to_string().contains("torn"), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "the refused profile changed");
+}

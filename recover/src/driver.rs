@@ -17,10 +17,11 @@ use crate::events::{Begin, Part, Source};
 use crate::ordered::{ChunkWriter, Gate};
 use crate::plans::{Engine, Plans};
 use crate::render::{Format, Renderer};
+use crate::seek::{Clip, Selection, Window};
 use crate::sink::{Merge, Sink};
 use crate::traverse::{recover_chunk, walk_blocks, Halt, Scratch};
 use crate::truth::replay_chunk;
-use dep_profile::container::{ChunkRef, Profile};
+use dep_profile::container::{ChunkRef, Index, Profile};
 use std::collections::BTreeMap;
 use std::io::Write;
 
@@ -46,6 +47,8 @@ pub struct Recovery<'p> {
     pub profile: &'p Profile,
     pub plans: Plans,
     workers: usize,
+    /// The chunks a window of instructions needs, when a run reads only those.
+    selection: Option<Selection>,
 }
 
 /// Per-worker buffers.
@@ -59,7 +62,7 @@ impl<'p> Recovery<'p> {
     /// Pre-decodes the block table with `workers` threads (0: all cores).
     pub fn new(profile: &'p Profile, workers: usize) -> Self {
         let workers = Self::cores(workers);
-        Recovery { profile, plans: Plans::build(profile, workers), workers }
+        Recovery { profile, plans: Plans::build(profile, workers), workers, selection: None }
     }
 
     /// [`new`](Self::new), with plain blocks compiled to machine code or not (by default
@@ -71,7 +74,7 @@ impl<'p> Recovery<'p> {
     /// [`new`](Self::new) with the given engine for plain blocks.
     pub fn with_engine(profile: &'p Profile, workers: usize, engine: Engine) -> Self {
         let workers = Self::cores(workers);
-        Recovery { profile, plans: Plans::build_with(profile, workers, engine), workers }
+        Recovery { profile, plans: Plans::build_with(profile, workers, engine), workers, selection: None }
     }
 
     fn cores(workers: usize) -> usize {
@@ -82,14 +85,55 @@ impl<'p> Recovery<'p> {
         }
     }
 
-    /// Every chunk in output order: thread by thread, each in sequence.
+    /// Runs from now on give only the blocks of `window` ([`seek`](crate::seek)) and read
+    /// only the chunks that hold them, found by `index` (the profile's, or one
+    /// [`count`](crate::seek::count)ed).
+    /// Answers whether any block is in the window. A whole window of one thread needs no
+    /// index.
+    pub fn seek(&mut self, window: Window, index: Option<&Index>) -> Result<bool, RecoverError> {
+        let s = match index {
+            _ if window.whole() => Selection::threads(self.profile, window.thread)?,
+            Some(index) => Selection::new(self.profile, index, window)?,
+            None => {
+                let why = "a window of instructions needs the profile's seek index".to_string();
+                return Err(RecoverError::Index { path: self.profile.path().to_string(), why });
+            }
+        };
+        let any = s.empty(index).is_ok();
+        self.selection = Some(s);
+        Ok(any)
+    }
+
+    /// Why a run of the window set by [`seek`](Self::seek) has no block.
+    pub fn window_empty(&self, index: Option<&Index>) -> Result<(), RecoverError> {
+        match &self.selection {
+            Some(s) => Ok(s.empty(index)?),
+            None => Ok(()),
+        }
+    }
+
+    /// The window runs give, if any.
+    pub fn window(&self) -> Option<Window> {
+        self.selection.as_ref().map(|s| s.window)
+    }
+
+    /// Thread `thread`'s chunks that runs read, in sequence: all of them, or a window's.
+    pub fn thread_chunks(&self, thread: u32) -> &'p [ChunkRef] {
+        let all = &self.profile.threads[thread as usize].chunks[..];
+        match &self.selection {
+            None => all,
+            Some(s) => &all[s.ranges[thread as usize].clone()],
+        }
+    }
+
+    /// Every chunk runs read, in output order: thread by thread, each in sequence.
     pub fn chunks(&self) -> Vec<ChunkRef> {
-        self.profile.threads.iter().flat_map(|t| t.chunks.iter().copied()).collect()
+        (0..self.profile.threads.len() as u32).flat_map(|t| self.thread_chunks(t).iter().copied()).collect()
     }
 
     /// Threads the chunk-parallel runs use.
     pub fn workers(&self) -> usize {
-        let chunks: usize = self.profile.threads.iter().map(|t| t.chunks.len()).sum();
+        let chunks: usize = (0..self.profile.threads.len() as u32).map(|t| self.thread_chunks(t).len()).sum();
         self.workers.min(chunks).max(1)
     }
 
@@ -105,6 +149,31 @@ impl<'p> Recovery<'p> {
 
     /// Sends one chunk's events to `sink` (no `begin` or `finish`).
     pub(crate) fn feed<S: Sink>(&self, c: &ChunkRef, source: Source, buf: &mut Buffers, sink: &mut S) -> Result<Fed, S::Error> {
+        let place = self.selection.as_ref().and_then(|s| Some((s.window, s.place(c)?)));
+        let Some((window, place)) = place else {
+            return self.feed_all(c, source, buf, sink);
+        };
+        // A window's chunk: its blocks outside the window are dropped, and recovery stops
+        // at the first block past the window's end (the chunk's end for this run).
+        let mut clip = Clip::new(sink, window, c.thread, place);
+        let fed = self.feed_all(c, source, buf, &mut clip)?;
+        if clip.past {
+            return Ok(Fed::All);
+        }
+        if fed == Fed::Stopped {
+            return Ok(fed);
+        }
+        let found = clip.at - place.entry.first;
+        if found != place.entry.counts.instructions {
+            let (path, thread, seq, index) = (self.profile.path().to_string(), c.thread, c.seq, place.entry.counts.instructions);
+            return Err(RecoverError::IndexCount { path, thread, seq, index, found }.into());
+        }
+        clip.end()?;
+        Ok(Fed::All)
+    }
+
+    /// [`feed`](Self::feed) of a whole chunk.
+    fn feed_all<S: Sink>(&self, c: &ChunkRef, source: Source, buf: &mut Buffers, sink: &mut S) -> Result<Fed, S::Error> {
         let view = self.profile.chunk(c).map_err(RecoverError::Profile)?;
         let r = match source {
             Source::Dep => recover_chunk(self.profile.width, &self.plans, &view, &mut buf.scratch, sink),
@@ -203,7 +272,7 @@ impl<'a> Events<'a> {
         let one = |t: usize, buf: &mut Buffers| -> Result<S, S::Error> {
             let mut sink = make(t as u32);
             if fed(sink.begin(&self.begin_part(Part::Thread(t as u32))))? == Fed::All {
-                for c in &threads[t].chunks {
+                for c in rec.thread_chunks(t as u32) {
                     if rec.feed(c, self.source, buf, &mut sink)? == Fed::Stopped {
                         break;
                     }
@@ -219,7 +288,7 @@ impl<'a> Events<'a> {
             return (0..threads.len()).map(|t| one(t, &mut buf)).collect();
         }
         let mut order: Vec<usize> = (0..threads.len()).collect();
-        order.sort_by_key(|&t| std::cmp::Reverse(threads[t].chunks.len()));
+        order.sort_by_key(|&t| std::cmp::Reverse(rec.thread_chunks(t as u32).len()));
         let (job_tx, job_rx) = crossbeam::channel::unbounded::<usize>();
         for t in order {
             job_tx.send(t).expect("the receiver is alive");
@@ -283,8 +352,8 @@ impl<'a> Events<'a> {
         };
         // The thread each chunk index belongs to.
         let mut owner = Vec::with_capacity(chunks.len());
-        for (t, th) in threads.iter().enumerate() {
-            owner.extend(std::iter::repeat_n(t, th.chunks.len()));
+        for t in 0..threads.len() {
+            owner.extend(std::iter::repeat_n(t, rec.thread_chunks(t as u32).len()));
         }
         let start = |t: usize| -> Result<(S, Fed), S::Error> {
             let mut s = make(t as u32);

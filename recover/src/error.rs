@@ -23,6 +23,16 @@ pub enum RecoverError {
     /// A [`Merge`](crate::Merge) sink was given a chunk's sink that does not follow it.
     #[error("{0} merge a chunk's onto its thread's, in order")]
     MergeOrder(&'static str),
+    /// The seek index cannot be built.
+    #[error("{path}: {why}")]
+    Index { path: String, why: String },
+    /// A chunk read for a window holds a different number of instructions than the
+    /// profile's seek index says.
+    #[error("{path}: thread {thread} chunk {seq}: the seek index says {index} instructions, recovery found {found}")]
+    IndexCount { path: String, thread: u32, seq: u32, index: u64, found: u64 },
+    /// A window of instructions that cannot be read.
+    #[error(transparent)]
+    Window(#[from] crate::seek::WindowError),
     /// An OS thread for recovery could not be started.
     #[error("starting a recovery thread: {0}")]
     Spawn(std::io::Error),

@@ -95,6 +95,13 @@ pub enum Marker {
     SignalReturn,
     /// A chunk of the profile starts here.
     ChunkStart(u32),
+    /// A run of a window of instructions ([`Recovery::seek`](crate::Recovery::seek))
+    /// gives the thread from here: its earlier events are left out. Comes right before the
+    /// window's first block (where the thread's own start is not in the window).
+    WindowStart,
+    /// The window ends here: the thread's later events are left out. Comes right after the
+    /// window's last block's events (where the thread's own end is not in the window).
+    WindowEnd,
     /// A synchronisation point with its process-wide sequence number (the order of all
     /// threads' points): before instruction `insn` of the block last entered, after it
     /// when `after` (a system call's return), or at no instruction when `insn` is None
@@ -179,6 +186,11 @@ impl<'a> Run<'a> {
     pub fn new(thread: u32, blocks: &'a [RunBlock], refs: &'a [MemEvent], plans: &'a Plans) -> Self {
         debug_assert_eq!(blocks.iter().map(|b| b.refs as usize).sum::<usize>(), refs.len());
         Run { thread, blocks, refs, plans }
+    }
+
+    /// Blocks `blocks` of the run with their references, which are `refs` of the run's.
+    pub fn part(&self, blocks: std::ops::Range<usize>, refs: std::ops::Range<usize>) -> Run<'a> {
+        Run::new(self.thread, &self.blocks[blocks], &self.refs[refs], self.plans)
     }
 
     pub fn blocks(&self) -> &'a [RunBlock] {

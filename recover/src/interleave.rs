@@ -111,7 +111,7 @@ impl Events<'_> {
             // the run, not all the threads it ever had.
             let producer = |t: usize| -> Result<_, RecoverError> {
                 let (tx, rx) = crossbeam::channel::bounded::<B>(AHEAD);
-                let info = &threads[t];
+                let chunks = self.recovery().thread_chunks(t as u32);
                 let events = *self;
                 let handle = std::thread::Builder::new()
                     .name(format!("dep-thread-{t}"))
@@ -119,7 +119,7 @@ impl Events<'_> {
                         let mut sink = make(t as u32, Sender(tx));
                         // One set of decompression buffers for all the thread's chunks.
                         let mut buf = Buffers::default();
-                        for c in &info.chunks {
+                        for c in chunks {
                             if !events.chunk_with(c, &mut buf, &mut sink)? {
                                 break;
                             }

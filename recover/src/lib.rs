@@ -15,6 +15,7 @@ pub mod ordered;
 pub mod plans;
 pub mod records;
 pub mod render;
+pub mod seek;
 pub mod sink;
 pub mod stats;
 pub mod traverse;
@@ -28,5 +29,6 @@ pub use events::{Begin, BlockEvent, Marker, MemEvent, Part, Run, RunBlock, Sourc
 pub use interleave::{Turn, Turns};
 pub use plans::Engine;
 pub use render::{Format, Renderer};
+pub use seek::{Window, WindowError};
 pub use sink::{Merge, Sink};
 pub use stats::{Stats, StatsSink};

@@ -15,9 +15,10 @@ impl Process<'_> {
         // DCFG's per-thread counts use: a profile's thread indices need not be 0..n-1), its
         // place among the thread's chunks, and whether it is the thread's last; built once.
         let mut place: FxHashMap<(u32, u32), (u32, usize, bool)> = FxHashMap::default();
-        for (t, th) in self.rec.profile.threads.iter().enumerate() {
-            for (k, c) in th.chunks.iter().enumerate() {
-                place.entry((c.thread, c.seq)).or_insert((t as u32, k, k + 1 == th.chunks.len()));
+        for t in 0..self.rec.profile.threads.len() {
+            let chunks = self.rec.thread_chunks(t as u32);
+            for (k, c) in chunks.iter().enumerate() {
+                place.entry((c.thread, c.seq)).or_insert((t as u32, k, k + 1 == chunks.len()));
             }
         }
         // The first chunks' rows wait until the dictionary, chosen from them, is written.

@@ -302,7 +302,8 @@ impl<'f, L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Feed<'f, L, F> {
             Marker::ThreadEnd => Some(Ev::End),
             Marker::Signal(_) => Some(Ev::Signal),
             Marker::SignalReturn => Some(Ev::SignalReturn),
-            Marker::ChunkStart(_) => None,
+            // `dep races` reads whole threads: no window marks reach it.
+            Marker::ChunkStart(_) | Marker::WindowStart | Marker::WindowEnd => None,
         }
     }
 

@@ -427,11 +427,12 @@ impl<O: Out> Sink for ChunkExec<'_, O> {
 
     fn marker(&mut self, _thread: u32, m: Marker) -> Result<bool, UmtError> {
         match m {
-            Marker::ThreadStart => {
+            // A window of the thread is a thread of the trace: it begins and ends there.
+            Marker::ThreadStart | Marker::WindowStart => {
                 self.advance(None)?;
                 self.event(THREAD_BEGIN, CONTEXT_LEN, None)?;
             }
-            Marker::ThreadEnd => {
+            Marker::ThreadEnd | Marker::WindowEnd => {
                 self.advance(None)?;
                 if !self.app_end {
                     self.event(THREAD_END, END_LEN, Some(0))?;

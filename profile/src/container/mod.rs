@@ -10,6 +10,7 @@
 
 pub mod chunk;
 pub mod family;
+pub mod index;
 pub mod meta;
 pub mod reader;
 pub mod truncation;
@@ -20,9 +21,10 @@ pub use chunk::{
     PACKED_VALUES_LEVEL, ZSTD_MAX_RATIO,
 };
 pub use family::{family_paths, open_family};
+pub use index::{ChunkCounts, Index, IndexEntry, IndexError};
 pub use meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ModuleEventKind, ParentLink, ThreadEvent, ThreadEventKind, MAX_XSAVE_SIZE};
 pub use reader::{ChunkRef, Profile, Spawn, ThreadInfo};
-pub use writer::ProfileWriter;
+pub use writer::{append_index, indexable, ProfileWriter};
 
 use thiserror::Error;
 
@@ -60,6 +62,8 @@ pub enum RecordKind {
     Chunk = 5,
     /// JSON [`EndInfo`].
     End = 6,
+    /// Binary [`Index`]: what each chunk holds, for seeking; after the end record.
+    Index = 7,
 }
 
 impl RecordKind {
@@ -71,6 +75,7 @@ impl RecordKind {
             4 => RecordKind::Block,
             5 => RecordKind::Chunk,
             6 => RecordKind::End,
+            7 => RecordKind::Index,
             _ => return None,
         })
     }
@@ -101,6 +106,10 @@ pub enum ProfileError {
     ThreadIndex { path: String, index: u32, records: usize },
     #[error("{path}: record at byte {offset}: module at {base:#x} of {size} bytes runs past the address space")]
     ModuleRange { path: String, offset: u64, base: u64, size: u64 },
+    #[error("{path}: record at byte {offset}: {err}")]
+    Index { path: String, offset: u64, err: IndexError },
+    #[error("{path}: cannot add a seek index: {why}")]
+    NotIndexable { path: String, why: String },
     #[error("{path}: no metadata record")]
     NoMetadata { path: String },
     #[error("write error: {0}")]

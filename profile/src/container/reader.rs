@@ -1,6 +1,7 @@
 //! Reads a profile in place from a memory map.
 
 use super::chunk::ChunkView;
+use super::index::{Index, IndexError};
 use super::meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ThreadEvent, ThreadEventKind, BLOCK_HEADER_LEN, MAX_XSAVE_SIZE};
 use super::{
     padding, ProfileError, RecordKind, DERIVE_VERSION, FILE_HEADER_LEN, MAGIC, OLDEST_VERSION, RECORD_HEADER_LEN, RECORD_MAGIC, VERSION,
@@ -12,6 +13,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::ops::Range;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Where a chunk's payload lies in the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,8 +70,12 @@ pub struct Profile {
     blocks: Vec<BlockRef>,
     block_index: HashMap<(u64, u32), usize>,
     pub end: Option<EndInfo>,
+    /// The seek index, when the profile carries one ([`Index`]).
+    pub index: Option<Index>,
     /// Offset where a torn last record starts, when the writer was killed mid-record.
     pub truncated_at: Option<u64>,
+    /// Chunks handed out by [`chunk`](Self::chunk) so far: what a seek read.
+    chunks_read: AtomicU64,
 }
 
 /// The thread table indexed by thread index (readers look threads up as `threads[index]`):
@@ -125,6 +131,8 @@ impl Profile {
         let mut blocks = Vec::new();
         let mut block_index = HashMap::new();
         let mut end = None;
+        // The index record's payload and offset, read once the chunks are all known.
+        let mut index_at: Option<(usize, std::ops::Range<usize>)> = None;
         let mut truncated_at = None;
         // Thread and chunk records: a thread index beyond their count cannot be genuine.
         let mut thread_records = 0usize;
@@ -206,6 +214,12 @@ impl Profile {
                     }
                 }
                 RecordKind::End => end = Some(serde_json::from_slice::<EndInfo>(payload).map_err(json_err)?),
+                RecordKind::Index => {
+                    if index_at.is_some() {
+                        return Err(ProfileError::Index { path: path.clone(), offset: off as u64, err: IndexError::Twice });
+                    }
+                    index_at = Some((off, start..end_payload));
+                }
                 RecordKind::Block => {
                     if payload.len() < BLOCK_HEADER_LEN {
                         return Err(rec_err(off, "block record shorter than its header".into()));
@@ -271,7 +285,28 @@ impl Profile {
                 }
             }
         }
-        Ok(Profile { path, map, width, version, meta, modules, threads, blocks, block_index, end, truncated_at })
+        let index = match index_at {
+            None => None,
+            Some((at, range)) => {
+                let index = Index::parse(&map[range], &threads);
+                Some(index.map_err(|err| ProfileError::Index { path: path.clone(), offset: at as u64, err })?)
+            }
+        };
+        Ok(Profile {
+            path,
+            map,
+            width,
+            version,
+            meta,
+            modules,
+            threads,
+            blocks,
+            block_index,
+            end,
+            index,
+            truncated_at,
+            chunks_read: AtomicU64::new(0),
+        })
     }
 
     /// The file's path as given.
@@ -286,12 +321,18 @@ impl Profile {
 
     /// Checks a chunk's checksum and layout and returns a view of it.
     pub fn chunk(&self, c: &ChunkRef) -> Result<ChunkView<'_>, ProfileError> {
+        self.chunks_read.fetch_add(1, Ordering::Relaxed);
         let err = |why: String| ProfileError::Chunk { path: self.path.clone(), thread: c.thread, seq: c.seq, offset: c.offset, why };
         let payload = &self.map[c.payload.0..c.payload.1];
         if crc32fast::hash(payload) != c.crc {
             return Err(err("checksum mismatch".into()));
         }
         ChunkView::parse(payload, self.width).map_err(|e| err(e.to_string()))
+    }
+
+    /// How many chunks [`chunk`](Self::chunk) has handed out (each call counts).
+    pub fn chunks_read(&self) -> u64 {
+        self.chunks_read.load(Ordering::Relaxed)
     }
 
     /// Builds the chunk error for a problem found while decoding it.

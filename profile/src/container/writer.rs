@@ -1,7 +1,9 @@
 //! Appends records to a profile.
 
 use super::chunk::ChunkData;
+use super::index::Index;
 use super::meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ThreadEvent};
+use super::reader::{Profile, ThreadInfo};
 use super::{padding, ProfileError, RecordKind, MAGIC, RECORD_MAGIC, VERSION};
 use crate::Width;
 use std::io::Write;
@@ -25,6 +27,12 @@ impl<W: Write> ProfileWriter<W> {
         h.extend_from_slice(&0u32.to_le_bytes());
         out.write_all(&h)?;
         Ok(ProfileWriter { out, width, level, written: h.len() as u64 })
+    }
+
+    /// A writer that appends records to a profile already `written` bytes long (its file
+    /// header among them).
+    pub fn appending(out: W, width: Width, level: i32, written: u64) -> Self {
+        ProfileWriter { out, width, level, written }
     }
 
     /// Appends one record with an already-encoded payload.
@@ -67,6 +75,11 @@ impl<W: Write> ProfileWriter<W> {
         self.record(RecordKind::Block, &b.encode())
     }
 
+    /// Appends the seek index of a profile whose threads are `threads`.
+    pub fn index(&mut self, index: &Index, threads: &[ThreadInfo]) -> Result<(), ProfileError> {
+        self.record(RecordKind::Index, &index.encode(threads))
+    }
+
     /// Compresses and appends a chunk.
     pub fn chunk(&mut self, c: &ChunkData) -> Result<(), ProfileError> {
         let payload = c.encode(self.width, self.level)?;
@@ -90,4 +103,43 @@ impl<W: Write> ProfileWriter<W> {
     pub fn into_inner(self) -> W {
         self.out
     }
+}
+
+/// Whether a seek index can be appended to `profile`: it is complete (a reader stops at a
+/// torn record, before an index after it) and has none yet.
+pub fn indexable(profile: &Profile) -> Result<(), ProfileError> {
+    let refuse = |why: String| ProfileError::NotIndexable { path: profile.path().to_string(), why };
+    if let Some(at) = profile.truncated_at {
+        return Err(refuse(format!("its last record, at byte {at}, is torn (the recording was killed); a reader stops there")));
+    }
+    if profile.index.is_some() {
+        return Err(refuse("it has a seek index already".into()));
+    }
+    Ok(())
+}
+
+/// Appends `index` to the file `profile` was opened from, which must still be as it was
+/// read, complete (no torn record, which a reader would stop at before the index) and
+/// without an index.
+pub fn append_index(profile: &Profile, index: &Index) -> Result<(), ProfileError> {
+    indexable(profile)?;
+    let path = profile.path().to_string();
+    let refuse = |why: String| ProfileError::NotIndexable { path: path.clone(), why };
+    let io = |err| ProfileError::Io { path: path.clone(), err };
+    let mut f = std::fs::OpenOptions::new().write(true).open(&path).map_err(io)?;
+    let len = profile.bytes().len() as u64;
+    if f.metadata().map_err(io)?.len() != len {
+        return Err(refuse("the file changed since it was read".into()));
+    }
+    // The record is built in memory and written at once; if that fails the file is cut
+    // back, so a failed append leaves no torn record for readers to stop at.
+    let mut w = ProfileWriter::appending(Vec::new(), profile.width, 0, len);
+    w.index(index, &profile.threads)?;
+    let bytes = w.into_inner();
+    let r = std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(len)).and_then(|_| f.write_all(&bytes)).and_then(|_| f.sync_all());
+    if let Err(err) = r {
+        let _ = f.set_len(len);
+        return Err(io(err));
+    }
+    Ok(())
 }
