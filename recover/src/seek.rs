@@ -32,6 +32,8 @@ pub enum WindowError {
     Empty { from: u64, to: u64 },
     #[error("thread {thread} is not in the profile (it has {threads} threads)")]
     NoThread { thread: u32, threads: usize },
+    #[error("the seek index has {entries} entries for thread {thread}'s {chunks} chunks")]
+    Index { thread: u32, entries: usize, chunks: usize },
     #[error("no block starts in instructions {from}..{to}: {ran}")]
     Outside { from: u64, to: u64, ran: String },
 }
@@ -100,6 +102,9 @@ impl Selection {
         let mut entries = HashMap::new();
         for (t, info) in profile.threads.iter().enumerate() {
             let mine = index.thread(t as u32);
+            if mine.len() != info.chunks.len() {
+                return Err(WindowError::Index { thread: t as u32, entries: mine.len(), chunks: info.chunks.len() });
+            }
             let wanted = window.thread.is_none_or(|w| w as usize == t);
             // A chunk is read when a block of the window starts in it, or, holding no
             // instruction, when its place is inside the window (its markers go there).

@@ -220,6 +220,11 @@ fn windows_that_cannot_be_read_say_why() {
     assert!(!rec.seek(Window { from: past, to: u64::MAX, thread: None }, Some(&index)).unwrap());
     let err = rec.window_empty(Some(&index)).unwrap_err();
     assert!(matches!(err, RecoverError::Window(WindowError::Outside { .. })), "{err}");
+    // An index of another profile.
+    let mut short = index.clone();
+    short.threads[1].pop();
+    let err = rec.seek(Window { from: 1, to: 9, thread: None }, Some(&short)).unwrap_err();
+    assert!(matches!(err, RecoverError::Window(WindowError::Index { thread: 1, .. })), "{err}");
     // A whole thread needs no index.
     assert!(rec.seek(Window { from: 0, to: u64::MAX, thread: Some(1) }, None).unwrap());
     assert_eq!(rec.chunks().len(), p.threads[1].chunks.len());
