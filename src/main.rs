@@ -395,13 +395,13 @@ fn seek(rec: &mut dep_recover::Recovery, seek: SeekArgs, thread: Option<u32>, re
     Ok(any)
 }
 
-/// After a run of a window: the chunks that hold it, and how many chunk reads the run made
-/// (counted since `before`; a run of two passes reads each twice).
-fn report_window(rec: &dep_recover::Recovery, before: u64) {
+/// After the runs of a window: the chunks that hold it, and how many chunk reads the runs
+/// made (a command of two passes reads each twice).
+fn report_window(rec: &dep_recover::Recovery) {
     if let Some(w) = rec.window().filter(|w| !w.whole()) {
-        let total: usize = rec.profile.threads.iter().map(|t| t.chunks.len()).sum();
+        let total = rec.profile.chunk_count();
         let to = if w.to == u64::MAX { String::new() } else { w.to.to_string() };
-        let reads = rec.profile.chunks_read() - before;
+        let reads = rec.window_reads();
         eprintln!(
             "dep: {}: instructions {}..{to} are in {} of {total} chunks; {reads} chunk reads",
             rec.profile.path(),
@@ -418,7 +418,7 @@ fn index(profile: &std::path::Path, jobs: usize) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     add_index(&p, jobs)?;
-    let n: usize = p.threads.iter().map(|t| t.chunks.len()).sum();
+    let n = p.chunk_count();
     eprintln!("dep: {}: indexed {n} chunks of {} threads", profile.display(), p.threads.len());
     Ok(ExitCode::SUCCESS)
 }
@@ -504,7 +504,7 @@ fn incomplete(p: &dep_profile::container::Profile) -> Option<String> {
         0 => String::new(),
         n => format!("; {n} of {} threads have no end (killed), each covering what it handed off before", p.threads.len()),
     };
-    let chunks: usize = p.threads.iter().map(|t| t.chunks.len()).sum();
+    let chunks = p.chunk_count();
     let size = p.bytes().len();
     match &p.end {
         None => Some(format!("ends at byte {size} without an end record (the recording was killed): {chunks} chunks{unfinished}")),
@@ -535,7 +535,6 @@ fn recover(
     let p = dep_profile::container::Profile::open(profile)?;
     let mut rec = Recovery::new(&p, jobs);
     seek(&mut rec, window, thread, true)?;
-    let read0 = p.chunks_read();
     let source = if truth { Source::Truth } else { Source::Dep };
     if format == "null" {
         // Recovery alone, for timing it: per-chunk counts summed (in any order: the checksum
@@ -560,7 +559,7 @@ fn recover(
         if !truth {
             eprintln!("dep: {} of the blocks by compiled code", rec.plans.compiled_blocks());
         }
-        report_window(&rec, read0);
+        report_window(&rec);
         check_truncated(&p)?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -571,7 +570,7 @@ fn recover(
         dep_dcfg_out::parquet::write(&rec, source, dir, &syms, &|n| pb.inc(n))?;
         pb.finish_and_clear();
         warn_symbols([&syms]);
-        report_window(&rec, read0);
+        report_window(&rec);
         check_truncated(&p)?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -596,7 +595,7 @@ fn recover(
     if written(out.flush(), "writing output")?.is_none() {
         return Ok(ExitCode::SUCCESS);
     }
-    report_window(&rec, read0);
+    report_window(&rec);
     check_truncated(&p)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -720,7 +719,6 @@ fn champsim(profile: &std::path::Path, output: &std::path::Path, thread: Option<
     let p = dep_profile::container::Profile::open(profile)?;
     let mut rec = dep_recover::Recovery::new(&p, jobs);
     seek(&mut rec, window, thread, true)?;
-    let read0 = p.chunks_read();
     let pb = progress_bar(rec.chunks().len() as u64, "writing ChampSim records");
     let s = dep_dcfg_out::champsim::export(&rec, output, thread, &|n| pb.inc(n))?;
     pb.finish_and_clear();
@@ -740,7 +738,7 @@ fn champsim(profile: &std::path::Path, output: &std::path::Path, thread: Option<
             l.unknown_blocks
         );
     }
-    report_window(&rec, read0);
+    report_window(&rec);
     check_truncated(&p)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -749,7 +747,6 @@ fn umt(profile: &std::path::Path, output: &std::path::Path, jobs: usize, window:
     let p = dep_profile::container::Profile::open(profile)?;
     let mut rec = dep_recover::Recovery::new(&p, jobs);
     seek(&mut rec, window, None, true)?;
-    let read0 = p.chunks_read();
     // Two passes over the chunks: one to place every record, one to write it.
     let pb = progress_bar(2 * rec.chunks().len() as u64, "writing the UMT trace");
     let s = dep_dcfg_out::umt::export(&rec, output, &|n| pb.inc(n))?;
@@ -769,7 +766,7 @@ fn umt(profile: &std::path::Path, output: &std::path::Path, jobs: usize, window:
             s.unknown_blocks
         );
     }
-    report_window(&rec, read0);
+    report_window(&rec);
     check_truncated(&p)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -802,7 +799,6 @@ fn dcfg(profile: &std::path::Path, output: &std::path::Path, trace: Option<&std:
         let (from, to) = (window.from_instr.unwrap_or(0), window.to_instr.map_or(String::new(), |t| t.to_string()));
         bail!("no block starts in instructions {from}..{to} of any thread of {} processes", recs.len());
     }
-    let read0: Vec<u64> = profiles.iter().map(|p| p.chunks_read()).collect();
     let chunks: u64 = recs.iter().map(|r| r.chunks().len() as u64).sum();
     let pb = progress_bar(chunks * if trace.is_some() { 2 } else { 1 }, "dcfg");
     let mut ids = Ids::default();
@@ -821,8 +817,8 @@ fn dcfg(profile: &std::path::Path, output: &std::path::Path, trace: Option<&std:
     }
     pb.finish_and_clear();
     warn_symbols(&syms);
-    for (r, before) in recs.iter().zip(read0) {
-        report_window(r, before);
+    for r in &recs {
+        report_window(r);
     }
     for p in &profiles {
         check_truncated(p)?;
@@ -893,11 +889,10 @@ fn callgrind(
     }
     let mut rec = dep_recover::Recovery::new(&p, 0);
     seek(&mut rec, window, None, true)?;
-    let read0 = p.chunks_read();
     let syms = symbolizer(&p.modules);
     write_profile(&rec, &syms, &Options { separate_threads, dump_instr }, output)?;
     warn_symbols([&syms]);
-    report_window(&rec, read0);
+    report_window(&rec);
     eprintln!("dep callgrind: naming code took {:.3} s of CPU", syms.busy().as_secs_f64());
     check_truncated(&p)?;
     Ok(ExitCode::SUCCESS)

@@ -97,7 +97,7 @@ fn record(dir: &Path, prog: &str, extra: &[&str]) -> PathBuf {
     p
 }
 
-/// Instructions of each thread, from `dep stats --json`'s index.
+/// The seek index as `dep stats --json` lists it: a row per chunk.
 fn index_of(p: &Path) -> serde_json::Value {
     let o = ok(Command::new(dep()).arg("stats").arg(p).args(["--json", "--no-compress"]));
     serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["index"].clone()

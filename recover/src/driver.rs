@@ -49,6 +49,8 @@ pub struct Recovery<'p> {
     workers: usize,
     /// The chunks a window of instructions needs, when a run reads only those.
     selection: Option<Selection>,
+    /// The profile's chunk reads when the window was set.
+    reads_before: u64,
 }
 
 /// Per-worker buffers.
@@ -62,7 +64,7 @@ impl<'p> Recovery<'p> {
     /// Pre-decodes the block table with `workers` threads (0: all cores).
     pub fn new(profile: &'p Profile, workers: usize) -> Self {
         let workers = Self::cores(workers);
-        Recovery { profile, plans: Plans::build(profile, workers), workers, selection: None }
+        Recovery { profile, plans: Plans::build(profile, workers), workers, selection: None, reads_before: 0 }
     }
 
     /// [`new`](Self::new), with plain blocks compiled to machine code or not (by default
@@ -74,7 +76,7 @@ impl<'p> Recovery<'p> {
     /// [`new`](Self::new) with the given engine for plain blocks.
     pub fn with_engine(profile: &'p Profile, workers: usize, engine: Engine) -> Self {
         let workers = Self::cores(workers);
-        Recovery { profile, plans: Plans::build_with(profile, workers, engine), workers, selection: None }
+        Recovery { profile, plans: Plans::build_with(profile, workers, engine), workers, selection: None, reads_before: 0 }
     }
 
     fn cores(workers: usize) -> usize {
@@ -88,6 +90,7 @@ impl<'p> Recovery<'p> {
     /// Runs from now on give only the blocks of `window` ([`seek`](crate::seek)) and read
     /// only the chunks that hold them, found by `index` (the profile's, or one
     /// [`count`](crate::seek::count)ed).
+    ///
     /// Answers whether any block is in the window. A whole window of one thread needs no
     /// index.
     pub fn seek(&mut self, window: Window, index: Option<&Index>) -> Result<bool, RecoverError> {
@@ -101,7 +104,14 @@ impl<'p> Recovery<'p> {
         };
         let any = s.empty(index).is_ok();
         self.selection = Some(s);
+        self.reads_before = self.profile.chunks_read();
         Ok(any)
+    }
+
+    /// The chunk reads of the profile since [`seek`](Self::seek) set the window: what the
+    /// runs of the window read.
+    pub fn window_reads(&self) -> u64 {
+        self.profile.chunks_read() - self.reads_before
     }
 
     /// Why a run of the window set by [`seek`](Self::seek) has no block.

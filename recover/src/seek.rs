@@ -67,6 +67,14 @@ pub fn count(rec: &Recovery, progress: &(dyn Fn(u64) + Sync)) -> Result<Index, R
         .map_err(|e| RecoverError::Index { path: rec.profile.path().to_string(), why: e.to_string() })
 }
 
+/// Whether `thread`, if one is named, is in the profile.
+fn known_thread(profile: &Profile, thread: Option<u32>) -> Result<(), WindowError> {
+    match thread.filter(|&t| t as usize >= profile.threads.len()) {
+        Some(t) => Err(WindowError::NoThread { thread: t, threads: profile.threads.len() }),
+        None => Ok(()),
+    }
+}
+
 /// The chunks a window reads: per thread, the range of its chunks that hold blocks of the
 /// window, and each chunk's index entry.
 #[derive(Clone, Debug)]
@@ -95,9 +103,7 @@ impl Selection {
         if window.from >= window.to {
             return Err(WindowError::Empty { from: window.from, to: window.to });
         }
-        if let Some(t) = window.thread.filter(|&t| t as usize >= profile.threads.len()) {
-            return Err(WindowError::NoThread { thread: t, threads: profile.threads.len() });
-        }
+        known_thread(profile, window.thread)?;
         let mut ranges = Vec::with_capacity(profile.threads.len());
         let mut entries = HashMap::new();
         for (t, info) in profile.threads.iter().enumerate() {
@@ -135,9 +141,7 @@ impl Selection {
 
     /// A selection of every chunk of one thread (or of all): no index needed, nothing clipped.
     pub fn threads(profile: &Profile, thread: Option<u32>) -> Result<Selection, WindowError> {
-        if let Some(t) = thread.filter(|&t| t as usize >= profile.threads.len()) {
-            return Err(WindowError::NoThread { thread: t, threads: profile.threads.len() });
-        }
+        known_thread(profile, thread)?;
         let ranges = profile.threads.iter().enumerate().map(|(t, info)| match thread {
             Some(w) if w as usize != t => 0..0,
             _ => 0..info.chunks.len(),

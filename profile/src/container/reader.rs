@@ -330,6 +330,11 @@ impl Profile {
         ChunkView::parse(payload, self.width).map_err(|e| err(e.to_string()))
     }
 
+    /// Chunks in the profile, of every thread.
+    pub fn chunk_count(&self) -> usize {
+        self.threads.iter().map(|t| t.chunks.len()).sum()
+    }
+
     /// How many chunks [`chunk`](Self::chunk) has handed out (each call counts).
     pub fn chunks_read(&self) -> u64 {
         self.chunks_read.load(Ordering::Relaxed)
