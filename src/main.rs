@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use dep_profile::container::WindowPlan;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -73,6 +74,20 @@ enum Cmd {
         /// whole profile, on every core.
         #[arg(long, conflicts_with = "discard")]
         index: bool,
+        /// Record each thread from its instruction N on (the instructions before run
+        /// counted, not recorded); windows are whole blocks.
+        #[arg(long, value_name = "N")]
+        skip_instrs: Option<u64>,
+        /// Record M instructions of each thread (to the end of the block, or of the
+        /// DynamoRIO trace, where the count passes M).
+        #[arg(long, value_name = "M")]
+        instrs: Option<u64>,
+        /// Record K windows of M instructions, each starting P after the last (--every).
+        #[arg(long = "windows", value_name = "K", requires = "every")]
+        window_count: Option<u64>,
+        /// Instructions from one window's start to the next one's.
+        #[arg(long, value_name = "P", requires = "window_count")]
+        every: Option<u64>,
         /// The program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         program: Vec<String>,
@@ -328,8 +343,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             check_truncated(&p)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Record { output, truth, discard, no_sync, compression, index, program } => {
-            record(output, truth, discard, no_sync, compression, index, program)
+        Cmd::Record { output, truth, discard, no_sync, compression, index, skip_instrs, instrs, window_count, every, program } => {
+            let windows = window_plan(skip_instrs, instrs, window_count, every)?;
+            record(output, truth, discard, no_sync, compression, index, windows, program)
         }
         Cmd::Recover { profile, truth, format, output, jobs, kernel_refs, seek, thread } => {
             recover(&profile, truth, &format, output.as_deref(), jobs, kernel_refs, (seek, thread))
@@ -600,6 +616,23 @@ fn recover(
     Ok(ExitCode::SUCCESS)
 }
 
+/// The windows `dep record` was asked for, checked.
+fn window_plan(skip: Option<u64>, instrs: Option<u64>, count: Option<u64>, every: Option<u64>) -> Result<Option<WindowPlan>> {
+    if skip.is_none() && instrs.is_none() && count.is_none() {
+        return Ok(None);
+    }
+    let (skip, instrs, count) = (skip.unwrap_or(0), instrs.unwrap_or(u64::MAX), count.unwrap_or(1));
+    let every = every.unwrap_or(instrs);
+    if instrs == 0 || count == 0 {
+        bail!("--instrs and --windows must be at least 1");
+    }
+    if count > 1 && every < instrs {
+        bail!("--every {every} is shorter than a window (--instrs {instrs}): windows would overlap");
+    }
+    Ok(Some(WindowPlan { skip, instrs, count, every }))
+}
+
+#[allow(clippy::too_many_arguments)]
 fn record(
     output: PathBuf,
     truth: bool,
@@ -607,6 +640,7 @@ fn record(
     no_sync: bool,
     compression: CompressionArg,
     index: bool,
+    windows: Option<WindowPlan>,
     program: Vec<String>,
 ) -> Result<ExitCode> {
     let level = std::env::var("DEP_ZSTD_LEVEL").ok().and_then(|l| l.parse().ok()).unwrap_or(1);
@@ -615,7 +649,8 @@ fn record(
         CompressionArg::Small => dep_collector::Compression::Small,
         CompressionArg::Fast => dep_collector::Compression::Fast,
     };
-    let opts = dep_collector::RecordOptions { output: output.clone(), truth, discard, sync: !no_sync, level, compression, program };
+    let opts =
+        dep_collector::RecordOptions { output: output.clone(), truth, discard, sync: !no_sync, level, compression, windows, program };
     let out = dep_collector::record(&opts)?;
     if index {
         for path in dep_profile::container::family_paths(&output) {
@@ -673,7 +708,8 @@ fn stats(profile: &std::path::Path, json: bool, compress: bool) -> Result<ExitCo
             [a[0] + c.instructions, a[1] + c.blocks, a[2] + c.reads, a[3] + c.writes]
         });
         let t = &s.total;
-        if sum != [t.instructions, t.blocks, t.reads, t.writes] {
+        // The index numbers unrecorded instructions too (they count in the chunk after).
+        if sum != [t.instructions.saturating_add(t.unrecorded), t.blocks, t.reads, t.writes] {
             bail!(
                 "{}: the seek index counts {} instructions, {} blocks, {} reads and {} writes; recovery found {}, {}, {} and {}",
                 p.path(),
@@ -912,6 +948,13 @@ fn races(
         Some(o) => Box::new(std::io::BufWriter::new(std::fs::File::create(o).with_context(|| format!("cannot create {}", o.display()))?)),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
+    if p.meta.windows.is_some() {
+        eprintln!(
+            "dep: note: {}: recorded in windows of instructions; what ordered the threads outside them (locks, thread \
+             creation and joins) is not in the profile, so races are reported as if it never happened",
+            profile.display()
+        );
+    }
     let started = std::time::Instant::now();
     let rec = dep_recover::Recovery::new(&p, 0);
     let syms = symbolizer(&p.modules);

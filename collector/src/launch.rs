@@ -38,6 +38,8 @@ pub struct RecordOptions {
     pub level: i32,
     /// How DEP_m is compressed.
     pub compression: Compression,
+    /// Record only these windows of each thread's instructions (the whole run if None).
+    pub windows: Option<dep_profile::container::WindowPlan>,
     pub program: Vec<String>,
 }
 
@@ -223,6 +225,16 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
     if !opts.sync {
         client_opts.push_str(" -no_sync");
     }
+    // Windows rebuild a thread's blocks when its windows start and end, so each thread
+    // needs its own code cache (`-thread_private`) to hold the kind its own count wants.
+    let mut window_opts = "";
+    if let Some(w) = opts.windows {
+        // Fixed-width numbers: the options are in the program's environment, whose length
+        // changes what the loader and the C library run, so two windowed runs of a program
+        // (set up alike, `setarch -R`) run the same instructions whatever their windows.
+        client_opts.push_str(&format!(" -windows {:020} {:020} {:020} {:020}", w.skip, w.instrs, w.count, w.every));
+        window_opts = "-thread_private ";
+    }
     // Code on writable pages is sandboxed from the start and stays so
     // (`-sandbox_writable -sandbox2ro_threshold 0`): otherwise DynamoRIO makes such pages
     // read-only and, when the program writes one, resumes at the write with only the pc
@@ -237,7 +249,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
     let extra = std::env::var("DEP_DR_OPTIONS").unwrap_or_default();
     let dr_opts = format!(
         "-code_api -stack_size 56K -signal_stack_size 32K -max_elide_jmp 0 -max_elide_call 0 -early_inject -emulate_brk \
-         -no_inline_ignored_syscalls -sandbox_writable -sandbox2ro_threshold 0 -steal_fds 0 {extra} -client_lib64 \"{};0;{}\"",
+         -no_inline_ignored_syscalls -sandbox_writable -sandbox2ro_threshold 0 -steal_fds 0 {window_opts}{extra} -client_lib64 \"{};0;{}\"",
         install.client.display(),
         client_opts
     );
@@ -339,6 +351,7 @@ mod tests {
             sync: true,
             level: 1,
             compression: Compression::default(),
+            windows: None,
             program: program.iter().map(|s| s.to_string()).collect(),
         }
     }

@@ -284,6 +284,7 @@ pub(crate) mod tests {
             truth: false,
             tool: "test".into(),
             parent: None,
+            windows: None,
         }
     }
 

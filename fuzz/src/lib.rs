@@ -512,13 +512,18 @@ fn edit(recs: &mut Vec<Rec>, e: &Edit) {
         Edit::Thread(t) => recs.insert(
             1.min(recs.len()),
             Rec::Thread(ThreadEvent {
-                event: [ThreadEventKind::Start, ThreadEventKind::End, ThreadEventKind::Spawn][t.kind as usize % 3],
+                event: [ThreadEventKind::Start, ThreadEventKind::End, ThreadEventKind::Spawn, ThreadEventKind::Unrecorded]
+                    [t.kind as usize % 4],
                 index: t.index,
                 tid: t.tid,
                 time_ns: 0,
                 child_tid: t.child_tid,
                 seq: t.seq,
                 tls: t.tls,
+                // An unrecorded stretch: before the chunk numbered like the sync record,
+                // as long as the TLS pointer.
+                chunk: t.seq.map(|s| s as u32),
+                instructions: t.tls,
             }),
         ),
         Edit::TagFlip(c, pos, x) => {

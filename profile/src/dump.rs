@@ -35,6 +35,14 @@ pub fn dump(p: &Profile, out: &mut dyn Write, opts: DumpOptions) -> Result<(), D
     writeln!(out, "command {}", shell_words(&m.command))?;
     writeln!(out, "program {} pid {} started {} ns", m.program, m.pid, m.start_time_ns)?;
     writeln!(out, "xsave area {} bytes, truth stream {}", m.xsave_size, if m.truth { "recorded" } else { "absent" })?;
+    if let Some(w) = &m.windows {
+        let instrs = if w.instrs == u64::MAX { "the rest".to_string() } else { w.instrs.to_string() };
+        writeln!(
+            out,
+            "recorded in windows: from each thread's instruction {}, {instrs} instructions, {} windows, every {}",
+            w.skip, w.count, w.every
+        )?;
+    }
     if let Some(link) = &m.parent {
         writeln!(out, "split from pid {} by {}", link.parent_pid, link.how)?;
     }
@@ -126,6 +134,9 @@ fn dump_chunk(p: &Profile, v: &ChunkView, out: &mut dyn Write, opts: DumpOptions
     let status = RegSet::from_bits(v.status());
     let regs = v.regs();
     writeln!(out, "  chunk {}{}: hi {:#x}", v.seq(), if v.is_last() { " (last)" } else { "" }, v.hi())?;
+    if let Some(c) = cref.filter(|c| c.unrecorded > 0) {
+        writeln!(out, "  after {} unrecorded instructions", c.unrecorded)?;
+    }
     let ctx: Vec<String> =
         Reg::all().map(|r| format!("{}{}={:#x}", r.name(width), if status.contains(r) { "*" } else { "" }, regs[r.index()])).collect();
     writeln!(out, "    context (* = current): {}", ctx.join(" "))?;

@@ -289,6 +289,7 @@ pub fn write_profile_with<W: Write>(
         truth: true,
         tool: concat!("dep-profile ", env!("CARGO_PKG_VERSION"), " simulator").into(),
         parent: None,
+        windows: None,
     })?;
     for p in &plans {
         let bytes = &code.iter().find(|(a, _)| *a == p.addr).unwrap().1;
@@ -308,7 +309,7 @@ pub fn write_profile_with<W: Write>(
                 time_ns: 0,
                 child_tid: Some(1000 + t as u32),
                 seq: Some(seq),
-                tls: None,
+                ..Default::default()
             })?;
         }
         w.thread(&ThreadEvent {

@@ -19,6 +19,7 @@ fn meta() -> Metadata {
         truth: false,
         tool: "test".into(),
         parent: None,
+        windows: None,
     }
 }
 
@@ -91,6 +92,7 @@ fn write_sample(path: &std::path::Path) {
         child_tid: Some(101),
         seq: Some(7),
         tls: Some(0x7f00),
+        ..Default::default()
     };
     w.thread(&spawn).unwrap();
     w.end(&EndInfo { exit_status: 0, end_time_ns: 10, lost_bytes: 0 }).unwrap();

@@ -17,6 +17,7 @@ fn meta(xsave_size: u32) -> Metadata {
         truth: false,
         tool: "test".into(),
         parent: None,
+        windows: None,
     }
 }
 
@@ -277,4 +278,41 @@ fn a_seek_index_is_appended_only_to_a_whole_profile_without_one() {
     let e = append_index(&torn, &idx).unwrap_err();
     assert!(matches!(e, ProfileError::NotIndexable { .. }) && e.to_string().contains("torn"), "{e}");
     assert_eq!(std::fs::read(&path).unwrap(), bytes, "the refused profile changed");
+}
+
+/// An "unrecorded" thread event: `n` instructions before chunk `seq` of thread `index`.
+fn gap(index: u32, seq: Option<u32>, n: Option<u64>) -> ThreadEvent {
+    ThreadEvent { chunk: seq, instructions: n, ..thread(ThreadEventKind::Unrecorded, index) }
+}
+
+/// Gaps between recorded windows name the chunk after them: each is read into that chunk,
+/// one naming a chunk the run did not live to write goes with it, and one without its
+/// numbers or a second for the same chunk is refused.
+#[test]
+fn unrecorded_instructions_go_before_the_chunk_they_name() {
+    let with = |events: Vec<ThreadEvent>| {
+        open_with(2696, move |w| {
+            w.thread(&thread(ThreadEventKind::Start, 0)).unwrap();
+            for (t, s) in [(0, 0), (0, 1)] {
+                w.chunk(&chunk_of(t, s)).unwrap();
+            }
+            for e in &events {
+                w.thread(e).unwrap();
+            }
+        })
+    };
+    let (_d, r) = with(vec![gap(0, Some(1), Some(u64::MAX)), gap(0, Some(7), Some(5)), gap(9, Some(0), Some(5))]);
+    let p = r.unwrap();
+    let gaps: Vec<u64> = p.threads[0].chunks.iter().map(|c| c.unrecorded).collect();
+    assert_eq!(gaps, [0, u64::MAX]);
+    for (events, why) in [
+        (vec![gap(0, None, Some(5))], "without its chunk"),
+        (vec![gap(0, Some(1), None)], "without its chunk or instruction count"),
+        (vec![gap(0, Some(1), Some(5)), gap(0, Some(1), Some(6))], "a second unrecorded event for chunk 1 of thread 0"),
+    ] {
+        match with(events).1 {
+            Err(ProfileError::Record { why: w, .. }) => assert!(w.contains(why), "{w}"),
+            other => panic!("{why}: {:?}", other.err()),
+        }
+    }
 }

@@ -26,6 +26,7 @@ fn write_large(path: &std::path::Path) {
         truth: false,
         tool: "test".into(),
         parent: None,
+        windows: None,
     })
     .unwrap();
     // Blocks hold at most 65,535 instructions: five of 60,000 one-byte nops.

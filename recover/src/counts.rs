@@ -13,6 +13,8 @@ pub struct Counts {
     pub reads: u64,
     pub writes: u64,
     pub signals: u64,
+    /// Instructions the threads ran unrecorded ([`Marker::Unrecorded`]).
+    pub unrecorded: u64,
     /// Four running hashes of the references (address, pc, size, kind), the one at position
     /// `p` of this sink's stream into lane `p % 4`: four chains instead of one, so the hash
     /// does not cost a latency-bound chain step per reference (it was a third of timing
@@ -28,6 +30,7 @@ impl Counts {
         self.reads += o.reads;
         self.writes += o.writes;
         self.signals += o.signals;
+        self.unrecorded = self.unrecorded.saturating_add(o.unrecorded);
         for (l, o) in self.lanes.iter_mut().zip(o.lanes) {
             *l = l.wrapping_add(o);
         }
@@ -85,8 +88,10 @@ impl Sink for Counts {
     }
 
     fn marker(&mut self, _: u32, m: Marker) -> Result<bool, RecoverError> {
-        if let Marker::Signal(_) = m {
-            self.signals += 1;
+        match m {
+            Marker::Signal(_) => self.signals += 1,
+            Marker::Unrecorded(n) => self.unrecorded = self.unrecorded.saturating_add(n),
+            _ => {}
         }
         Ok(true)
     }

@@ -13,7 +13,7 @@
 //! - [`rendered`](Events::rendered): `dep recover`'s renderings, written in order.
 
 use crate::error::RecoverError;
-use crate::events::{Begin, Part, Source};
+use crate::events::{Begin, Marker, Part, Source};
 use crate::ordered::{ChunkWriter, Gate};
 use crate::plans::{Engine, Plans};
 use crate::render::{Format, Renderer};
@@ -184,6 +184,9 @@ impl<'p> Recovery<'p> {
 
     /// [`feed`](Self::feed) of a whole chunk.
     fn feed_all<S: Sink>(&self, c: &ChunkRef, source: Source, buf: &mut Buffers, sink: &mut S) -> Result<Fed, S::Error> {
+        if c.unrecorded > 0 && !sink.marker(c.thread, Marker::Unrecorded(c.unrecorded))? {
+            return Ok(Fed::Stopped);
+        }
         let view = self.profile.chunk(c).map_err(RecoverError::Profile)?;
         let r = match source {
             Source::Dep => recover_chunk(self.profile.width, &self.plans, &view, &mut buf.scratch, sink),

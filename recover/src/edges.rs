@@ -268,6 +268,19 @@ impl Edges {
     }
 }
 
+impl Edges {
+    /// The thread ran instructions that were not recorded (between windows of `dep
+    /// record`): every exit still waiting is given up, with no edge to the thread's end,
+    /// and the next block has no edge into it (nothing before it is known).
+    pub fn gap(&mut self, mut edge: impl FnMut(Edge)) {
+        resolve(std::mem::replace(&mut self.exit, Exit::Nothing), None, &mut edge);
+        resolve(std::mem::replace(&mut self.resumed, Exit::Nothing), None, &mut edge);
+        while let Some(e) = self.saved.pop() {
+            resolve(e, None, &mut edge);
+        }
+    }
+}
+
 /// The edge by which `exit` reached `to` (None: never seen).
 fn resolve(exit: Exit, to: Option<u64>, edge: &mut impl FnMut(Edge)) {
     let (from, kind) = match exit {

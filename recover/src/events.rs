@@ -102,6 +102,11 @@ pub enum Marker {
     /// The window ends here: the thread's later events are left out. Comes right after the
     /// window's last block's events (where the thread's own end is not in the window).
     WindowEnd,
+    /// The thread ran this many instructions that `dep record` did not record (it was
+    /// asked for windows of the run): the next block does not follow the last one, every
+    /// register value is unknown, and instructions are numbered on past the gap. Comes
+    /// first in the chunk after the gap.
+    Unrecorded(u64),
     /// A synchronisation point with its process-wide sequence number (the order of all
     /// threads' points): before instruction `insn` of the block last entered, after it
     /// when `after` (a system call's return), or at no instruction when `insn` is None

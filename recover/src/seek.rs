@@ -58,7 +58,10 @@ pub fn count(rec: &Recovery, progress: &(dyn Fn(u64) + Sync)) -> Result<Index, R
         |_| Counts::default(),
         Ok,
         |c, n| {
-            let counts = ChunkCounts { instructions: n.instructions, blocks: n.blocks, reads: n.reads, writes: n.writes };
+            // Instructions are numbered on past a gap: a chunk's count includes the gap
+            // before it.
+            let instructions = n.instructions.saturating_add(n.unrecorded);
+            let counts = ChunkCounts { instructions, blocks: n.blocks, reads: n.reads, writes: n.writes };
             got.insert((c.thread, c.seq), counts);
             Ok(())
         },
@@ -247,6 +250,14 @@ impl<S: Sink> Sink for Clip<'_, S> {
     }
 
     fn marker(&mut self, thread: u32, m: Marker) -> Result<bool, S::Error> {
+        if let Marker::Unrecorded(n) = m {
+            // The gap before the chunk's first block: passed on where the window is already
+            // being given (a window starting after it starts with WindowStart instead).
+            self.at = self.at.saturating_add(n);
+            if self.opening {
+                return Ok(true);
+            }
+        }
         if self.inside {
             self.inner.marker(thread, m)
         } else {

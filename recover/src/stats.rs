@@ -135,6 +135,10 @@ struct ThreadState {
     edges: Edges,
     /// Edges reported by `edges`, waiting to be counted.
     pending: Vec<Edge>,
+    /// The number of the thread's next instruction, unrecorded ones counted.
+    at: u64,
+    /// Where the recorded stretch under way started, once a block of it was seen.
+    open: Option<u64>,
 }
 
 impl ThreadState {
@@ -149,6 +153,8 @@ impl ThreadState {
             nbits: 0,
             edges: Edges::default(),
             pending: Vec::new(),
+            at: 0,
+            open: None,
         }
     }
 
@@ -206,6 +212,9 @@ impl ThreadState {
 
     fn stats(&self) -> ThreadStats {
         let mut s = self.counts.clone();
+        if let Some(start) = self.open.filter(|_| s.unrecorded > 0) {
+            s.windows.push([start, self.at]);
+        }
         s.bb_pc = self.bb_pc.size();
         s.cf_bit = self.cf_bit.size();
         s.mem_addr = self.mem_addr.size();
@@ -315,6 +324,8 @@ impl Sink for StatsSink<'_> {
         t.count_edges(wb)?;
         t.counts.blocks += 1;
         t.counts.instructions += b.executed as u64;
+        t.open.get_or_insert(t.at);
+        t.at = t.at.saturating_add(b.executed as u64);
         t.counts.interrupted_blocks += b.interrupted as u64;
         t.counts.blocks_without_plan += plan.is_none() as u64;
         t.bb_pc.push(&b.addr.to_le_bytes()[..wb])?;
@@ -350,6 +361,15 @@ impl Sink for StatsSink<'_> {
                 t.count_edges(wb)?;
             }
             Marker::ThreadEnd => t.close(wb)?,
+            Marker::Unrecorded(n) => {
+                t.edges.gap(|e| pending.push(e));
+                t.count_edges(wb)?;
+                if let Some(start) = t.open.take() {
+                    t.counts.windows.push([start, t.at]);
+                }
+                t.at = t.at.saturating_add(n);
+                t.counts.unrecorded = t.counts.unrecorded.saturating_add(n);
+            }
             // Records about synchronisation, calls and system calls change no counts here.
             _ => {}
         }
@@ -419,6 +439,12 @@ pub struct ThreadStats {
     pub reads: u64,
     pub writes: u64,
     pub signals: u64,
+    /// Instructions the thread ran that were not recorded (`dep record` windows).
+    pub unrecorded: u64,
+    /// The recorded windows of the thread's instructions (first, one past the last), when
+    /// some were not recorded.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<[u64; 2]>,
     /// Executed conditional branches (CF_bit's bits).
     pub conditional_branches: u64,
     pub taken_branches: u64,
@@ -458,6 +484,7 @@ impl ThreadStats {
         self.reads += o.reads;
         self.writes += o.writes;
         self.signals += o.signals;
+        self.unrecorded = self.unrecorded.saturating_add(o.unrecorded);
         self.conditional_branches += o.conditional_branches;
         self.taken_branches += o.taken_branches;
         self.indirect_branches += o.indirect_branches;
@@ -590,6 +617,10 @@ impl Stats {
             total.add(t);
         }
         total.thread = None;
+        // One thread's windows are the run's.
+        if let [only] = &self.threads[..] {
+            total.windows = only.windows.clone();
+        }
         total.compute_ratios();
         self.total = total;
     }
@@ -658,6 +689,15 @@ fn render_thread(out: &mut String, t: &ThreadStats, paper: &PaperAverages) {
         notes.push(format!("{} chunks", grouped(c)));
     }
     let _ = writeln!(out, "  {}", notes.join(", "));
+    if t.unrecorded > 0 {
+        const SHOWN: usize = 8;
+        let mut w: Vec<String> = t.windows.iter().take(SHOWN).map(|[a, b]| format!("{a}..{b}")).collect();
+        if t.windows.len() > SHOWN {
+            w.push(format!("and {} more (--json lists them)", t.windows.len() - SHOWN));
+        }
+        let shown = if w.is_empty() { String::new() } else { format!("; recorded instructions {}", w.join(", ")) };
+        let _ = writeln!(out, "  {} instructions not recorded (dep record windows){shown}", grouped(t.unrecorded));
+    }
     let _ = writeln!(
         out,
         "  {:<9} {:>16} {:>16}  {:>12} {:>12} {:>12}  {:>8}",

@@ -5,11 +5,11 @@
 //! them; it marks where each thread's part starts and ends; and a seek index that does not
 //! say what a chunk holds is an error where that chunk is read.
 
-use dep_profile::container::{Index, Profile};
+use dep_profile::container::{Index, Profile, ProfileWriter, ThreadEvent, ThreadEventKind};
 use dep_profile::simulate::{random_code, random_path, write_profile_with, Rng};
 use dep_profile::Machine;
 use dep_recover::{
-    seek, BlockEvent, Engine, Format, Marker, MemEvent, RecoverError, Recovery, Renderer, Sink, Source, Window, WindowError,
+    seek, stats, BlockEvent, Counts, Engine, Format, Marker, MemEvent, RecoverError, Recovery, Renderer, Sink, Source, Window, WindowError,
 };
 use std::fmt::Write as _;
 
@@ -23,10 +23,13 @@ struct Block {
 }
 
 /// Every block of a run, each thread's numbered from 0, rendered here (not by Renderer).
+/// Instructions the test put in gaps before chunks (`gaps`, by thread and chunk) are
+/// numbered too, where the chunk starts.
 #[derive(Default)]
 struct Numbered {
     blocks: Vec<Block>,
     next: Vec<u64>,
+    gaps: std::collections::HashMap<(u32, u32), u64>,
 }
 
 impl Sink for Numbered {
@@ -41,6 +44,20 @@ impl Sink for Numbered {
         self.next[t] += b.executed as u64;
         let block_line = format!("{} {:#x} {}\n", b.thread, b.addr, b.executed);
         self.blocks.push(Block { thread: b.thread, start, block_line, ref_lines: String::new() });
+        Ok(true)
+    }
+
+    fn marker(&mut self, thread: u32, m: Marker) -> Result<bool, RecoverError> {
+        if let Some(&n) = match m {
+            Marker::ChunkStart(seq) => self.gaps.get(&(thread, seq)),
+            _ => None,
+        } {
+            let t = thread as usize;
+            if self.next.len() <= t {
+                self.next.resize(t + 1, 0);
+            }
+            self.next[t] += n;
+        }
         Ok(true)
     }
 
@@ -228,4 +245,123 @@ fn windows_that_cannot_be_read_say_why() {
     // A whole thread needs no index.
     assert!(rec.seek(Window { from: 0, to: u64::MAX, thread: Some(1) }, None).unwrap());
     assert_eq!(rec.chunks().len(), p.threads[1].chunks.len());
+}
+
+/// `dep record` windows leave gaps: instructions a thread ran unrecorded before some of its
+/// chunks (thread events the test appends to a simulated profile, whose blocks go on as
+/// if nothing was left out). Recovery gives each gap as one marker before the chunk's
+/// first block, numbers instructions on across it (the index, windows, `dep stats`
+/// windows), and gives the same blocks and references as without it.
+#[test]
+fn gaps_are_numbered_across_and_marked_once() {
+    let dir = tempfile::tempdir().unwrap();
+    for seed in 20..26u64 {
+        let threads = 1 + (seed % 3) as usize;
+        let p = simulated(dir.path(), seed, threads, 1500);
+        let path = p.path().to_string();
+        let plain = render(&Recovery::new(&p, 1), Format::Text, false);
+        // Gaps before random chunks after the first.
+        let mut rng = Rng::new(seed ^ 0x6a95);
+        let mut gaps = std::collections::HashMap::new();
+        for t in &p.threads {
+            for c in t.chunks.iter().skip(1) {
+                if rng.below(2) == 0 {
+                    gaps.insert((c.thread, c.seq), 1 + rng.below(1 << 20));
+                }
+            }
+        }
+        assert!(!gaps.is_empty(), "seed {seed}: {} chunks", p.chunk_count());
+        let len = std::fs::metadata(&path).unwrap().len();
+        let file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        let mut w = ProfileWriter::appending(file, p.width, 1, len);
+        for (&(thread, seq), &n) in &gaps {
+            let e = ThreadEvent {
+                event: ThreadEventKind::Unrecorded,
+                index: thread,
+                chunk: Some(seq),
+                instructions: Some(n),
+                ..Default::default()
+            };
+            w.thread(&e).unwrap();
+        }
+        w.flush().unwrap();
+        drop((w, p));
+        let p = Profile::open(&path).unwrap();
+        let whole = Recovery::new(&p, 2);
+        assert_eq!(render(&whole, Format::Text, true), plain, "seed {seed}: the references are the same");
+        let mut all = Numbered { gaps: gaps.clone(), ..Default::default() };
+        whole.events(Source::Dep).run(&mut all).unwrap();
+
+        // One marker per gap, with its count, before the chunk's first block.
+        let mut order = Vec::new();
+        struct Order<'a>(&'a mut Vec<(u32, String)>);
+        impl Sink for Order<'_> {
+            type Error = RecoverError;
+            fn block(&mut self, b: &BlockEvent) -> Result<bool, RecoverError> {
+                self.0.push((b.thread, "b".into()));
+                Ok(true)
+            }
+            fn marker(&mut self, thread: u32, m: Marker) -> Result<bool, RecoverError> {
+                match m {
+                    Marker::ChunkStart(s) => self.0.push((thread, format!("c{s}"))),
+                    Marker::Unrecorded(n) => self.0.push((thread, format!("u{n}"))),
+                    _ => {}
+                }
+                Ok(true)
+            }
+        }
+        whole.events(Source::Dep).run(Order(&mut order)).unwrap();
+        let mut want_marks = Vec::new();
+        for t in 0..p.threads.len() as u32 {
+            let mine: Vec<&String> = order.iter().filter(|(x, _)| *x == t).map(|(_, m)| m).collect();
+            for (k, m) in mine.iter().enumerate() {
+                if let Some(n) = m.strip_prefix('u') {
+                    let next = mine.get(k + 1).map(|s| s.as_str()).unwrap_or("");
+                    let seq: u32 = next.strip_prefix('c').expect("a gap comes right before its chunk's start").parse().unwrap();
+                    assert_eq!(gaps.get(&(t, seq)).map(|g| g.to_string()).as_deref(), Some(n), "seed {seed} thread {t} chunk {seq}");
+                    want_marks.push((t, seq));
+                }
+            }
+        }
+        assert_eq!(want_marks.len(), gaps.len(), "seed {seed}: one marker per gap");
+
+        // Counts and the index number the gaps.
+        let mut counts = Counts::default();
+        whole.events(Source::Dep).run(&mut counts).unwrap();
+        assert_eq!(counts.unrecorded, gaps.values().sum::<u64>(), "seed {seed}");
+        let index = seek::count(&whole, &|_| {}).unwrap();
+        for t in 0..p.threads.len() as u32 {
+            assert_eq!(index.instructions(t), all.next.get(t as usize).copied().unwrap_or(0), "seed {seed}: thread {t}'s count");
+        }
+        // `dep stats` windows: the recorded stretches between the gaps, as numbered here.
+        let st = stats::compute(&whole, Source::Dep, false).unwrap();
+        for t in 0..p.threads.len() as u32 {
+            let mut want: Vec<[u64; 2]> = Vec::new();
+            let mut prev_end = None;
+            for b in all.blocks.iter().filter(|b| b.thread == t) {
+                let n: u64 = b.block_line.trim_end().rsplit(' ').next().unwrap().parse().unwrap();
+                match (want.last_mut(), prev_end) {
+                    (Some(w), Some(e)) if e == b.start => w[1] = b.start + n,
+                    _ => want.push([b.start, b.start + n]),
+                }
+                prev_end = Some(b.start + n);
+            }
+            let ts = st.threads.iter().find(|x| x.thread == Some(t)).unwrap();
+            let gapped = gaps.keys().any(|&(x, _)| x == t);
+            assert_eq!(ts.windows, if gapped { want } else { vec![] }, "seed {seed}: thread {t}'s windows");
+        }
+        // Windows across the gaps give the blocks numbered in them.
+        let total = all.next.iter().copied().max().unwrap_or(0);
+        for _ in 0..6 {
+            let from = rng.below(total + 1);
+            let window = Window { from, to: from + 1 + rng.below(total / 2 + 1), thread: None };
+            let want: String = all.blocks.iter().filter(|b| window.holds(b.start)).map(|b| b.ref_lines.as_str()).collect();
+            let mut rec = Recovery::new(&p, 2);
+            if !rec.seek(window, Some(&index)).unwrap() {
+                assert_eq!(want, "", "seed {seed} window {window:?}");
+                continue;
+            }
+            assert!(render(&rec, Format::Text, true) == want, "seed {seed} window {window:?}: references differ");
+        }
+    }
 }

@@ -1,5 +1,7 @@
 //! What the end-to-end tests share: the `dep` binary and the corpus built for it.
 
+pub mod numbering;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;

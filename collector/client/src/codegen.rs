@@ -99,6 +99,13 @@ impl Emit {
         unsafe { self.ins(instr_create_0dst_2src(self.dc, OP_cmp as c_int, a, b)) };
     }
 
+    /// `sub a, b`.
+    pub fn sub(&self, a: opnd_t, b: opnd_t) {
+        // SAFETY: `self` came from `Emit::new`, whose contract makes `dc` and `bb` live;
+        // exercised by tests/windows.rs.
+        unsafe { self.ins(instr_create_1dst_2src(self.dc, OP_sub as c_int, a, b, a)) };
+    }
+
     /// A conditional jump `op` to `target`.
     ///
     /// # Safety

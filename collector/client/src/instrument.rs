@@ -15,6 +15,14 @@ use dep_profile::{BlockPlan, Machine, Reg, RegSet, Semantics};
 use dynamorio_sys::*;
 
 /// What the analysis phase learned about a block, for its insertion phase.
+/// What the analysis stage hands the insertion stage: a block that is recorded, or one
+/// outside the thread's windows that only counts its instructions.
+#[allow(clippy::large_enum_variant)] // boxed, one per block being built
+pub enum Built {
+    Recorded(BlockInfo),
+    Counting { insns: u32, pc: u64, entered: bool },
+}
+
 pub struct BlockInfo {
     plan: BlockPlan,
     decisions: Decisions,
@@ -280,7 +288,6 @@ pub unsafe extern "C" fn analysis(
     _translating: bool_,
     ud: *mut *mut c_void,
 ) -> dr_emit_flags_t {
-    let _ = dc;
     // Distinct application pcs in order. A rep string expanded into a loop (truth mode)
     // is a block of its own: the string instruction alone.
     let mut pcs: Vec<u64> = Vec::new();
@@ -304,6 +311,12 @@ pub unsafe extern "C" fn analysis(
     }
     if pcs.is_empty() {
         *ud = core::ptr::null_mut();
+        return dr_emit_flags_t::DR_EMIT_DEFAULT;
+    }
+    // Outside the thread's windows a block only counts its instructions.
+    let pt = get(dc);
+    if opts().windows.is_some() && !pt.is_null() && !(*pt).build_recorded {
+        *ud = Box::into_raw(Box::new(Built::Counting { insns: pcs.len() as u32, pc: pcs[0], entered: false })) as *mut c_void;
         return dr_emit_flags_t::DR_EMIT_DEFAULT;
     }
     let start = pcs[0];
@@ -374,7 +387,7 @@ pub unsafe extern "C" fn analysis(
     let n = plan.insns.len();
     let expanded = expanded.is_some();
     let touched = keeps_pointer(bb, &plan, expanded, syncs > 0 || syscall);
-    *ud = Box::into_raw(Box::new(BlockInfo {
+    *ud = Box::into_raw(Box::new(Built::Recorded(BlockInfo {
         plan,
         decisions,
         version,
@@ -390,7 +403,7 @@ pub unsafe extern "C" fn analysis(
         entered: false,
         touched,
         kept: 0,
-    })) as *mut c_void;
+    }))) as *mut c_void;
     dr_emit_flags_t::DR_EMIT_DEFAULT
 }
 
@@ -410,8 +423,24 @@ pub unsafe extern "C" fn insertion(
     if ud.is_null() {
         return dr_emit_flags_t::DR_EMIT_DEFAULT;
     }
-    let info = &mut *(ud as *mut BlockInfo);
     let last = drmgr_is_last_instr(dc, inst) != 0;
+    let info = match &mut *(ud as *mut Built) {
+        Built::Recorded(info) => info,
+        Built::Counting { insns, pc, entered } => {
+            if instr_is_app(inst) != 0 && !*entered {
+                *entered = true;
+                // SAFETY: `dc`, `bb` and `inst` are this event's, and `e` does not outlive it.
+                let e = unsafe { Emit::new(dc, bb, inst) };
+                check(drreg_reserve_aflags(dc, bb, inst), "aflags");
+                crate::window::entry_check(&e, *insns, false, *pc);
+                check(drreg_unreserve_aflags(dc, bb, inst), "unreserve aflags");
+            }
+            if last {
+                drop(Box::from_raw(ud as *mut Built));
+            }
+            return dr_emit_flags_t::DR_EMIT_DEFAULT;
+        }
+    };
     // SAFETY: `dc`, `bb` and `inst` are this event's, and `e` does not outlive the event.
     let e = unsafe { Emit::new(dc, bb, inst) };
     if instr_is_app(inst) != 0 {
@@ -498,7 +527,7 @@ pub unsafe extern "C" fn insertion(
         if info.kept != 0 {
             unreserve(dc, bb, inst, info.kept);
         }
-        drop(Box::from_raw(ud as *mut BlockInfo));
+        drop(Box::from_raw(ud as *mut Built));
     }
     dr_emit_flags_t::DR_EMIT_DEFAULT
 }
@@ -514,6 +543,10 @@ unsafe fn block_entry(e: &Emit, info: &BlockInfo) {
     let hi = start >> 16;
     let lo = start as u16;
     check(drreg_reserve_aflags(dc, e.bb, e.at), "aflags");
+    if opts().windows.is_some() {
+        // First: the check may end the chunk, and the buffer checks below find the next.
+        crate::window::entry_check(e, info.plan.insns.len() as u32, true, info.plan.addr);
+    }
     let r = reserve(dc, e.bb, e.at);
     let big = hi >= 1 << 31;
     let r2 = if big || opts().truth { reserve(dc, e.bb, e.at) } else { 0 };

@@ -2,7 +2,8 @@
 //! register values inline (no clean call in the steady state), hands full buffers to the
 //! launcher over a Unix socket, and reports blocks, modules, threads and signals.
 //!
-//! Options (from `dep record`): `-socket PATH`, `-truth`, `-discard`, `-no_sync`.
+//! Options (from `dep record`): `-socket PATH`, `-truth`, `-discard`, `-no_sync`,
+//! `-windows SKIP INSTRS COUNT EVERY`.
 #![allow(clippy::missing_safety_doc, static_mut_refs)]
 
 mod codegen;
@@ -18,6 +19,7 @@ mod stub;
 mod table;
 mod traces;
 mod watch;
+mod window;
 
 use core::ffi::{c_char, c_int, c_void};
 use dep_collector::wire;
@@ -30,7 +32,7 @@ use state::*;
 #[no_mangle]
 pub static _USES_DR_VERSION_: c_int = 1190;
 
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
@@ -79,6 +81,7 @@ unsafe fn hello() {
         // A new image not forked under the client (the first, or one a vfork child exec'd)
         // names its parent process; the launcher keeps the link if that process is recorded.
         parent: PARENT.clone().or_else(|| Some(ParentLink { how: "fork".into(), parent_pid: libc::getppid() as u32 })),
+        windows: opts().windows,
     };
     send(wire::HELLO, 0, &[&serde_json::to_vec(&meta).unwrap()]);
 }
@@ -113,6 +116,7 @@ unsafe fn thread_done(dc: *mut c_void) {
     if pt.is_null() {
         return;
     }
+    window::thread_ends(&mut *pt);
     push_sync_point(&mut *pt);
     push_escape(&mut *pt, Escape::ThreadEnd);
     flush(&mut *pt, true);
@@ -280,7 +284,8 @@ unsafe fn mark_interrupted(pt: &mut PerThread, mc: &dr_mcontext_t) {
 /// signal_handler_interrupting_a_hot_loop and siglongjmp_out_of_faults.
 unsafe extern "C" fn restore_event(dc: *mut c_void, _restore_memory: bool_, info: *mut dr_restore_state_info_t) -> bool_ {
     let pt = get(dc);
-    if !pt.is_null() && !info.is_null() && !(*info).mcontext.is_null() {
+    // (Outside a window the last block recorded is not the one running.)
+    if !pt.is_null() && (*pt).recording && !info.is_null() && !(*info).mcontext.is_null() {
         mark_interrupted(&mut *pt, &*(*info).mcontext);
     }
     1
@@ -297,6 +302,17 @@ unsafe extern "C" fn signal_event(dc: *mut c_void, si: *mut dr_siginfo_t) -> dr_
         return dr_signal_action_t_DR_SIGNAL_DELIVER;
     }
     let pt = &mut *pt;
+    if !pt.recording {
+        // Outside the windows: nothing is recorded, and a signal that ends the process
+        // finds nothing buffered but the thread's start.
+        if matches!(
+            si.sig,
+            libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL | libc::SIGABRT | libc::SIGTERM | libc::SIGINT | libc::SIGQUIT
+        ) {
+            flush(pt, false);
+        }
+        return dr_signal_action_t_DR_SIGNAL_DELIVER;
+    }
     // A fault in the code cache stops the current block at the faulting instruction;
     // other signals arrive between blocks.
     if !si.fault_fragment_info.cache_start_pc.is_null() && !si.mcontext.is_null() {
@@ -384,6 +400,7 @@ unsafe extern "C" fn post_syscall(dc: *mut c_void, sysnum: c_int) {
                     child_tid: Some(child as u32),
                     seq: Some(seq),
                     tls: (tls != 0).then_some(tls),
+                    ..Default::default()
                 };
                 send(wire::THREAD, (*pt).index, &[&json(&e)]);
             }
@@ -654,7 +671,7 @@ unsafe extern "C" fn pre_syscall(dc: *mut c_void, sysnum: c_int) -> bool_ {
     }
     let pt = &mut *pt;
     match sysnum {
-        SYS_RT_SIGRETURN => {
+        SYS_RT_SIGRETURN if pt.recording => {
             push_escape(pt, Escape::SignalReturn);
             expire_all(pt);
             ensure_room(pt);
@@ -719,6 +736,14 @@ pub unsafe extern "C" fn dr_client_main(id: client_id_t, _argc: c_int, _argv: *c
             "-truth" => o.truth = true,
             "-discard" => o.discard = true,
             "-no_sync" => o.no_sync = true,
+            "-windows" if k + 4 < argc as usize => {
+                let mut n = [0u64; 4];
+                for v in n.iter_mut() {
+                    k += 1;
+                    *v = std::ffi::CStr::from_ptr(*argv.add(k)).to_string_lossy().parse().unwrap_or(0);
+                }
+                o.windows = Some(dep_profile::container::WindowPlan { skip: n[0], instrs: n[1], count: n[2], every: n[3] });
+            }
             _ => say(&format!("unknown client option {a}")),
         }
         k += 1;

@@ -24,7 +24,10 @@ pub const S_SHADOW: u32 = 8;
 pub const UPDATED: u8 = 8;
 /// Where the buffer hand-off stub returns to (after the shadow's three slots).
 pub const S_RETURN: u32 = 11;
-pub const NUM_SLOTS: u32 = 12;
+/// With windows: instructions left (signed) before the thread's next window check
+/// ([`crate::window`]); every block subtracts its own and checks at zero or below.
+pub const S_LEFT: u32 = 12;
+pub const NUM_SLOTS: u32 = 13;
 
 pub const TAG_BUF: usize = 2 << 20;
 /// Room a block's entry code, the sync records of its instructions (in blocks of at most
@@ -65,9 +68,11 @@ pub struct Opts {
     pub discard: bool,
     /// No sync records (measuring their cost).
     pub no_sync: bool,
+    /// Record only these windows of each thread's instructions.
+    pub windows: Option<dep_profile::container::WindowPlan>,
 }
 
-pub static mut OPTS: Opts = Opts { socket: String::new(), truth: false, discard: false, no_sync: false };
+pub static mut OPTS: Opts = Opts { socket: String::new(), truth: false, discard: false, no_sync: false, windows: None };
 
 pub fn opts() -> &'static Opts {
     // SAFETY: OPTS is written only in dr_client_main before any thread or event runs, read-only
@@ -347,6 +352,18 @@ pub struct PerThread {
     pub cloning: Option<(u64, u64)>,
     /// The recorded system call under way ([`dep_profile::syscalls::recorded`]).
     pub syscall: Option<PendingSyscall>,
+    /// The tag pointer right after the current chunk's start record.
+    pub chunk_open: *mut u8,
+    /// Windows ([`crate::window`]): the thread's instruction count is `win_base` minus the
+    /// [`S_LEFT`] slot.
+    pub win_base: i64,
+    /// Whether the blocks the thread runs are recorded now (its last window check found a
+    /// recorded block and no unrecorded one since).
+    pub recording: bool,
+    /// Whether blocks built for the thread now are the recorded kind.
+    pub build_recorded: bool,
+    /// The instruction the current unrecorded stretch started at.
+    pub gap_from: u64,
 }
 
 /// A recorded system call under way: what its return's records need.
@@ -514,6 +531,7 @@ unsafe fn begin_chunk(pt: &mut PerThread) {
     // Chunks start with every register expired, so recovery needs nothing from before.
     expire_all(pt);
     push_escape(pt, Escape::ChunkStart { seq: pt.seq });
+    pt.chunk_open = *slot(pt, S_TAGPTR) as *mut u8;
 }
 
 /// # Safety
@@ -544,8 +562,16 @@ pub unsafe fn new_thread(dc: *mut c_void) -> *mut PerThread {
         syscall_seq: None,
         cloning: None,
         syscall: None,
+        chunk_open: core::ptr::null_mut(),
+        win_base: 0,
+        // Without windows every block is recorded, from the thread's start.
+        recording: opts().windows.is_none(),
+        build_recorded: opts().windows.is_none_or(|w| w.around(0).is_some_and(|(s, _)| s == 0)),
+        gap_from: 0,
     }));
     *slot(&*pt, S_PREVHI) = 0;
+    // The first block checks the windows.
+    *slot(&*pt, S_LEFT) = 0;
     begin_chunk(&mut *pt);
     push_escape(&mut *pt, Escape::ThreadStart);
     push_sync_point(&mut *pt);

@@ -364,7 +364,9 @@ impl Sink for CostSink<'_> {
         let ev = match m {
             Marker::Signal(_) => Some(CallEvent::Signal(c.cost)),
             Marker::SignalReturn => Some(CallEvent::SignalReturn(c.cost)),
-            Marker::ThreadEnd => Some(CallEvent::End(c.cost)),
+            // After a gap between recorded windows the call stack is not known: the
+            // window's calls end as at the thread's end, and the next window starts afresh.
+            Marker::ThreadEnd | Marker::Unrecorded(_) => Some(CallEvent::End(c.cost)),
             Marker::ThreadStart => None,
             // The rest leave the flow between blocks as it is.
             _ => return Ok(true),

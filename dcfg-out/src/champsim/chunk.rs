@@ -444,7 +444,8 @@ impl Sink for ChunkTrace<'_> {
                     }
                 };
             }
-            Marker::ThreadEnd => {
+            // Where the thread goes after its last block before a gap is not recorded.
+            Marker::ThreadEnd | Marker::Unrecorded(_) => {
                 self.flush();
                 if let Some(o) = self.pending.take() {
                     self.decide(o, None);

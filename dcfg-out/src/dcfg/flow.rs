@@ -116,6 +116,10 @@ pub struct NodeFlow<'p> {
     pub instructions: u64,
     /// For a thread merged from chunks: where each chunk started, in order.
     pub chunk_starts: Vec<ChunkStart>,
+    /// Unrecorded instructions (`dep record` windows), as (thread, how many): before the
+    /// first node, and since the last one (a node after them would need an edge across).
+    lead_gap: Option<(u32, u64)>,
+    gap: Option<(u32, u64)>,
 }
 
 impl<'p> NodeFlow<'p> {
@@ -135,6 +139,8 @@ impl<'p> NodeFlow<'p> {
             blocks: 0,
             instructions: 0,
             chunk_starts: Vec::new(),
+            lead_gap: None,
+            gap: None,
         }
     }
 
@@ -197,6 +203,14 @@ impl<'p> NodeFlow<'p> {
         }
     }
 
+    /// Before a node: no unrecorded instructions since the last one.
+    fn no_gap(&mut self) -> Result<(), DcfgError> {
+        match self.gap.take() {
+            Some((thread, instructions)) => Err(DcfgError::Unrecorded { thread, instructions }),
+            None => Ok(()),
+        }
+    }
+
     /// A block enters; `whole` if all its instructions ran (`executed` of them).
     #[inline]
     fn enter(&mut self, n: Node, executed: u32, whole: bool) {
@@ -238,12 +252,20 @@ impl Sink for NodeFlow<'_> {
 
     #[inline]
     fn block(&mut self, b: &BlockEvent) -> Result<bool, Self::Error> {
+        self.no_gap()?;
         let (n, whole) = node_of(b)?;
         self.enter(n, b.executed, whole);
         Ok(true)
     }
 
-    fn marker(&mut self, _: u32, m: Marker) -> Result<bool, Self::Error> {
+    fn marker(&mut self, thread: u32, m: Marker) -> Result<bool, Self::Error> {
+        if let Marker::Unrecorded(instructions) = m {
+            match self.first {
+                None => self.lead_gap = Some((thread, instructions)),
+                Some(_) => self.gap = Some((thread, instructions)),
+            }
+            return Ok(true);
+        }
         self.how = self.how.after(m);
         Ok(true)
     }
@@ -256,6 +278,7 @@ impl Sink for NodeFlow<'_> {
     }
 
     fn run(&mut self, run: &Run) -> Result<bool, Self::Error> {
+        self.no_gap()?;
         // Run blocks are whole, with no marker between them: after the first, each is a
         // plain transition, counted in a loop that keeps its state in locals.
         let blocks = run.blocks();
@@ -282,6 +305,14 @@ impl Merge for NodeFlow<'_> {
         if !self.closed || later.closed {
             return Err(RecoverError::MergeOrder("node flows").into());
         }
+        let between = self.gap.or(later.lead_gap);
+        if let (Some((thread, instructions)), Some(_), Some(_)) = (between, self.last, later.first) {
+            return Err(DcfgError::Unrecorded { thread, instructions });
+        }
+        if self.first.is_none() {
+            self.lead_gap = self.lead_gap.or(later.lead_gap);
+        }
+        self.gap = if later.first.is_some() { later.gap } else { between };
         self.chunk_starts.push(ChunkStart { prev: self.last, how: self.how });
         match (self.last, later.first) {
             (Some(prev), Some(first)) => self.add(key(prev, first, self.how.then(later.start_how)), 1),

@@ -61,6 +61,9 @@ pub enum DcfgError {
     /// A block a truth replay names is not in the block table, so it has no node.
     #[error("block {0:#x} is not in the block table")]
     NotInTable(u64),
+    /// A DCFG's flow has no edge for instructions that were not recorded.
+    #[error("thread {thread} ran {instructions} unrecorded instructions between two of its recorded windows (dep record --skip-instrs/--instrs): a DCFG has no edge across them; give it one recorded window at a time with --from-instr/--to-instr (dep stats lists them)")]
+    Unrecorded { thread: u32, instructions: u64 },
 }
 
 /// The DCFG's pre-defined edge types, numbered by their ids in the EDGE_TYPES table.

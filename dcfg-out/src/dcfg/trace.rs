@@ -163,6 +163,8 @@ struct TraceChunk<'a, 'r> {
     /// Plain transitions between whole blocks, by (from id, to id): the edge id and its code.
     plain: Vec<(u64, u32, (u32, u8, u8))>,
     prev_whole: bool,
+    /// Unrecorded instructions since the last node: (thread, how many).
+    gap: Option<(u32, u64)>,
 }
 
 impl<'a, 'r> TraceChunk<'a, 'r> {
@@ -182,6 +184,7 @@ impl<'a, 'r> TraceChunk<'a, 'r> {
             plain: vec![(u64::MAX, 0, (0, 0, 0)); CACHE],
             // (A chunk's first block takes the general path.)
             prev_whole: false,
+            gap: None,
         }
     }
 
@@ -242,18 +245,32 @@ impl Sink for TraceChunk<'_, '_> {
 
     #[inline]
     fn block(&mut self, b: &BlockEvent) -> Result<bool, Self::Error> {
+        if let Some((thread, instructions)) = self.gap.take() {
+            return Err(DcfgError::Unrecorded { thread, instructions });
+        }
         let (n, whole) = node_of(b)?;
         self.enter(n);
         self.prev_whole = whole;
         Ok(true)
     }
 
-    fn marker(&mut self, _: u32, m: Marker) -> Result<bool, Self::Error> {
+    fn marker(&mut self, thread: u32, m: Marker) -> Result<bool, Self::Error> {
+        if let Marker::Unrecorded(instructions) = m {
+            // The graph was built from the same chunks, and refused a node after a gap
+            // that followed one; kept here for a trace read on its own.
+            if self.prev.is_some() {
+                self.gap = Some((thread, instructions));
+            }
+            return Ok(true);
+        }
         self.how = self.how.after(m);
         Ok(true)
     }
 
     fn run(&mut self, run: &Run) -> Result<bool, Self::Error> {
+        if let Some((thread, instructions)) = self.gap.take() {
+            return Err(DcfgError::Unrecorded { thread, instructions });
+        }
         // Run blocks are whole, with no marker between them. Until the chunk has its first
         // edge and a whole block before, the general path; then the loop below, which keeps
         // its state in locals.

@@ -68,6 +68,7 @@ enum Ev {
     Signal,
     SignalReturn,
     End,
+    Gap,
 }
 
 /// How much of its thread a summary has seen.
@@ -201,6 +202,7 @@ impl<'p> EdgeCounts<'p> {
             Ev::Signal => self.tracker.signal(&mut emit),
             Ev::SignalReturn => self.tracker.signal_return(&mut emit),
             Ev::End => self.tracker.end(&mut emit),
+            Ev::Gap => self.tracker.gap(&mut emit),
         }
     }
 
@@ -251,7 +253,7 @@ impl<'p> EdgeCounts<'p> {
             Mode::Local => {
                 // What the thread's end gives up, and a return from a handler this chunk did
                 // not enter, depend on the handlers entered before the chunk.
-                if matches!(ev, Ev::End) || matches!(ev, Ev::SignalReturn) && self.tracker.nested() == 0 {
+                if matches!(ev, Ev::End | Ev::Gap) || matches!(ev, Ev::SignalReturn) && self.tracker.nested() == 0 {
                     self.mode = Mode::Log;
                     self.rest.push(ev);
                 } else {
@@ -308,13 +310,14 @@ impl Sink for EdgeCounts<'_> {
     }
 
     fn marker(&mut self, _: u32, m: Marker) -> Result<bool, Self::Error> {
-        if matches!(m, Marker::Signal(_) | Marker::SignalReturn | Marker::ThreadEnd) {
+        if matches!(m, Marker::Signal(_) | Marker::SignalReturn | Marker::ThreadEnd | Marker::Unrecorded(_)) {
             self.materialize();
         }
         match m {
             Marker::Signal(_) => self.event(Ev::Signal),
             Marker::SignalReturn => self.event(Ev::SignalReturn),
             Marker::ThreadEnd => self.event(Ev::End),
+            Marker::Unrecorded(_) => self.event(Ev::Gap),
             // The rest leave the flow between blocks as it is.
             _ => {}
         }

@@ -302,8 +302,10 @@ impl<'f, L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Feed<'f, L, F> {
             Marker::ThreadEnd => Some(Ev::End),
             Marker::Signal(_) => Some(Ev::Signal),
             Marker::SignalReturn => Some(Ev::SignalReturn),
-            // `dep races` reads whole threads: no window marks reach it.
-            Marker::ChunkStart(_) | Marker::WindowStart | Marker::WindowEnd => None,
+            // `dep races` reads whole threads: no window marks reach it. A gap between
+            // recorded windows is program order still (the command warns that what
+            // synchronised other threads in it is missing).
+            Marker::ChunkStart(_) | Marker::WindowStart | Marker::WindowEnd | Marker::Unrecorded(_) => None,
         }
     }
 

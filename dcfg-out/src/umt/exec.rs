@@ -438,6 +438,12 @@ impl<O: Out> Sink for ChunkExec<'_, O> {
                     self.event(THREAD_END, END_LEN, Some(0))?;
                 }
             }
+            // Between two recorded windows of the thread (a thread begins once): the
+            // context changed for a reason the trace does not hold.
+            Marker::Unrecorded(_) => {
+                self.advance(None)?;
+                self.event(CONTEXT_RETURN, CONTEXT_LEN, None)?;
+            }
             Marker::Signal(n) => {
                 self.advance(None)?;
                 // Faults are the exceptions of the format; other signals arrive as an

@@ -294,7 +294,7 @@ impl<'a> Engine<'a> {
                 self.t.seg = self.segs.len() as u32 - 1;
                 self.t.seg_start = seq;
             }
-            Marker::ThreadStart | Marker::ThreadEnd | Marker::WindowStart | Marker::WindowEnd => {
+            Marker::ThreadStart | Marker::ThreadEnd | Marker::WindowStart | Marker::WindowEnd | Marker::Unrecorded(_) => {
                 self.finish_block()?;
                 self.t.flow.break_flow();
             }

@@ -24,6 +24,40 @@ pub struct Metadata {
     /// Profile of the parent process for a forked child or an exec'd image.
     #[serde(default)]
     pub parent: Option<ParentLink>,
+    /// (Format 8.) The windows of each thread's instructions `dep record` was asked to
+    /// record; absent when the whole run was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub windows: Option<WindowPlan>,
+}
+
+/// Which of each thread's instructions are recorded: `count` windows of `instrs`
+/// instructions, the first starting at instruction `skip`, each `every` after the last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowPlan {
+    pub skip: u64,
+    pub instrs: u64,
+    pub count: u64,
+    pub every: u64,
+}
+
+impl WindowPlan {
+    /// The window holding instruction `at`, or else the first after it, as its first
+    /// instruction and the one past its last; None past the last window.
+    pub fn around(&self, at: u64) -> Option<(u64, u64)> {
+        let every = self.every.max(self.instrs).max(1);
+        let k = if at < self.skip { 0 } else { (at - self.skip) / every };
+        for k in [k, k.saturating_add(1)] {
+            if k >= self.count {
+                return None;
+            }
+            let start = self.skip.saturating_add(k.saturating_mul(every));
+            let end = start.saturating_add(self.instrs);
+            if end > at {
+                return Some((start, end));
+            }
+        }
+        None
+    }
 }
 
 /// The largest XSAVE area a profile may declare: 64 KiB, six times the largest any x86 CPU
@@ -72,6 +106,9 @@ pub enum ThreadEventKind {
     End,
     /// (Format 4.) The thread created a thread.
     Spawn,
+    /// (Format 8.) The thread ran `instructions` instructions that were not recorded,
+    /// right before its chunk `chunk` (a window of `dep record` starts there).
+    Unrecorded,
 }
 
 /// A module (executable or shared library) mapped or unmapped.
@@ -109,6 +146,12 @@ pub struct ThreadEvent {
     /// "spawn": the new thread's TLS pointer (its `pthread_t` under glibc), when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<u64>,
+    /// "unrecorded": the chunk the unrecorded instructions come right before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk: Option<u32>,
+    /// "unrecorded": how many instructions the thread ran unrecorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<u64>,
 }
 
 /// The end of the run.

@@ -22,7 +22,9 @@ pub use chunk::{
 };
 pub use family::{family_paths, open_family};
 pub use index::{ChunkCounts, Index, IndexEntry, IndexError};
-pub use meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ModuleEventKind, ParentLink, ThreadEvent, ThreadEventKind, MAX_XSAVE_SIZE};
+pub use meta::{
+    BlockEntry, EndInfo, Metadata, ModuleEvent, ModuleEventKind, ParentLink, ThreadEvent, ThreadEventKind, WindowPlan, MAX_XSAVE_SIZE,
+};
 pub use reader::{ChunkRef, Profile, Spawn, ThreadInfo};
 pub use writer::{append_index, indexable, ProfileWriter};
 
@@ -32,8 +34,8 @@ use thiserror::Error;
 pub const MAGIC: &[u8; 8] = b"DEPPROF\0";
 /// The format version this library writes (3: DEP_c sync records; 4: call records and
 /// thread spawn events; 5: DEP_m packed without zstd, codec 2; 6: derived registers; 7:
-/// system call records).
-pub const VERSION: u16 = 7;
+/// system call records; 8: windows of instructions, "unrecorded" thread events).
+pub const VERSION: u16 = 8;
 /// The first format version whose plans keep derived registers current
 /// ([`crate::derive`]); older profiles are read with the semantics they were recorded with.
 pub const DERIVE_VERSION: u16 = 6;

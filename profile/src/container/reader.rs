@@ -22,6 +22,9 @@ pub struct ChunkRef {
     pub seq: u32,
     /// Offset of the record header.
     pub offset: u64,
+    /// Instructions the thread ran unrecorded right before this chunk (format 8: a window
+    /// of `dep record` starts here).
+    pub unrecorded: u64,
     payload: (usize, usize),
     crc: u32,
 }
@@ -128,6 +131,7 @@ impl Profile {
         let mut modules = Vec::new();
         let mut threads: Vec<ThreadInfo> = Vec::new();
         let mut spawns: Vec<(u32, Spawn)> = Vec::new();
+        let mut gaps: Vec<(usize, u32, u32, u64)> = Vec::new();
         let mut blocks = Vec::new();
         let mut block_index = HashMap::new();
         let mut end = None;
@@ -202,6 +206,12 @@ impl Profile {
                             };
                             spawns.push((child, Spawn { parent: t.index, seq, tls: t.tls.unwrap_or(0) }));
                         }
+                        ThreadEventKind::Unrecorded => {
+                            let (Some(chunk), Some(n)) = (t.chunk, t.instructions) else {
+                                return Err(rec_err(off, "unrecorded event without its chunk or instruction count".into()));
+                            };
+                            gaps.push((off, t.index, chunk, n));
+                        }
                         ThreadEventKind::Start | ThreadEventKind::End => {
                             let i = thread_mut(&mut threads, t.index);
                             threads[i].tid = t.tid;
@@ -252,7 +262,7 @@ impl Profile {
                     let thread = u32::from_le_bytes(payload[0..4].try_into().unwrap());
                     let seq = u32::from_le_bytes(payload[4..8].try_into().unwrap());
                     let i = thread_mut(&mut threads, thread);
-                    threads[i].chunks.push(ChunkRef { thread, seq, offset: off as u64, payload: (start, end_payload), crc });
+                    threads[i].chunks.push(ChunkRef { thread, seq, offset: off as u64, unrecorded: 0, payload: (start, end_payload), crc });
                 }
             }
             off = end_payload + padding(len);
@@ -284,6 +294,15 @@ impl Profile {
                     });
                 }
             }
+        }
+        // A gap names the chunk after it. One naming a chunk past the thread's last is the
+        // start of a window the run did not live to hand off, and goes with it.
+        for (off, thread, seq, n) in gaps {
+            let Some(c) = threads.get_mut(thread as usize).and_then(|t| t.chunks.get_mut(seq as usize)) else { continue };
+            if c.unrecorded != 0 {
+                return Err(rec_err(off, format!("a second unrecorded event for chunk {seq} of thread {thread}")));
+            }
+            c.unrecorded = n;
         }
         let index = match index_at {
             None => None,
