@@ -103,6 +103,7 @@ PY_LACKEY_SKIP = ("python3: interpreter start-up alone runs 20-40 s under lackey
 # Slowdown columns: key in the JSON "ratios", header, time key, native time key it divides.
 COLUMNS = [
     ("discard", "discard", "discard_s", "native_s"),
+    ("skip", "skip all", "skip_s", "native_s"),
     ("record", "record", "record_s", "native_s"),
     ("truth", "truth", "truth_s", "native_s"),
     ("valgrind_none", "vg none", "valgrind_none_s", "native_s"),
@@ -149,6 +150,8 @@ ANALYSES = [
 ANALYSIS_BASE = "recover_null_s"
 LEGEND = {
     "discard": "dep record --discard",
+    "skip": "dep record --discard --skip-instrs 10^18 (a window past the end: every block only counts "
+            "its instructions; compare dr null)",
     "record": "dep record -o P",
     "truth": "dep record --truth --discard",
     "valgrind_none": "valgrind --tool=none",
@@ -713,6 +716,9 @@ def measure(name, spec, args, workdir, result, save):
     def discard():
         parse_discard(timed("discard", [DEP, "record", "--discard", "--"] + argv), "discard")
 
+    def skip():
+        timed("skip", [DEP, "record", "--discard", "--skip-instrs", str(10**18), "--"] + argv)
+
     def record():
         disk_check("dep record")
         timed("record", [DEP, "record", "-o", profile, "--"] + argv,
@@ -906,6 +912,7 @@ def measure(name, spec, args, workdir, result, save):
     have_vg = shutil.which("valgrind") is not None
     step("native", "native", native)
     step("discard", "dep record --discard", discard)
+    step("skip", "dep record --discard --skip-instrs past the end", skip)
     step("record", "dep record -o P", record)
     if "record_s" in result:
         step("recover_null", "dep recover P --format null", recover_null)
@@ -1254,7 +1261,7 @@ def peer_tables(results, names, peer, w0):
     lines = []
     gm = results["__geomean__"]
     have_main_r2t = any((results[n].get("ratios") or {}).get("raw2trace") for n in names)
-    main = [("discard", "dep disc"), ("dr_null", "dr null"), ("record", "dep rec"),
+    main = [("discard", "dep disc"), ("dr_null", "dr null"), ("skip", "dep skip"), ("record", "dep rec"),
             ("drmemtrace", "drmemtr"), ("recover_null", "rec null")]
     if have_main_r2t:
         main.append(("raw2trace", "raw2tr"))

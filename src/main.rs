@@ -88,6 +88,13 @@ enum Cmd {
         /// Instructions from one window's start to the next one's.
         #[arg(long, value_name = "P", requires = "window_count")]
         every: Option<u64>,
+        /// Record each thread from its first entry to this function (a symbol of the
+        /// program or a library, or an address as 0x...).
+        #[arg(long, value_name = "FUNCTION", conflicts_with_all = ["skip_instrs", "instrs", "window_count"])]
+        start_at: Option<String>,
+        /// Record each thread until this function, entered while recording, returns.
+        #[arg(long, value_name = "FUNCTION", conflicts_with_all = ["skip_instrs", "instrs", "window_count"])]
+        stop_at: Option<String>,
         /// The program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         program: Vec<String>,
@@ -343,9 +350,28 @@ fn run(cli: Cli) -> Result<ExitCode> {
             check_truncated(&p)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Record { output, truth, discard, no_sync, compression, index, skip_instrs, instrs, window_count, every, program } => {
-            let windows = window_plan(skip_instrs, instrs, window_count, every)?;
-            record(output, truth, discard, no_sync, compression, index, windows, program)
+        Cmd::Record {
+            output,
+            truth,
+            discard,
+            no_sync,
+            compression,
+            index,
+            skip_instrs,
+            instrs,
+            window_count,
+            every,
+            start_at,
+            stop_at,
+            program,
+        } => {
+            let part = Part { windows: window_plan(skip_instrs, instrs, window_count, every)?, start_at, stop_at };
+            for f in [&part.start_at, &part.stop_at].into_iter().flatten() {
+                if f.is_empty() || f.chars().any(|c| c.is_whitespace() || matches!(c, '"' | ';')) {
+                    bail!("function {f:?}: give a symbol's name or an address (0x...), with no spaces, quotes or semicolons");
+                }
+            }
+            record(output, truth, discard, no_sync, compression, index, part, program)
         }
         Cmd::Recover { profile, truth, format, output, jobs, kernel_refs, seek, thread } => {
             recover(&profile, truth, &format, output.as_deref(), jobs, kernel_refs, (seek, thread))
@@ -632,6 +658,13 @@ fn window_plan(skip: Option<u64>, instrs: Option<u64>, count: Option<u64>, every
     Ok(Some(WindowPlan { skip, instrs, count, every }))
 }
 
+/// Which part of each thread `dep record` records (all when every field is None).
+struct Part {
+    windows: Option<WindowPlan>,
+    start_at: Option<String>,
+    stop_at: Option<String>,
+}
+
 #[allow(clippy::too_many_arguments)]
 fn record(
     output: PathBuf,
@@ -640,7 +673,7 @@ fn record(
     no_sync: bool,
     compression: CompressionArg,
     index: bool,
-    windows: Option<WindowPlan>,
+    part: Part,
     program: Vec<String>,
 ) -> Result<ExitCode> {
     let level = std::env::var("DEP_ZSTD_LEVEL").ok().and_then(|l| l.parse().ok()).unwrap_or(1);
@@ -649,8 +682,19 @@ fn record(
         CompressionArg::Small => dep_collector::Compression::Small,
         CompressionArg::Fast => dep_collector::Compression::Fast,
     };
-    let opts =
-        dep_collector::RecordOptions { output: output.clone(), truth, discard, sync: !no_sync, level, compression, windows, program };
+    let Part { windows, start_at, stop_at } = part;
+    let opts = dep_collector::RecordOptions {
+        output: output.clone(),
+        truth,
+        discard,
+        sync: !no_sync,
+        level,
+        compression,
+        windows,
+        start_at,
+        stop_at,
+        program,
+    };
     let out = dep_collector::record(&opts)?;
     if index {
         for path in dep_profile::container::family_paths(&output) {

@@ -1,10 +1,12 @@
 //! Recording windows of a run (`dep record --skip-instrs N --instrs M [--windows K --every
-//! P]`), end to end. Each program runs twice with address randomisation off (`setarch -R`):
+//! P]`, `--start-at F --stop-at G`), end to end. Each program runs twice with address randomisation off (`setarch -R`):
 //! once whole (`--skip-instrs 0`: one window of everything, so that both runs carry options
 //! of the same length in their environment, which the loader and the C library read), and
 //! once in windows. The oracle is the whole run as DuckDB numbers it from its Parquet
 //! export: each window must hold exactly the blocks whose first instruction is numbered N
-//! to N+M-1 in their thread, module-relative, recovered and as its own truth stream says.
+//! to N+M-1 in their thread, module-relative, recovered and as its own truth stream says;
+//! a function's bounds, exactly its blocks from its first entry to its return (its extent
+//! from `nm -S`).
 //! Needs the DynamoRIO build, gcc, setarch and the duckdb Python package (scripts/setup.sh).
 
 use std::path::{Path, PathBuf};
@@ -244,4 +246,93 @@ fn window_options_are_checked() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success() && err.contains(why), "{args:?}: {err}");
     }
+}
+
+/// `nm -S` of corpus program `prog`: the function `name`'s ELF address and size.
+fn symbol(prog: &str, name: &str) -> (u64, u64) {
+    let out = ok(Command::new("nm").arg("-S").arg(corpus().join(prog)));
+    let line = out.lines().find(|l| l.split_whitespace().nth(3) == Some(name)).unwrap_or_else(|| panic!("nm: no {name}"));
+    let f: Vec<u64> = line.split_whitespace().take(2).map(|x| u64::from_str_radix(x, 16).unwrap()).collect();
+    (f[0], f[1])
+}
+
+/// The module-relative address `prog+0x...` of a recovered line's second field.
+fn place(line: &str) -> (String, u64) {
+    let w = line.split(' ').nth(1).unwrap();
+    let (m, off) = w.split_once("+0x").unwrap_or_else(|| panic!("{line}: not in a module"));
+    (m.to_string(), u64::from_str_radix(off, 16).unwrap())
+}
+
+#[test]
+fn a_function_is_recorded_from_its_first_entry_to_its_return() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // longtrace's `pass` calls nothing: from its entry to its return, every block is its
+    // own, and the next block of the whole run is outside it.
+    let (lo, size) = symbol("longtrace", "pass");
+    let inside = |l: &str| place(l).0 == "longtrace" && (lo..lo + size).contains(&place(l).1);
+    let whole = record(d, "whole", &["--skip-instrs", "0"], "longtrace", &["20"]);
+    let blocks = numbered_whole(&whole, d, "blocks");
+    let text = numbered_whole(&whole, d, "text");
+    let first = blocks.iter().position(|(_, _, l)| place(l) == ("longtrace".into(), lo)).expect("pass runs");
+    let last = first + blocks[first..].iter().position(|(_, _, l)| !inside(l)).expect("pass returns");
+    let (from, to) = (blocks[first].1, blocks[last].1);
+    let p = record(d, "pass", &["--start-at", "pass", "--stop-at", "pass"], "longtrace", &["20"]);
+    let got = recover(&p, "blocks", &[]);
+    let want: String = blocks[first..last].iter().map(|(_, _, l)| format!("{l}\n")).collect();
+    assert!(got == want, "the function's blocks:\n{got}\nwant:\n{want}");
+    assert!(recover(&p, "text", &[]) == cut(&text, from, to, None), "the function's references");
+    assert_eq!(recover(&p, "text", &[]), recover(&p, "text", &["--truth"]));
+    // Numbered as the whole run numbers them: the launcher pads the options of windows
+    // and bounds to one length, so both runs have the same environment.
+    let w = windows(&p);
+    assert_eq!(w[0].0, vec![(from, to)], "the function's window");
+
+    // Either bound alone: from the thread's start to the return; from the entry to the end.
+    let p = record(d, "stop", &["--stop-at", "pass"], "longtrace", &["20"]);
+    let w = windows(&p);
+    assert_eq!(w[0].0[0].0, 0, "--stop-at alone records from the start: {w:?}");
+    assert!(inside(recover(&p, "blocks", &[]).lines().last().unwrap()), "and ends in the function");
+    let p = record(d, "start", &["--start-at", "pass"], "longtrace", &["20"]);
+    let b = recover(&p, "blocks", &[]);
+    assert_eq!(place(b.lines().next().unwrap()), ("longtrace".into(), lo), "--start-at alone starts at the entry");
+    assert!(!inside(b.lines().last().unwrap()), "and goes on to the thread's end");
+    // A name no module defines records nothing, and says so.
+    let o = run(Command::new(dep())
+        .args(["record", "-o"])
+        .arg(d.join("none.dep"))
+        .args(["--start-at", "no_such_function", "--"])
+        .arg(corpus().join("hello")));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--start-at no_such_function: no module"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(recover(&d.join("none.dep"), "blocks", &[]), "");
+}
+
+#[test]
+fn each_thread_records_its_own_call_of_the_function() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (lo, size) = symbol("threads", "worker");
+    let p = record(d, "worker", &["--start-at", "worker", "--stop-at", "worker"], "threads", &[]);
+    let b = recover(&p, "blocks", &[]);
+    assert_eq!(b, recover(&p, "blocks", &["--truth"]));
+    assert_eq!(recover(&p, "text", &[]), recover(&p, "text", &["--truth"]));
+    let w = windows(&p);
+    assert!(w[0].0.is_empty() && w[0].1 > 0, "the main thread never runs worker: {:?}", w[0]);
+    let mut workers = 0;
+    for t in 1..w.len() {
+        let mine: Vec<&str> = b.lines().filter(|l| l.split(' ').next() == Some(&t.to_string())).collect();
+        if mine.is_empty() {
+            continue; // the nested thread runs another function
+        }
+        workers += 1;
+        assert_eq!(place(mine[0]), ("threads".into(), lo), "thread {t} starts at worker's entry");
+        let (m, off) = place(mine[mine.len() - 1]);
+        assert!(m == "threads" && (lo..lo + size).contains(&off), "thread {t} ends in worker, at its return");
+        assert_eq!(w[t].0.len(), 1, "thread {t}: one window");
+    }
+    assert_eq!(workers, 8, "eight workers");
 }

@@ -26,6 +26,9 @@ pub enum RecordError {
     NoProgram,
 }
 
+/// The client options of windows and bounds are padded to this many bytes.
+const PART_WIDTH: usize = 512;
+
 /// How to record.
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
@@ -40,6 +43,10 @@ pub struct RecordOptions {
     pub compression: Compression,
     /// Record only these windows of each thread's instructions (the whole run if None).
     pub windows: Option<dep_profile::container::WindowPlan>,
+    /// Record each thread from the first entry of this function (symbol or `0x` address)...
+    pub start_at: Option<String>,
+    /// ...to the return of this one.
+    pub stop_at: Option<String>,
     pub program: Vec<String>,
 }
 
@@ -225,15 +232,25 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
     if !opts.sync {
         client_opts.push_str(" -no_sync");
     }
-    // Windows rebuild a thread's blocks when its windows start and end, so each thread
-    // needs its own code cache (`-thread_private`) to hold the kind its own count wants.
-    let mut window_opts = "";
+    // Windows and a function's bounds rebuild a thread's blocks where recording starts and
+    // stops, so each thread needs its own code cache (`-thread_private`) to hold the kind
+    // its own count wants.
+    let mut part = String::new();
     if let Some(w) = opts.windows {
-        // Fixed-width numbers: the options are in the program's environment, whose length
-        // changes what the loader and the C library run, so two windowed runs of a program
-        // (set up alike, `setarch -R`) run the same instructions whatever their windows.
-        client_opts.push_str(&format!(" -windows {:020} {:020} {:020} {:020}", w.skip, w.instrs, w.count, w.every));
-        window_opts = "-thread_private ";
+        part.push_str(&format!(" -windows {} {} {} {}", w.skip, w.instrs, w.count, w.every));
+    }
+    for (opt, v) in [("-start_at", &opts.start_at), ("-stop_at", &opts.stop_at)] {
+        if let Some(v) = v {
+            part.push_str(&format!(" {opt} {v}"));
+        }
+    }
+    let window_opts = if part.is_empty() { "" } else { "-thread_private " };
+    if !part.is_empty() {
+        // Padded to one width: the options are in the program's environment, whose length
+        // changes what the loader and the C library run and where the stack starts, so
+        // runs of a program with any windows or bounds (set up alike, `setarch -R`) run
+        // the same instructions on the same stack addresses.
+        client_opts.push_str(&format!("{part:<PART_WIDTH$}"));
     }
     // Code on writable pages is sandboxed from the start and stays so
     // (`-sandbox_writable -sandbox2ro_threshold 0`): otherwise DynamoRIO makes such pages
@@ -352,6 +369,8 @@ mod tests {
             level: 1,
             compression: Compression::default(),
             windows: None,
+            start_at: None,
+            stop_at: None,
             program: program.iter().map(|s| s.to_string()).collect(),
         }
     }

@@ -285,6 +285,8 @@ pub(crate) mod tests {
             tool: "test".into(),
             parent: None,
             windows: None,
+            start_at: None,
+            stop_at: None,
         }
     }
 

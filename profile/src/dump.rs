@@ -43,6 +43,10 @@ pub fn dump(p: &Profile, out: &mut dyn Write, opts: DumpOptions) -> Result<(), D
             w.skip, w.count, w.every
         )?;
     }
+    if m.start_at.is_some() || m.stop_at.is_some() {
+        let f = |x: &Option<String>| x.clone().unwrap_or_else(|| "-".into());
+        writeln!(out, "recorded between functions: from the first entry of {} to the return of {}", f(&m.start_at), f(&m.stop_at))?;
+    }
     if let Some(link) = &m.parent {
         writeln!(out, "split from pid {} by {}", link.parent_pid, link.how)?;
     }

@@ -290,6 +290,8 @@ pub fn write_profile_with<W: Write>(
         tool: concat!("dep-profile ", env!("CARGO_PKG_VERSION"), " simulator").into(),
         parent: None,
         windows: None,
+        start_at: None,
+        stop_at: None,
     })?;
     for p in &plans {
         let bytes = &code.iter().find(|(a, _)| *a == p.addr).unwrap().1;

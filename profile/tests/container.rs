@@ -20,6 +20,8 @@ fn meta() -> Metadata {
         tool: "test".into(),
         parent: None,
         windows: None,
+        start_at: None,
+        stop_at: None,
     }
 }
 

@@ -18,6 +18,8 @@ fn meta(xsave_size: u32) -> Metadata {
         tool: "test".into(),
         parent: None,
         windows: None,
+        start_at: None,
+        stop_at: None,
     }
 }
 

@@ -27,6 +27,8 @@ fn write_large(path: &std::path::Path) {
         tool: "test".into(),
         parent: None,
         windows: None,
+        start_at: None,
+        stop_at: None,
     })
     .unwrap();
     // Blocks hold at most 65,535 instructions: five of 60,000 one-byte nops.

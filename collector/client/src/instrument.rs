@@ -20,7 +20,7 @@ use dynamorio_sys::*;
 #[allow(clippy::large_enum_variant)] // boxed, one per block being built
 pub enum Built {
     Recorded(BlockInfo),
-    Counting { insns: u32, pc: u64, entered: bool },
+    Counting { insns: u32, pc: u64, entered: bool, trigger: Option<u32> },
 }
 
 pub struct BlockInfo {
@@ -53,6 +53,8 @@ pub struct BlockInfo {
     touched: Option<RegSet>,
     /// That register, once the first step has reserved it.
     kept: reg_id_t,
+    /// A `--start-at`/`--stop-at` check the block makes first ([`crate::window::trigger_at`]).
+    trigger: Option<u32>,
 }
 
 /// Whether the value pointer can stay in a register across the block's steps, loaded
@@ -315,8 +317,9 @@ pub unsafe extern "C" fn analysis(
     }
     // Outside the thread's windows a block only counts its instructions.
     let pt = get(dc);
-    if opts().windows.is_some() && !pt.is_null() && !(*pt).build_recorded {
-        *ud = Box::into_raw(Box::new(Built::Counting { insns: pcs.len() as u32, pc: pcs[0], entered: false })) as *mut c_void;
+    let trigger = if pt.is_null() { None } else { crate::window::trigger_at(&*pt, pcs[0]) };
+    if opts().partial() && !pt.is_null() && !(*pt).build_recorded {
+        *ud = Box::into_raw(Box::new(Built::Counting { insns: pcs.len() as u32, pc: pcs[0], entered: false, trigger })) as *mut c_void;
         return dr_emit_flags_t::DR_EMIT_DEFAULT;
     }
     let start = pcs[0];
@@ -403,6 +406,7 @@ pub unsafe extern "C" fn analysis(
         entered: false,
         touched,
         kept: 0,
+        trigger,
     }))) as *mut c_void;
     dr_emit_flags_t::DR_EMIT_DEFAULT
 }
@@ -426,11 +430,14 @@ pub unsafe extern "C" fn insertion(
     let last = drmgr_is_last_instr(dc, inst) != 0;
     let info = match &mut *(ud as *mut Built) {
         Built::Recorded(info) => info,
-        Built::Counting { insns, pc, entered } => {
+        Built::Counting { insns, pc, entered, trigger } => {
             if instr_is_app(inst) != 0 && !*entered {
                 *entered = true;
                 // SAFETY: `dc`, `bb` and `inst` are this event's, and `e` does not outlive it.
                 let e = unsafe { Emit::new(dc, bb, inst) };
+                if let Some(k) = *trigger {
+                    crate::window::trigger_call(&e, k, *pc);
+                }
                 check(drreg_reserve_aflags(dc, bb, inst), "aflags");
                 crate::window::entry_check(&e, *insns, false, *pc);
                 check(drreg_unreserve_aflags(dc, bb, inst), "unreserve aflags");
@@ -542,8 +549,12 @@ unsafe fn block_entry(e: &Emit, info: &BlockInfo) {
     let start = info.plan.addr;
     let hi = start >> 16;
     let lo = start as u16;
+    if let Some(k) = info.trigger {
+        // Before any register is taken: the call may resume the block from its start.
+        crate::window::trigger_call(e, k, start);
+    }
     check(drreg_reserve_aflags(dc, e.bb, e.at), "aflags");
-    if opts().windows.is_some() {
+    if opts().partial() {
         // First: the check may end the chunk, and the buffer checks below find the next.
         crate::window::entry_check(e, info.plan.insns.len() as u32, true, info.plan.addr);
     }

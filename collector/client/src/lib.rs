@@ -3,7 +3,7 @@
 //! launcher over a Unix socket, and reports blocks, modules, threads and signals.
 //!
 //! Options (from `dep record`): `-socket PATH`, `-truth`, `-discard`, `-no_sync`,
-//! `-windows SKIP INSTRS COUNT EVERY`.
+//! `-windows SKIP INSTRS COUNT EVERY`, `-start_at FUNCTION`, `-stop_at FUNCTION`.
 #![allow(clippy::missing_safety_doc, static_mut_refs)]
 
 mod codegen;
@@ -82,6 +82,8 @@ unsafe fn hello() {
         // names its parent process; the launcher keeps the link if that process is recorded.
         parent: PARENT.clone().or_else(|| Some(ParentLink { how: "fork".into(), parent_pid: libc::getppid() as u32 })),
         windows: opts().windows,
+        start_at: opts().start_at.clone(),
+        stop_at: opts().stop_at.clone(),
     };
     send(wire::HELLO, 0, &[&serde_json::to_vec(&meta).unwrap()]);
 }
@@ -145,6 +147,7 @@ unsafe extern "C" fn thread_exit(dc: *mut c_void) {
 /// pointers for the duration of the call; exercised by tests/collector.rs hello and
 /// eight_threads_with_mutexes.
 unsafe extern "C" fn event_exit() {
+    window::unresolved_bounds();
     let dc = dr_get_current_drcontext();
     if !dc.is_null() {
         thread_done(dc);
@@ -743,6 +746,15 @@ pub unsafe extern "C" fn dr_client_main(id: client_id_t, _argc: c_int, _argv: *c
                     *v = std::ffi::CStr::from_ptr(*argv.add(k)).to_string_lossy().parse().unwrap_or(0);
                 }
                 o.windows = Some(dep_profile::container::WindowPlan { skip: n[0], instrs: n[1], count: n[2], every: n[3] });
+            }
+            "-start_at" | "-stop_at" if k + 1 < argc as usize => {
+                k += 1;
+                let v = Some(std::ffi::CStr::from_ptr(*argv.add(k)).to_string_lossy().into_owned());
+                if a == "-start_at" {
+                    o.start_at = v;
+                } else {
+                    o.stop_at = v;
+                }
             }
             _ => say(&format!("unknown client option {a}")),
         }

@@ -70,9 +70,22 @@ pub struct Opts {
     pub no_sync: bool,
     /// Record only these windows of each thread's instructions.
     pub windows: Option<dep_profile::container::WindowPlan>,
+    /// Record each thread from the first entry of this function...
+    pub start_at: Option<String>,
+    /// ...to the return of this one.
+    pub stop_at: Option<String>,
 }
 
-pub static mut OPTS: Opts = Opts { socket: String::new(), truth: false, discard: false, no_sync: false, windows: None };
+impl Opts {
+    /// Whether only part of each thread is recorded (windows, or a function's bounds):
+    /// then every block counts its instructions.
+    pub fn partial(&self) -> bool {
+        self.windows.is_some() || self.start_at.is_some() || self.stop_at.is_some()
+    }
+}
+
+pub static mut OPTS: Opts =
+    Opts { socket: String::new(), truth: false, discard: false, no_sync: false, windows: None, start_at: None, stop_at: None };
 
 pub fn opts() -> &'static Opts {
     // SAFETY: OPTS is written only in dr_client_main before any thread or event runs, read-only
@@ -364,6 +377,13 @@ pub struct PerThread {
     pub build_recorded: bool,
     /// The instruction the current unrecorded stretch started at.
     pub gap_from: u64,
+    /// `--start-at`: the thread entered the function (recording started, once).
+    pub started: bool,
+    /// `--stop-at`: the function was entered while recording; it returns to this address
+    /// with the stack pointer at this value.
+    pub stop_armed: Option<(u64, u64)>,
+    /// `--stop-at`: the function returned (recording stopped, for good).
+    pub stopped: bool,
 }
 
 /// A recorded system call under way: what its return's records need.
@@ -565,9 +585,12 @@ pub unsafe fn new_thread(dc: *mut c_void) -> *mut PerThread {
         chunk_open: core::ptr::null_mut(),
         win_base: 0,
         // Without windows every block is recorded, from the thread's start.
-        recording: opts().windows.is_none(),
-        build_recorded: opts().windows.is_none_or(|w| w.around(0).is_some_and(|(s, _)| s == 0)),
+        recording: crate::window::recorded_from_start(),
+        build_recorded: crate::window::recorded_from_start(),
         gap_from: 0,
+        started: false,
+        stop_armed: None,
+        stopped: false,
     }));
     *slot(&*pt, S_PREVHI) = 0;
     // The first block checks the windows.

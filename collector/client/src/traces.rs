@@ -61,7 +61,7 @@ pub unsafe fn init() {
     }
     // With windows, off: a trace's later blocks skip buffer checks on the room their head
     // left, and a window check between them may hand the buffers off.
-    if std::env::var_os("DEP_NO_TRACE_OPT").is_none() && opts().windows.is_none() {
+    if std::env::var_os("DEP_NO_TRACE_OPT").is_none() && !opts().partial() {
         dr_register_trace_event(Some(trace_event));
     }
 }

@@ -60,6 +60,7 @@ fn load_bias(data: &[u8], base: u64) -> Option<u64> {
 pub fn module_loaded(path: &str, base: u64) {
     let Ok(data) = std::fs::read(path) else { return };
     let Some(bias) = load_bias(&data, base) else { return };
+    crate::window::module_loaded(&data, bias);
     let found = functions_in(&data);
     if found.is_empty() {
         return;

@@ -47,12 +47,13 @@ unsafe fn check_in(pt: &mut PerThread, at: u64, distance: u64) {
 pub unsafe extern "C" fn window_cc(recorded: u32, pc: u64) {
     let dc = dr_get_current_drcontext();
     let pt = get(dc);
-    let Some(plan) = opts().windows else { return };
     if pt.is_null() {
         return;
     }
     let pt = &mut *pt;
     let at = at(pt);
+    // A function's bounds decide elsewhere ([`bound_cc`]): here the count only goes on.
+    let Some(plan) = opts().windows else { return check_in(pt, at, u64::MAX) };
     let window = plan.around(at);
     let want = window.is_some_and(|(s, _)| s <= at);
     if want != pt.recording {
@@ -75,6 +76,15 @@ pub unsafe extern "C" fn window_cc(recorded: u32, pc: u64) {
     // of it has run: the check is its first code.
     pt.build_recorded = want;
     dr_unlink_flush_region(core::ptr::null_mut(), usize::MAX);
+    resume_at(dc, pc);
+}
+
+/// The application's registers at the current clean call.
+///
+/// # Safety
+/// `dc` is the calling thread's drcontext, in a clean call inserted with the application
+/// context readable; exercised by tests/windows.rs.
+unsafe fn app_context(dc: *mut core::ffi::c_void) -> dr_mcontext_t {
     let mut mc: dr_mcontext_t = core::mem::zeroed();
     mc.size = core::mem::size_of::<dr_mcontext_t>();
     mc.flags = dr_mcontext_flags_t::DR_MC_ALL;
@@ -82,10 +92,175 @@ pub unsafe extern "C" fn window_cc(recorded: u32, pc: u64) {
         say("internal error: no machine context at a window's bound");
         dr_abort();
     }
+    mc
+}
+
+/// Leaves the current fragment and runs the application again from `pc` (the start of
+/// the block whose clean call this is), in the code the cache holds for it now.
+///
+/// # Safety
+/// As [`app_context`]; does not return.
+unsafe fn resume_at(dc: *mut core::ffi::c_void, pc: u64) {
+    let mut mc = app_context(dc);
     mc.__bindgen_anon_10.pc = pc as *mut u8;
     dr_redirect_execution(&mut mc);
     say("internal error: cannot resume at a window's bound");
     dr_abort();
+}
+
+// ---------------------------------------------------------------- a function's bounds
+
+/// The entry addresses of `--start-at` and `--stop-at` once known (0: not yet).
+static START_AT: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+static STOP_AT: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// Trigger kinds: the entry of `--start-at`, the entry of `--stop-at`, its return.
+const ENTER_START: u32 = 0;
+const ENTER_STOP: u32 = 1;
+const RETURN_STOP: u32 = 2;
+
+/// An address given as `0x...`, or None for a symbol's name.
+fn address(spec: &str) -> Option<u64> {
+    u64::from_str_radix(spec.strip_prefix("0x")?, 16).ok()
+}
+
+/// Whether a new thread records from its start: without windows or bounds; with windows
+/// that start at instruction 0; with `--stop-at` alone.
+pub fn recorded_from_start() -> bool {
+    let o = opts();
+    match o.windows {
+        Some(w) => w.around(0).is_some_and(|(s, _)| s == 0),
+        None => o.start_at.is_none(),
+    }
+}
+
+/// Finds the bounds' functions among a module's symbols (`bias`: its load address minus
+/// its ELF addresses); the first module that defines one wins.
+pub fn module_loaded(data: &[u8], bias: u64) {
+    use object::{Object, ObjectSymbol};
+    use std::sync::atomic::Ordering::Relaxed;
+    let o = opts();
+    let wanted: Vec<(&str, &core::sync::atomic::AtomicU64)> = [(&o.start_at, &START_AT), (&o.stop_at, &STOP_AT)]
+        .into_iter()
+        .filter_map(|(s, at)| Some((s.as_deref()?, at)))
+        .filter(|(s, at)| address(s).is_none() && at.load(Relaxed) == 0)
+        .collect();
+    if wanted.is_empty() {
+        return;
+    }
+    let Ok(file) = object::File::parse(data) else { return };
+    for sym in file.symbols().chain(file.dynamic_symbols()) {
+        if sym.is_undefined() || sym.kind() != object::SymbolKind::Text || sym.address() == 0 {
+            continue;
+        }
+        let Ok(name) = sym.name() else { continue };
+        let name = name.split('@').next().unwrap_or(name);
+        for (want, at) in &wanted {
+            if *want == name {
+                let _ = at.compare_exchange(0, sym.address().wrapping_add(bias), Relaxed, Relaxed);
+            }
+        }
+    }
+}
+
+/// The entry address of a bound, if known.
+fn bound(spec: &Option<String>, found: &core::sync::atomic::AtomicU64) -> Option<u64> {
+    let s = spec.as_deref()?;
+    address(s).or_else(|| Some(found.load(core::sync::atomic::Ordering::Relaxed)).filter(|&a| a != 0))
+}
+
+/// Says, at the end, which bound's function no module defined: nothing was recorded for it.
+pub fn unresolved_bounds() {
+    let o = opts();
+    for (spec, found, what) in [(&o.start_at, &START_AT, "--start-at"), (&o.stop_at, &STOP_AT, "--stop-at")] {
+        if let Some(s) = spec.as_deref().filter(|_| bound(spec, found).is_none()) {
+            say(&format!("warning: {what} {s}: no module the program loaded defines a function of that name"));
+        }
+    }
+}
+
+/// The check a block built now at `pc` makes first for the calling thread: entering
+/// `--start-at` before recording, entering `--stop-at` while recording, or returning
+/// from it to the address it was called from.
+///
+/// # Safety
+/// `pt` is the calling thread's own set-up PerThread; exercised by tests/windows.rs.
+pub unsafe fn trigger_at(pt: &PerThread, pc: u64) -> Option<u32> {
+    let o = opts();
+    if pt.stopped || (o.start_at.is_none() && o.stop_at.is_none()) {
+        return None;
+    }
+    if !pt.build_recorded {
+        return (!pt.started && bound(&o.start_at, &START_AT) == Some(pc)).then_some(ENTER_START);
+    }
+    match pt.stop_armed {
+        Some((ret, _)) => (ret == pc).then_some(RETURN_STOP),
+        None => (bound(&o.stop_at, &STOP_AT) == Some(pc)).then_some(ENTER_STOP),
+    }
+}
+
+/// The clean call of a block's check `kind` at its start `pc`, first in the block.
+///
+/// # Safety
+/// `e` comes from the current basic-block event, at the block's first instruction with no
+/// register reserved; exercised by tests/windows.rs.
+pub unsafe fn trigger_call(e: &Emit, kind: u32, pc: u64) {
+    let flags = dr_cleancall_save_t_DR_CLEANCALL_READS_APP_CONTEXT;
+    let pc = crate::codegen::imm(pc as i64, OPSZ_8);
+    dr_insert_clean_call_ex(e.dc, e.bb, e.at, bound_cc as *mut core::ffi::c_void, flags, 2, imm32(kind), pc);
+}
+
+/// Clean-call target of a block's `--start-at`/`--stop-at` check ([`trigger_at`]).
+///
+/// # Safety
+/// Only called from a clean call inserted by [`trigger_call`], on an application thread
+/// whose PerThread is set up; exercised by tests/windows.rs.
+pub unsafe extern "C" fn bound_cc(kind: u32, pc: u64) {
+    let dc = dr_get_current_drcontext();
+    let pt = get(dc);
+    if pt.is_null() {
+        return;
+    }
+    let pt = &mut *pt;
+    match kind {
+        ENTER_START if !pt.started && !pt.recording => {
+            pt.started = true;
+            start(pt, at(pt));
+            pt.build_recorded = true;
+        }
+        ENTER_STOP if pt.recording && pt.stop_armed.is_none() && !pt.stopped => {
+            // The return address is on the stack at the entry; the function has returned
+            // when control reaches it with the stack pointer above that slot. Its block
+            // is rebuilt to check that (and this one, which a trace may hold it in).
+            let mc = app_context(dc);
+            let sp = mc.__bindgen_anon_4.xsp as u64;
+            let mut ret = 0u64;
+            let mut got = 0usize;
+            if dr_safe_read(sp as *const core::ffi::c_void, 8, &mut ret as *mut u64 as *mut core::ffi::c_void, &mut got) == 0 || got != 8 {
+                return;
+            }
+            pt.stop_armed = Some((ret, sp + 8));
+            dr_unlink_flush_region(ret as *mut u8, 1);
+            dr_unlink_flush_region(pc as *mut u8, 1);
+        }
+        RETURN_STOP => {
+            let Some((ret, sp)) = pt.stop_armed else { return };
+            let mc = app_context(dc);
+            if pc != ret || mc.__bindgen_anon_4.xsp as u64 != sp {
+                // A deeper call of the function returning (recursion), or a jump here.
+                return;
+            }
+            pt.stop_armed = None;
+            pt.stopped = true;
+            stop(pt, at(pt));
+            pt.build_recorded = false;
+        }
+        _ => return,
+    }
+    if kind != ENTER_STOP {
+        dr_unlink_flush_region(core::ptr::null_mut(), usize::MAX);
+    }
+    resume_at(dc, pc);
 }
 
 /// The thread starts recording at instruction `at`: in a chunk of its own, after the gap.
@@ -140,7 +315,7 @@ unsafe fn stop(pt: &mut PerThread, at: u64) {
 /// `pt` is the calling thread's own set-up PerThread, in its exit event; exercised by
 /// tests/windows.rs.
 pub unsafe fn thread_ends(pt: &mut PerThread) {
-    if opts().windows.is_some() && !pt.recording {
+    if opts().partial() && !pt.recording {
         gap_ends(pt, at(pt));
     }
 }

@@ -28,6 +28,13 @@ pub struct Metadata {
     /// record; absent when the whole run was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub windows: Option<WindowPlan>,
+    /// (Format 8.) Each thread was recorded from the first entry of this function (a
+    /// symbol, or an address as `0x...`)...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<String>,
+    /// ...to the return of this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_at: Option<String>,
 }
 
 /// Which of each thread's instructions are recorded: `count` windows of `instrs`
