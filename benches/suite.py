@@ -1441,8 +1441,9 @@ def tables(results, names, paper, quick, peer=None):
     lines.append("paper".ljust(w0) + "".rjust(9)
                  + "".join((fmt_ratio(pap[k], 9) if k in pap else "".rjust(9))
                            for k, _, _, _ in dep_cols))
-    lines.append("  columns: discard = dep record --discard; record = dep record -o P (zstd, on "
-                 "disk); truth = dep record --truth --discard;")
+    lines.append("  columns: discard = dep record --discard; skip all = dep record --discard "
+                 "--skip-instrs 10^18 (only counting);")
+    lines.append("  record = dep record -o P (zstd, on disk); truth = dep record --truth --discard;")
     lines.append("  vg none = valgrind --tool=none; rec null = dep recover P --format null (all "
                  "cores); rec 1cpu = the same with --jobs 1;")
     lines.append("  record/s, truth/s (dep record --truth -o P2),")

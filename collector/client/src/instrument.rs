@@ -14,7 +14,6 @@ use dep_profile::tags::{CTL_CODE_VERSION, CTL_SET_HI, MAX_SHORT_H};
 use dep_profile::{BlockPlan, Machine, Reg, RegSet, Semantics};
 use dynamorio_sys::*;
 
-/// What the analysis phase learned about a block, for its insertion phase.
 /// What the analysis stage hands the insertion stage: a block that is recorded, or one
 /// outside the thread's windows that only counts its instructions.
 #[allow(clippy::large_enum_variant)] // boxed, one per block being built
@@ -23,6 +22,7 @@ pub enum Built {
     Counting { insns: u32, pc: u64, entered: bool, trigger: Option<u32> },
 }
 
+/// What the analysis phase learned about a block, for its insertion phase.
 pub struct BlockInfo {
     plan: BlockPlan,
     decisions: Decisions,
