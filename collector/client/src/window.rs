@@ -2,8 +2,8 @@
 //! them a block only counts its instructions; inside, it is recorded as usual.
 //!
 //! Every block, of either kind, subtracts its instruction count from the thread's
-//! [`S_LEFT`] slot at entry and, found at zero or below first, calls [`window_cc`]. The
-//! call numbers the block (its first instruction) and:
+//! [`S_LEFT`] slot at entry and, left at zero or below, calls [`window_cc`]. The call
+//! numbers the block (its first instruction) and:
 //! - moves the thread between recording and not where the block's number crosses a
 //!   window's bound: a recorded stretch ends its chunk, and one that starts after a gap
 //!   starts a chunk whose "unrecorded" thread event says how many instructions the gap held;
@@ -27,33 +27,36 @@ unsafe fn at(pt: &PerThread) -> u64 {
     pt.win_base.wrapping_sub(*slot(pt, S_LEFT) as i64) as u64
 }
 
-/// The next check after instruction `at`, `distance` instructions on.
+/// The next check after instruction `at`, `distance` instructions on, when `ran` of them
+/// have run already (the block that checked, whose count is off the slot).
 ///
 /// # Safety
 /// `pt` is the calling thread's own set-up PerThread; exercised by tests/windows.rs.
-unsafe fn check_in(pt: &mut PerThread, at: u64, distance: u64) {
-    let left = distance.min(i64::MAX as u64) as i64;
-    pt.win_base = (at as i64).wrapping_add(left);
-    *slot(pt, S_LEFT) = left as u64;
+unsafe fn check_in(pt: &mut PerThread, at: u64, distance: u64, ran: u64) {
+    let distance = distance.min(i64::MAX as u64) as i64;
+    pt.win_base = (at as i64).wrapping_add(distance);
+    *slot(pt, S_LEFT) = distance.wrapping_sub(ran as i64) as u64;
 }
 
-/// Clean-call target at the entry of a block whose check came due; `recorded` is the
-/// block's kind and `pc` its address.
+/// Clean-call target at the entry of a block whose check came due (its `insns`
+/// instructions already off the count); `recorded` is the block's kind and `pc` its
+/// address.
 ///
 /// # Safety
 /// Only called from a clean call inserted by this client (with the application context
 /// readable), on an application thread whose PerThread is set up; exercised by
 /// tests/windows.rs.
-pub unsafe extern "C" fn window_cc(recorded: u32, pc: u64) {
+pub unsafe extern "C" fn window_cc(recorded: u32, pc: u64, insns: u32) {
     let dc = dr_get_current_drcontext();
     let pt = get(dc);
     if pt.is_null() {
         return;
     }
     let pt = &mut *pt;
-    let at = at(pt);
+    let insns = insns as u64;
+    let at = at(pt).wrapping_sub(insns);
     // A function's bounds decide elsewhere ([`bound_cc`]): here the count only goes on.
-    let Some(plan) = opts().windows else { return check_in(pt, at, u64::MAX) };
+    let Some(plan) = opts().windows else { return check_in(pt, at, u64::MAX, insns) };
     let window = plan.around(at);
     let want = window.is_some_and(|(s, _)| s <= at);
     if want != pt.recording {
@@ -67,10 +70,12 @@ pub unsafe extern "C" fn window_cc(recorded: u32, pc: u64) {
         Some((s, e)) => (if s <= at { e } else { s }) - at,
         None => u64::MAX,
     };
-    check_in(pt, at, distance);
     if want == (recorded != 0) {
-        return;
+        // (A bound inside this block leaves the count due: the next block checks.)
+        return check_in(pt, at, distance, insns);
     }
+    // Run again, the block counts itself again.
+    check_in(pt, at, distance, 0);
     // The block is the other kind: rebuild the thread's blocks (the caches are
     // thread-private) and run this one again from its start, as the kind wanted. Nothing
     // of it has run: the check is its first code.
@@ -320,20 +325,22 @@ pub unsafe fn thread_ends(pt: &mut PerThread) {
     }
 }
 
-/// The window check at a block's entry (aflags reserved by the caller): the clean call when
-/// the count is due, then this block's instructions off it.
+/// The window check at a block's entry (aflags reserved by the caller): this block's
+/// instructions off the count, and the clean call when it is due (zero or below): one
+/// read-modify-write and a branch, the `sub`'s flags deciding (a `cmp` first was one more
+/// load per block).
 ///
 /// # Safety
 /// `e` comes from the current basic-block event (see [`Emit`]); exercised by
 /// tests/windows.rs.
 pub unsafe fn entry_check(e: &Emit, insns: u32, recorded: bool, pc: u64) {
     let go = e.label();
-    e.cmp(tls(S_LEFT, 0, OPSZ_8), imm32(0));
+    e.sub(tls(S_LEFT, 0, OPSZ_8), imm32(insns));
     e.jcc(OP_jnle, go);
     // The call reads the application's context (to resume at `pc`) on one path of two.
     let flags = dr_cleancall_save_t_DR_CLEANCALL_READS_APP_CONTEXT | dr_cleancall_save_t_DR_CLEANCALL_MULTIPATH;
     let pc = crate::codegen::imm(pc as i64, OPSZ_8);
-    dr_insert_clean_call_ex(e.dc, e.bb, e.at, window_cc as *mut core::ffi::c_void, flags, 2, imm32(recorded as u32), pc);
+    let args = [imm32(recorded as u32), pc, imm32(insns)];
+    dr_insert_clean_call_ex(e.dc, e.bb, e.at, window_cc as *mut core::ffi::c_void, flags, 3, args[0], args[1], args[2]);
     e.ins(go);
-    e.sub(tls(S_LEFT, 0, OPSZ_8), imm32(insns));
 }
