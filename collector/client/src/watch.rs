@@ -25,27 +25,37 @@ fn with<R>(f: impl FnOnce(&mut Watched) -> R) -> R {
     f(w)
 }
 
-/// The watched functions an ELF file defines, as (offset from the load bias, size, function).
-pub fn functions_in(data: &[u8]) -> Vec<(u64, u64, Func)> {
-    let Ok(file) = object::File::parse(data) else { return Vec::new() };
-    let mut out: Vec<(u64, u64, Func)> = Vec::new();
+/// Calls `f(name, address, size, local)` for each function an ELF file defines (dynamic
+/// symbols first), its name without a symbol version.
+pub fn each_function(data: &[u8], mut f: impl FnMut(&str, u64, u64, bool)) {
+    let Ok(file) = object::File::parse(data) else { return };
     for sym in file.dynamic_symbols().chain(file.symbols()) {
-        if sym.is_undefined() || sym.is_local() || sym.kind() != object::SymbolKind::Text || sym.address() == 0 {
+        if sym.is_undefined() || sym.kind() != object::SymbolKind::Text || sym.address() == 0 {
             continue;
         }
         let Ok(name) = sym.name() else { continue };
-        let name = name.split('@').next().unwrap_or(name);
+        f(name.split('@').next().unwrap_or(name), sym.address(), sym.size(), sym.is_local());
+    }
+}
+
+/// The watched functions an ELF file defines, as (offset from the load bias, size, function).
+pub fn functions_in(data: &[u8]) -> Vec<(u64, u64, Func)> {
+    let mut out: Vec<(u64, u64, Func)> = Vec::new();
+    each_function(data, |name, address, size, local| {
+        if local {
+            return;
+        }
         if let Some(f) = Func::by_name(name) {
             // One function under two watched names (glibc's pthread_spin_init is its
             // pthread_spin_unlock: both store 0): the call cannot say which was meant, so
             // the lower number, the synchronising one, is kept.
-            match out.iter_mut().find(|(a, _, _)| *a == sym.address()) {
-                Some(e) if (f as u16) < (e.2 as u16) => *e = (sym.address(), sym.size(), f),
+            match out.iter_mut().find(|(a, _, _)| *a == address) {
+                Some(e) if (f as u16) < (e.2 as u16) => *e = (address, size, f),
                 Some(_) => {}
-                None => out.push((sym.address(), sym.size(), f)),
+                None => out.push((address, size, f)),
             }
         }
-    }
+    });
     out
 }
 

@@ -142,7 +142,6 @@ pub fn recorded_from_start() -> bool {
 /// Finds the bounds' functions among a module's symbols (`bias`: its load address minus
 /// its ELF addresses); the first module that defines one wins.
 pub fn module_loaded(data: &[u8], bias: u64) {
-    use object::{Object, ObjectSymbol};
     use std::sync::atomic::Ordering::Relaxed;
     let o = opts();
     let wanted: Vec<(&str, &core::sync::atomic::AtomicU64)> = [(&o.start_at, &START_AT), (&o.stop_at, &STOP_AT)]
@@ -153,19 +152,13 @@ pub fn module_loaded(data: &[u8], bias: u64) {
     if wanted.is_empty() {
         return;
     }
-    let Ok(file) = object::File::parse(data) else { return };
-    for sym in file.symbols().chain(file.dynamic_symbols()) {
-        if sym.is_undefined() || sym.kind() != object::SymbolKind::Text || sym.address() == 0 {
-            continue;
-        }
-        let Ok(name) = sym.name() else { continue };
-        let name = name.split('@').next().unwrap_or(name);
+    crate::watch::each_function(data, |name, address, _, _| {
         for (want, at) in &wanted {
             if *want == name {
-                let _ = at.compare_exchange(0, sym.address().wrapping_add(bias), Relaxed, Relaxed);
+                let _ = at.compare_exchange(0, address.wrapping_add(bias), Relaxed, Relaxed);
             }
         }
-    }
+    });
 }
 
 /// The entry address of a bound, if known.
