@@ -261,14 +261,10 @@ impl Edges {
         if last.is_some() {
             edge(Edge { from: last, to: None, kind: EdgeKind::ThreadEnd });
         }
-        resolve(std::mem::replace(&mut self.resumed, Exit::Nothing), None, &mut edge);
-        while let Some(e) = self.saved.pop() {
-            resolve(e, None, &mut edge);
-        }
+        // The rest is given up as at a gap.
+        self.gap(&mut edge);
     }
-}
 
-impl Edges {
     /// The thread ran instructions that were not recorded (between windows of `dep
     /// record`): every exit still waiting is given up, with no edge to the thread's end,
     /// and the next block has no edge into it (nothing before it is known).
