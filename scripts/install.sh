@@ -2,6 +2,7 @@
 # Installs dep into PREFIX (default /usr/local, or ~/.local where /usr/local is not writable):
 #   PREFIX/bin/dep
 #   PREFIX/lib/dep/libdep_client.so          the DynamoRIO client
+#   PREFIX/lib/dep/dep-attach                 the injector behind dep record --attach
 #   PREFIX/lib/dep/dynamorio/                 DynamoRIO's libraries (lib64/release, ext/lib64/release)
 # dep finds lib/dep relative to its own executable, so the install keeps working when the
 # checkout is cleaned or moved, and the whole PREFIX can be moved. Builds first unless
@@ -16,7 +17,7 @@ if [ "${DEP_NO_BUILD:-0}" != 1 ]; then
   cargo build --release --workspace
 fi
 rel=target/release
-for f in "$rel/dep" "$rel/libdep_client.so"; do
+for f in "$rel/dep" "$rel/libdep_client.so" "$rel/dep-attach"; do
   [ -f "$f" ] || { echo "install: $f is missing: build with cargo build --release --workspace" >&2; exit 1; }
 done
 # The DynamoRIO tree dep itself would use from the build: the newest one.
@@ -35,6 +36,7 @@ rm -rf "$lib/dynamorio"
 mv "$stage" "$lib/dynamorio"
 chmod 755 "$lib/dynamorio"
 install -m 755 "$rel/libdep_client.so" "$lib/libdep_client.so"
+install -m 755 "$rel/dep-attach" "$lib/dep-attach"
 install -m 755 "$rel/dep" "$prefix/bin/dep"
 echo "install: dep in $prefix/bin, DynamoRIO and the client in $lib"
 case ":$PATH:" in

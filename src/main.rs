@@ -95,8 +95,13 @@ enum Cmd {
         /// Record each thread until this function, entered while recording, returns.
         #[arg(long, value_name = "FUNCTION", conflicts_with_all = ["skip_instrs", "instrs", "window_count"])]
         stop_at: Option<String>,
+        /// Record the running process PID from now to its end (DynamoRIO attaches with
+        /// ptrace), instead of starting a program. dep then exits with the status the process
+        /// passed to exit_group (0 if it was killed: its parent gets that status).
+        #[arg(long, value_name = "PID", conflicts_with = "program")]
+        attach: Option<u32>,
         /// The program and its arguments.
-        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        #[arg(required_unless_present = "attach", trailing_var_arg = true, allow_hyphen_values = true)]
         program: Vec<String>,
     },
     /// Rebuild every memory reference (or block) from a profile.
@@ -363,6 +368,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             every,
             start_at,
             stop_at,
+            attach,
             program,
         } => {
             let part = Part { windows: window_plan(skip_instrs, instrs, window_count, every)?, start_at, stop_at };
@@ -371,7 +377,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     bail!("function {f:?}: give a symbol's name or an address (0x...), with no spaces, quotes or semicolons");
                 }
             }
-            record(output, truth, discard, no_sync, compression, index, part, program)
+            record(output, truth, discard, no_sync, compression, index, part, attach, program)
         }
         Cmd::Recover { profile, truth, format, output, jobs, kernel_refs, seek, thread } => {
             recover(&profile, truth, &format, output.as_deref(), jobs, kernel_refs, (seek, thread))
@@ -674,6 +680,7 @@ fn record(
     compression: CompressionArg,
     index: bool,
     part: Part,
+    attach: Option<u32>,
     program: Vec<String>,
 ) -> Result<ExitCode> {
     let level = std::env::var("DEP_ZSTD_LEVEL").ok().and_then(|l| l.parse().ok()).unwrap_or(1);
@@ -693,6 +700,7 @@ fn record(
         windows,
         start_at,
         stop_at,
+        attach,
         program,
     };
     let out = dep_collector::record(&opts)?;

@@ -24,6 +24,10 @@ pub enum RecordError {
     Io { what: String, err: std::io::Error },
     #[error("no program given")]
     NoProgram,
+    #[error("no process {0} to attach to")]
+    NoProcess(u32),
+    #[error("cannot attach to process {pid}: {why}")]
+    Attach { pid: u32, why: String },
 }
 
 /// The client options of windows and bounds are padded to this many bytes.
@@ -47,6 +51,8 @@ pub struct RecordOptions {
     pub start_at: Option<String>,
     /// ...to the return of this one.
     pub stop_at: Option<String>,
+    /// Attach to this running process instead of starting `program`.
+    pub attach: Option<u32>,
     pub program: Vec<String>,
 }
 
@@ -204,10 +210,18 @@ fn unwrap_scripts(mut app: PathBuf, mut args: Vec<String>) -> Result<(PathBuf, V
 
 /// Runs the program under DynamoRIO with the DEP client and collects its profiles.
 pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
-    let prog = opts.program.first().ok_or(RecordError::NoProgram)?;
-    let app = resolve_program(prog).ok_or_else(|| RecordError::NotFound(prog.clone()))?;
+    let (app, args) = match opts.attach {
+        Some(pid) => {
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map_err(|_| RecordError::NoProcess(pid))?;
+            (exe, Vec::new())
+        }
+        None => {
+            let prog = opts.program.first().ok_or(RecordError::NoProgram)?;
+            let app = resolve_program(prog).ok_or_else(|| RecordError::NotFound(prog.clone()))?;
+            unwrap_scripts(app, opts.program[1..].to_vec())?
+        }
+    };
     let install = Install::find()?;
-    let (app, args) = unwrap_scripts(app, opts.program[1..].to_vec())?;
     if !opts.discard {
         // Fail before running anything if the profile cannot be written.
         std::fs::File::create(&opts.output).map_err(|err| RecordError::Output { path: opts.output.clone(), err })?;
@@ -231,6 +245,9 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
     }
     if !opts.sync {
         client_opts.push_str(" -no_sync");
+    }
+    if opts.attach.is_some() {
+        client_opts.push_str(" -attached");
     }
     // Windows and a function's bounds rebuild a thread's blocks where recording starts and
     // stops, so each thread needs its own code cache (`-thread_private`) to hold the kind
@@ -264,48 +281,26 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
     // program's own limit.
     // DEP_DR_OPTIONS adds DynamoRIO options (for diagnosis).
     let extra = std::env::var("DEP_DR_OPTIONS").unwrap_or_default();
-    let dr_opts = format!(
-        "-code_api -stack_size 56K -signal_stack_size 32K -max_elide_jmp 0 -max_elide_call 0 -early_inject -emulate_brk \
-         -no_inline_ignored_syscalls -sandbox_writable -sandbox2ro_threshold 0 -steal_fds 0 {window_opts}{extra} -client_lib64 \"{};0;{}\"",
-        install.client.display(),
-        client_opts
+    let dr_common = format!(
+        "-code_api -stack_size 56K -signal_stack_size 32K -max_elide_jmp 0 -max_elide_call 0 \
+         -no_inline_ignored_syscalls -sandbox_writable -sandbox2ro_threshold 0 -steal_fds 0 {window_opts}{extra}"
     );
-    let ext = install.dynamorio.join("ext/lib64/release");
-    let ld = match std::env::var_os("LD_LIBRARY_PATH") {
-        Some(old) if !old.is_empty() => format!("{}:{}", ext.display(), old.to_string_lossy()),
-        _ => ext.display().to_string(),
+    let status = match opts.attach {
+        Some(pid) => attach(&install, pid, &dr_common, &client_opts, &receiver).map(|()| None),
+        None => {
+            // The program starts under DynamoRIO: its loader and brk heap are DynamoRIO's
+            // from the first instruction on.
+            let dr_opts =
+                format!("{dr_common} -early_inject -emulate_brk -client_lib64 \"{};0;{}\"", install.client.display(), client_opts);
+            launch(&install, &app, &args, &dr_opts).map(Some)
+        }
     };
-    let mut cmd = Command::new(install.dynamorio.join("lib64/release/libdynamorio.so"));
-    cmd.arg0(&app).args(&args).env("DYNAMORIO_EXE_PATH", &app).env("DYNAMORIO_OPTIONS", dr_opts).env("LD_LIBRARY_PATH", ld);
-    // The terminal's interrupt goes to the program; dep waits for it and reports its status.
-    // SAFETY: the pre_exec closure only calls signal(2), async-signal-safe, in the forked child;
-    // exercised by tests/collector.rs killed_program_status_and_readable_profile.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
-            Ok(())
-        });
-    }
-    // SAFETY: signal(2) with a valid signal number and SIG_IGN; the old handler is restored below;
-    // exercised by tests/collector.rs hello.
-    let old_int = unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
-    // SAFETY: as for SIGINT above.
-    let old_quit = unsafe { libc::signal(libc::SIGQUIT, libc::SIG_IGN) };
-    let child = cmd.spawn();
-    let status = child.and_then(|mut c| c.wait());
-    // SAFETY: restores the handlers signal(2) returned above; exercised by tests/collector.rs
-    // hello.
-    unsafe {
-        libc::signal(libc::SIGINT, old_int);
-        libc::signal(libc::SIGQUIT, old_quit);
-    }
     let status = match status {
-        Ok(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
+        Ok(s) => s,
         Err(e) => {
             stop.store(true, Ordering::Release);
             let _ = std::fs::remove_file(&sock);
-            return Err(RecordError::Io { what: "cannot start DynamoRIO".into(), err: e });
+            return Err(e);
         }
     };
 
@@ -334,6 +329,12 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
             drain.as_secs()
         ));
     }
+    // An attached process is not dep's child: its status is the one it passed to exit_group
+    // (its last image's, if it exec'd), if the client saw it.
+    let status = status.unwrap_or_else(|| {
+        let results = receiver.results.lock().unwrap();
+        results.iter().rev().filter(|r| Some(r.pid) == opts.attach).find_map(|r| r.exit).unwrap_or(0)
+    });
     warnings.extend(receiver.finish(status));
     let results = receiver.results.lock().unwrap().clone();
     let mut counts = [0u64; 4];
@@ -356,6 +357,138 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
     Ok(RecordOutcome { status, profiles, counts, warnings })
 }
 
+/// Starts the program under DynamoRIO (`dr_opts` with the client) and waits for it: its
+/// exit status as a shell reports it.
+fn launch(install: &Install, app: &Path, args: &[String], dr_opts: &str) -> Result<i32, RecordError> {
+    let ext = install.dynamorio.join("ext/lib64/release");
+    let ld = match std::env::var_os("LD_LIBRARY_PATH") {
+        Some(old) if !old.is_empty() => format!("{}:{}", ext.display(), old.to_string_lossy()),
+        _ => ext.display().to_string(),
+    };
+    let mut cmd = Command::new(install.dynamorio.join("lib64/release/libdynamorio.so"));
+    cmd.arg0(app).args(args).env("DYNAMORIO_EXE_PATH", app).env("DYNAMORIO_OPTIONS", dr_opts).env("LD_LIBRARY_PATH", ld);
+    // The terminal's interrupt goes to the program; dep waits for it and reports its status.
+    // SAFETY: the pre_exec closure only calls signal(2), async-signal-safe, in the forked child;
+    // exercised by tests/collector.rs killed_program_status_and_readable_profile.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    // SAFETY: signal(2) with a valid signal number and SIG_IGN; the old handler is restored below;
+    // exercised by tests/collector.rs hello.
+    let old_int = unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+    // SAFETY: as for SIGINT above.
+    let old_quit = unsafe { libc::signal(libc::SIGQUIT, libc::SIG_IGN) };
+    let child = cmd.spawn();
+    let status = child.and_then(|mut c| c.wait());
+    // SAFETY: restores the handlers signal(2) returned above; exercised by tests/collector.rs
+    // hello.
+    unsafe {
+        libc::signal(libc::SIGINT, old_int);
+        libc::signal(libc::SIGQUIT, old_quit);
+    }
+    match status {
+        Ok(s) => Ok(s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))),
+        Err(e) => Err(RecordError::Io { what: "cannot start DynamoRIO".into(), err: e }),
+    }
+}
+
+/// Injects DynamoRIO and the client into running process `pid` (through the `dep-attach`
+/// helper beside the client, which drives DynamoRIO's injector) and waits for the process
+/// to end.
+fn attach(install: &Install, pid: u32, dr_opts: &str, client_opts: &str, receiver: &Receiver) -> Result<(), RecordError> {
+    use std::io::{BufRead, Write};
+    let helper = install.client.with_file_name("dep-attach");
+    if !helper.is_file() {
+        return Err(RecordError::Attach { pid, why: format!("{} is missing (built with the client)", helper.display()) });
+    }
+    if let Some(tid) = blocks_takeover(pid) {
+        return Err(RecordError::Attach {
+            pid,
+            why: format!(
+                "its thread {tid} blocks SIGILL, the signal DynamoRIO takes threads over with: \
+                 DynamoRIO would give up and end the process"
+            ),
+        });
+    }
+    // Opened before injecting: the process's end is seen even if it ends at once.
+    let exited = Exit::watch(pid)?;
+    let mut child = Command::new(&helper)
+        .arg(pid.to_string())
+        .arg(&install.dynamorio)
+        .arg(&install.client)
+        .arg(dr_opts)
+        .arg(client_opts)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|err| RecordError::Io { what: format!("cannot run {}", helper.display()), err })?;
+    let mut line = String::new();
+    let _ = std::io::BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line);
+    if line.trim() != "attached" {
+        let _ = child.wait();
+        let mut why = String::new();
+        let _ = std::io::Read::read_to_string(&mut child.stderr.take().expect("piped"), &mut why);
+        let why = why.lines().last().unwrap_or("the helper failed").trim_start_matches("dep-attach: ").to_string();
+        return Err(RecordError::Attach { pid, why });
+    }
+    // DynamoRIO reads its per-process config file as it starts in the process; the helper
+    // removes it once the client has connected (or the process has ended, or 30 s passed).
+    let started = Instant::now();
+    while receiver.connected() == 0 && !exited.done(Duration::from_millis(10)) && started.elapsed() < Duration::from_secs(30) {}
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(b"done\n");
+    }
+    let _ = child.wait();
+    if receiver.connected() > 0 {
+        eprintln!("dep: attached to process {pid}: recording until it ends");
+    }
+    while !exited.done(Duration::from_secs(1)) {}
+    Ok(())
+}
+
+/// A thread of process `pid` that blocks SIGILL. DynamoRIO's attach takes each thread over
+/// by sending it SIGILL (core/unix/os.c, suspend_signum) and ends the process when one does
+/// not answer within its timeout, as threads that block every signal (xz's workers) cannot.
+fn blocks_takeover(pid: u32) -> Option<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    for t in tasks.flatten() {
+        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        let blocked = status.lines().find_map(|l| l.strip_prefix("SigBlk:")).and_then(|h| u64::from_str_radix(h.trim(), 16).ok());
+        if blocked.is_some_and(|m| m & (1 << (libc::SIGILL - 1)) != 0) {
+            return t.file_name().to_str()?.parse().ok();
+        }
+    }
+    None
+}
+
+/// The end of a process that is not dep's child, through a pidfd.
+struct Exit(std::os::fd::OwnedFd);
+
+impl Exit {
+    fn watch(pid: u32) -> Result<Exit, RecordError> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if fd < 0 {
+            return Err(RecordError::NoProcess(pid));
+        }
+        // SAFETY: `fd` is the new descriptor pidfd_open returned, owned by nothing else.
+        Ok(Exit(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) }))
+    }
+
+    /// Whether the process has ended, waiting at most `wait` for it.
+    fn done(&self, wait: Duration) -> bool {
+        let mut p = libc::pollfd { fd: std::os::fd::AsRawFd::as_raw_fd(&self.0), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd for the call's duration.
+        let n = unsafe { libc::poll(&mut p, 1, wait.as_millis().min(i32::MAX as u128) as i32) };
+        n > 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,6 +504,7 @@ mod tests {
             windows: None,
             start_at: None,
             stop_at: None,
+            attach: None,
             program: program.iter().map(|s| s.to_string()).collect(),
         }
     }

@@ -187,6 +187,11 @@ impl Receiver {
         })
     }
 
+    /// Processes that have connected.
+    pub fn connected(&self) -> usize {
+        self.pids.lock().unwrap().len()
+    }
+
     /// Connections whose reader has finished.
     pub fn finished(&self) -> usize {
         self.results.lock().unwrap().len()

@@ -287,6 +287,7 @@ pub(crate) mod tests {
             windows: None,
             start_at: None,
             stop_at: None,
+            attached: false,
         }
     }
 

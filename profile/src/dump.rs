@@ -47,6 +47,9 @@ pub fn dump(p: &Profile, out: &mut dyn Write, opts: DumpOptions) -> Result<(), D
         let f = |x: &Option<String>| x.clone().unwrap_or_else(|| "-".into());
         writeln!(out, "recorded between functions: from the first entry of {} to the return of {}", f(&m.start_at), f(&m.stop_at))?;
     }
+    if m.attached {
+        writeln!(out, "attached to the running process: each thread recorded from then on")?;
+    }
     if let Some(link) = &m.parent {
         writeln!(out, "split from pid {} by {}", link.parent_pid, link.how)?;
     }

@@ -292,6 +292,7 @@ pub fn write_profile_with<W: Write>(
         windows: None,
         start_at: None,
         stop_at: None,
+        attached: false,
     })?;
     for p in &plans {
         let bytes = &code.iter().find(|(a, _)| *a == p.addr).unwrap().1;

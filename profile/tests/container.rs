@@ -22,6 +22,7 @@ fn meta() -> Metadata {
         windows: None,
         start_at: None,
         stop_at: None,
+        attached: false,
     }
 }
 

@@ -20,6 +20,7 @@ fn meta(xsave_size: u32) -> Metadata {
         windows: None,
         start_at: None,
         stop_at: None,
+        attached: false,
     }
 }
 

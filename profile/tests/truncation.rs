@@ -29,6 +29,7 @@ fn write_large(path: &std::path::Path) {
         windows: None,
         start_at: None,
         stop_at: None,
+        attached: false,
     })
     .unwrap();
     // Blocks hold at most 65,535 instructions: five of 60,000 one-byte nops.

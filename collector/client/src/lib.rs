@@ -80,10 +80,15 @@ unsafe fn hello() {
         tool: concat!("dep ", env!("CARGO_PKG_VERSION")).into(),
         // A new image not forked under the client (the first, or one a vfork child exec'd)
         // names its parent process; the launcher keeps the link if that process is recorded.
-        parent: PARENT.clone().or_else(|| Some(ParentLink { how: "fork".into(), parent_pid: libc::getppid() as u32 })),
+        // An attached process's parent was not recorded with it.
+        parent: PARENT
+            .clone()
+            .or_else(|| (!opts().attached).then(|| ParentLink { how: "fork".into(), parent_pid: libc::getppid() as u32 })),
         windows: opts().windows,
         start_at: opts().start_at.clone(),
         stop_at: opts().stop_at.clone(),
+        // A process forked or exec'd under the client is recorded from its start.
+        attached: opts().attached && PARENT.is_none(),
     };
     send(wire::HELLO, 0, &[&serde_json::to_vec(&meta).unwrap()]);
 }
@@ -739,6 +744,7 @@ pub unsafe extern "C" fn dr_client_main(id: client_id_t, _argc: c_int, _argv: *c
             "-truth" => o.truth = true,
             "-discard" => o.discard = true,
             "-no_sync" => o.no_sync = true,
+            "-attached" => o.attached = true,
             "-windows" if k + 4 < argc as usize => {
                 let mut n = [0u64; 4];
                 for v in n.iter_mut() {

@@ -72,6 +72,8 @@ pub struct Opts {
     pub windows: Option<dep_profile::container::WindowPlan>,
     /// Record each thread from the first entry of this function...
     pub start_at: Option<String>,
+    /// DynamoRIO attached to the running process (`dep record --attach`).
+    pub attached: bool,
     /// ...to the return of this one.
     pub stop_at: Option<String>,
 }
@@ -84,8 +86,16 @@ impl Opts {
     }
 }
 
-pub static mut OPTS: Opts =
-    Opts { socket: String::new(), truth: false, discard: false, no_sync: false, windows: None, start_at: None, stop_at: None };
+pub static mut OPTS: Opts = Opts {
+    socket: String::new(),
+    truth: false,
+    discard: false,
+    no_sync: false,
+    windows: None,
+    start_at: None,
+    stop_at: None,
+    attached: false,
+};
 
 pub fn opts() -> &'static Opts {
     // SAFETY: OPTS is written only in dr_client_main before any thread or event runs, read-only

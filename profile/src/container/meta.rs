@@ -35,6 +35,10 @@ pub struct Metadata {
     /// ...to the return of this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_at: Option<String>,
+    /// (Format 8.) `dep record --attach`: the process was running before DynamoRIO took
+    /// it over, and each thread is recorded from then on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub attached: bool,
 }
 
 /// Which of each thread's instructions are recorded: `count` windows of `instrs`
