@@ -24,10 +24,14 @@ pub const S_SHADOW: u32 = 8;
 pub const UPDATED: u8 = 8;
 /// Where the buffer hand-off stub returns to (after the shadow's three slots).
 pub const S_RETURN: u32 = 11;
-/// With windows: instructions left (signed) before the thread's next window check
-/// ([`crate::window`]); every block subtracts its own and checks at zero or below.
+/// With windows: the first of [`COUNT_SLOTS`] slots whose sum is the instructions left
+/// (signed) before the thread's next window check ([`crate::window`]); every block
+/// subtracts its own from the slot its address picks and checks at zero or below.
 pub const S_LEFT: u32 = 12;
-pub const NUM_SLOTS: u32 = 13;
+/// The slots the count is spread over: consecutive blocks mostly update different ones, so
+/// their read-modify-writes are not one chain through memory.
+pub const COUNT_SLOTS: u32 = 8;
+pub const NUM_SLOTS: u32 = S_LEFT + COUNT_SLOTS;
 
 pub const TAG_BUF: usize = 2 << 20;
 /// Room a block's entry code, the sync records of its instructions (in blocks of at most
@@ -378,7 +382,7 @@ pub struct PerThread {
     /// The tag pointer right after the current chunk's start record.
     pub chunk_open: *mut u8,
     /// Windows ([`crate::window`]): the thread's instruction count is `win_base` minus the
-    /// [`S_LEFT`] slot.
+    /// sum of the count slots from [`S_LEFT`].
     pub win_base: i64,
     /// Whether the blocks the thread runs are recorded now (its last window check found a
     /// recorded block and no unrecorded one since).
@@ -604,7 +608,9 @@ pub unsafe fn new_thread(dc: *mut c_void) -> *mut PerThread {
     }));
     *slot(&*pt, S_PREVHI) = 0;
     // The first block checks the windows.
-    *slot(&*pt, S_LEFT) = 0;
+    for k in 0..COUNT_SLOTS {
+        *slot(&*pt, S_LEFT + k) = 0;
+    }
     begin_chunk(&mut *pt);
     push_escape(&mut *pt, Escape::ThreadStart);
     push_sync_point(&mut *pt);
