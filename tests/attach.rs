@@ -134,4 +134,28 @@ fn attach_refuses_what_it_cannot_attach_to() {
     std::io::Read::read_to_string(&mut out, &mut printed).unwrap();
     assert_eq!(prog.wait().unwrap().code(), Some(5));
     assert!(printed.contains("shared 150 total"), "{printed}");
+
+    // A process dep already records runs under DynamoRIO: a second one is refused.
+    let mut rec = Command::new(dep())
+        .args(["record", "--discard", "--"])
+        .arg(corpus().join("attach"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(rec.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    let children = std::fs::read_to_string(format!("/proc/{}/task/{}/children", rec.id(), rec.id())).unwrap();
+    let app = children.split_whitespace().next().expect("dep's child, the program");
+    let o = Command::new(dep()).args(["record", "--discard", "--attach", app]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("already runs under DynamoRIO"), "{err}");
+    rec.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let mut printed = String::new();
+    std::io::Read::read_to_string(&mut out, &mut printed).unwrap();
+    assert_eq!(rec.wait().unwrap().code(), Some(5), "the recorded program ran on: {printed}");
 }

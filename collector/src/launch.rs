@@ -405,6 +405,11 @@ fn attach(install: &Install, pid: u32, dr_opts: &str, client_opts: &str, receive
     if !helper.is_file() {
         return Err(RecordError::Attach { pid, why: format!("{} is missing (built with the client)", helper.display()) });
     }
+    // A second DynamoRIO in one process would take over from the first one's code cache.
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    if maps.lines().any(|l| l.ends_with("/libdynamorio.so")) {
+        return Err(RecordError::Attach { pid, why: "it already runs under DynamoRIO".into() });
+    }
     if let Some(tid) = blocks_takeover(pid) {
         return Err(RecordError::Attach {
             pid,
