@@ -147,6 +147,33 @@ fn windows_hold_exactly_the_whole_runs_instructions_there() {
     }
 }
 
+/// corpora/siglongjmp faults 13 times late in its run, each time in the middle of a block
+/// that counted all its instructions on entry. Windows from 60% of the run on, each about
+/// a thirtieth of it long, have faults before them (in the unrecorded stretch) and inside
+/// them: each must still hold exactly the whole run's blocks there, as DuckDB numbers
+/// them (an interrupted block up to and including the instruction it stopped at).
+#[test]
+fn faults_do_not_move_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let whole = record(d, "whole", &["--skip-instrs", "0"], "siglongjmp", &[]);
+    let blocks = numbered_whole(&whole, d, "blocks");
+    let text = numbered_whole(&whole, d, "text");
+    let total: u64 = blocks.last().map(|(_, s, l)| s + l.rsplit(' ').next().unwrap().parse::<u64>().unwrap()).unwrap();
+    let len = total / 30;
+    for k in 0..12 {
+        let n = total * 60 / 100 + k * total / 35;
+        let name = format!("at{n}");
+        let p = record(d, &name, &["--skip-instrs", &n.to_string(), "--instrs", &len.to_string()], "siglongjmp", &[]);
+        let want = (first_start(&blocks, "0", n), first_start(&blocks, "0", (n + len).min(total)));
+        let w = windows(&p);
+        assert_eq!(w[0].0, vec![want], "{name}: the window");
+        let b = recover(&p, "blocks", &[]);
+        assert!(b == cut(&blocks, want.0, want.1, None), "{name}: the window's blocks are the whole run's there");
+        assert!(recover(&p, "text", &[]) == cut(&text, want.0, want.1, None), "{name}: and its references");
+    }
+}
+
 #[test]
 fn a_window_past_the_end_counts_every_instruction() {
     let dir = tempfile::tempdir().unwrap();

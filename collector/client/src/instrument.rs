@@ -438,6 +438,8 @@ pub unsafe extern "C" fn insertion(
                 if let Some(k) = *trigger {
                     crate::window::trigger_call(&e, k, *pc);
                 }
+                // Where the block starts, for giving back what a fault leaves unrun.
+                e.ins(traces::mark(dc, Mark::CountStart, [*insns as usize, 0, 0, 0]));
                 check(drreg_reserve_aflags(dc, bb, inst), "aflags");
                 crate::window::entry_check(&e, *insns, false, *pc);
                 check(drreg_unreserve_aflags(dc, bb, inst), "unreserve aflags");

@@ -268,6 +268,9 @@ unsafe fn mark_interrupted(pt: &mut PerThread, mc: &dr_mcontext_t) {
         }
     }
     push_escape(pt, Escape::Interrupted { insn: k as u16 });
+    // The block counted all its instructions at its entry; recovery numbers it as run up
+    // to and including instruction k.
+    crate::window::give_back(pt, plan.insns.len().saturating_sub(k + 1) as u64);
     push_escape(pt, Escape::ExpireAll);
     expire_all(pt);
     if opts().truth {
@@ -293,8 +296,12 @@ unsafe fn mark_interrupted(pt: &mut PerThread, mc: &dr_mcontext_t) {
 unsafe extern "C" fn restore_event(dc: *mut c_void, _restore_memory: bool_, info: *mut dr_restore_state_info_t) -> bool_ {
     let pt = get(dc);
     // (Outside a window the last block recorded is not the one running.)
-    if !pt.is_null() && (*pt).recording && !info.is_null() && !(*info).mcontext.is_null() {
-        mark_interrupted(&mut *pt, &*(*info).mcontext);
+    if !pt.is_null() && !info.is_null() && !(*info).mcontext.is_null() {
+        if (*pt).recording {
+            mark_interrupted(&mut *pt, &*(*info).mcontext);
+        } else {
+            crate::window::interrupted_outside(&mut *pt, &*info);
+        }
     }
     1
 }

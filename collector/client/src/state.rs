@@ -366,6 +366,9 @@ pub struct PerThread {
     pub counts: [u64; 4],
     /// The tag pointer right after the last interruption record (no double marking).
     pub interrupted_at: *mut u8,
+    /// Outside the windows: the interruption whose block's rest went back off the count
+    /// last, as the cache address and the count then (no double giving back).
+    pub gave_back_at: (u64, u64),
     /// Truth: the rep string whose start was observed and whose end was not yet.
     pub rep_pending: Option<RepPending>,
     /// Sync records written inside the current block: the tag pointer before the first
@@ -590,6 +593,7 @@ pub unsafe fn new_thread(dc: *mut c_void) -> *mut PerThread {
         c_mark: core::ptr::null_mut(),
         counts: [0; 4],
         interrupted_at: core::ptr::null_mut(),
+        gave_back_at: (0, 0),
         rep_pending: None,
         sync_span: (core::ptr::null_mut(), core::ptr::null_mut()),
         sync_syscall: None,

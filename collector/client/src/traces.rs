@@ -42,10 +42,13 @@ pub enum Mark {
     /// Before the test of a register's shadow (`movzx s, shadow; lea v, [v + s]`); data: the
     /// register.
     ShadowTest = 5,
+    /// Before a counting block's first instruction (windows); data: its instruction count.
+    CountStart = 6,
 }
 
 /// Every mark, in note order.
-const MARKS: [Mark; 6] = [Mark::CheckStart, Mark::CheckEnd, Mark::HtagStart, Mark::HtagEnd, Mark::ShadowSet, Mark::ShadowTest];
+const MARKS: [Mark; 7] =
+    [Mark::CheckStart, Mark::CheckEnd, Mark::HtagStart, Mark::HtagEnd, Mark::ShadowSet, Mark::ShadowTest, Mark::CountStart];
 /// The first of this client's label notes (drmgr_reserve_note_range), 0 until reserved.
 static mut NOTE_BASE: usize = 0;
 
@@ -82,7 +85,7 @@ pub unsafe fn mark(dc: *mut c_void, mark: Mark, data: [usize; 4]) -> *mut instr_
 ///
 /// # Safety
 /// `i` is a live instruction; exercised by tests/collector.rs hello.
-unsafe fn mark_of(i: *mut instr_t) -> Option<Mark> {
+pub unsafe fn mark_of(i: *mut instr_t) -> Option<Mark> {
     if instr_is_label(i) == 0 {
         return None;
     }
@@ -93,7 +96,7 @@ unsafe fn mark_of(i: *mut instr_t) -> Option<Mark> {
 ///
 /// # Safety
 /// `i` is a live label; exercised by tests/collector.rs hello.
-unsafe fn data(i: *mut instr_t) -> [usize; 4] {
+pub unsafe fn data(i: *mut instr_t) -> [usize; 4] {
     (*instr_get_label_data_area(i)).data.map(|d| d as usize)
 }
 

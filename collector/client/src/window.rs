@@ -335,6 +335,63 @@ unsafe fn stop(pt: &mut PerThread, at: u64) {
     flush(pt, false);
 }
 
+/// Takes `n` instructions back off the thread's count: the rest of a block its entry
+/// counted whole that stopped early (a fault, or DynamoRIO moving the thread out of it).
+///
+/// # Safety
+/// `pt` is the calling thread's own set-up PerThread; exercised by tests/windows.rs
+/// faults_inside_a_window_do_not_move_its_end.
+pub unsafe fn give_back(pt: &mut PerThread, n: u64) {
+    if opts().partial() {
+        *slot(pt, S_LEFT) = (*slot(pt, S_LEFT)).wrapping_add(n);
+    }
+}
+
+/// Outside the windows, where DynamoRIO translates the thread out of the middle of a
+/// counting block (a fault, or moving the thread): the rest of the block goes back off the
+/// count, as recovery numbers an interrupted block up to and including the instruction it
+/// stopped at. The block is the one whose window-check mark comes last before the
+/// stopping instruction in the fragment's recreated list (first match by address in a
+/// trace that holds a block twice).
+///
+/// # Safety
+/// `pt` is the calling thread's own set-up PerThread and `info` DynamoRIO's, valid for the
+/// call; exercised by tests/windows.rs faults_do_not_move_windows.
+pub unsafe fn interrupted_outside(pt: &mut PerThread, info: &dr_restore_state_info_t) {
+    use crate::traces::{data, mark_of, Mark};
+    if !opts().partial() || info.raw_mcontext.is_null() {
+        return;
+    }
+    let list = info.fragment_info.ilist;
+    if list.is_null() {
+        return;
+    }
+    let pc = (*info.mcontext).__bindgen_anon_10.xip as u64;
+    let raw = (*info.raw_mcontext).__bindgen_anon_10.xip as u64;
+    let now = at(pt);
+    if pt.gave_back_at == (raw, now) {
+        return;
+    }
+    let (mut insns, mut k) = (None, 0u64);
+    let mut i = instrlist_first(list);
+    while !i.is_null() {
+        if mark_of(i) == Some(Mark::CountStart) {
+            insns = Some(data(i)[0] as u64);
+            k = 0;
+        } else if instr_is_app(i) != 0 {
+            if instr_get_app_pc(i) as u64 == pc {
+                if let Some(n) = insns {
+                    pt.gave_back_at = (raw, now);
+                    give_back(pt, n.saturating_sub(k + 1));
+                }
+                return;
+            }
+            k += 1;
+        }
+        i = instr_get_next(i);
+    }
+}
+
 /// At the thread's end: an unrecorded stretch it ended in goes before its last chunk.
 ///
 /// # Safety
