@@ -227,7 +227,9 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
         std::fs::File::create(&opts.output).map_err(|err| RecordError::Output { path: opts.output.clone(), err })?;
     }
 
-    let sock = std::env::temp_dir().join(format!("dep-{}-{}.sock", std::process::id(), crate::receive::now_ns() % 1_000_000));
+    // One length whatever the pid and the time: the name is in the program's environment
+    // (the client's options), whose length moves the program's stack (see PART_WIDTH).
+    let sock = std::env::temp_dir().join(format!("dep-{:07}-{:06}.sock", std::process::id(), crate::receive::now_ns() % 1_000_000));
     let _ = std::fs::remove_file(&sock);
     let listener = std::os::unix::net::UnixListener::bind(&sock)
         .map_err(|err| RecordError::Io { what: format!("cannot listen on {}", sock.display()), err })?;
