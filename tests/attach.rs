@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 
 mod common;
 use common::{corpus, dep};
@@ -19,9 +19,10 @@ fn ok(cmd: &mut Command) -> String {
     String::from_utf8(o.stdout).unwrap()
 }
 
-/// Starts corpora/attach with `args` and waits until it is ready: the process and its output.
-fn start(args: &[&str]) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
-    let mut prog = Command::new(corpus().join("attach")).args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+/// Starts `cmd`, which runs corpora/attach, and waits until the program is ready: the process
+/// and its output.
+fn start(cmd: &mut Command) -> (Child, BufReader<ChildStdout>) {
+    let mut prog = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     let mut out = BufReader::new(prog.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
@@ -29,10 +30,25 @@ fn start(args: &[&str]) -> (std::process::Child, BufReader<std::process::ChildSt
     (prog, out)
 }
 
+/// Lets a started corpora/attach go: the rest of what it printed, and `prog`'s exit status.
+fn finish(mut prog: Child, mut out: BufReader<ChildStdout>) -> (String, i32) {
+    prog.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let mut printed = String::new();
+    std::io::Read::read_to_string(&mut out, &mut printed).unwrap();
+    (printed, prog.wait().unwrap().code().unwrap())
+}
+
+/// corpora/attach with `args`.
+fn program(args: &[&str]) -> Command {
+    let mut cmd = Command::new(corpus().join("attach"));
+    cmd.args(args);
+    cmd
+}
+
 /// Runs corpora/attach, attaches `dep record --truth` to it into `p` once it is ready, lets it
 /// go and returns (what it printed, its exit status, dep's exit status, dep's stderr).
 fn attach_and_run(p: &Path) -> (String, i32, i32, String) {
-    let (mut prog, mut out) = start(&[]);
+    let (prog, out) = start(&mut program(&[]));
     let mut rec = Command::new(dep())
         .args(["record", "--truth", "-o"])
         .arg(p)
@@ -55,10 +71,7 @@ fn attach_and_run(p: &Path) -> (String, i32, i32, String) {
         }
     }
     assert!(said.contains(&format!("attached to process {}", prog.id())), "dep said: {said}");
-    prog.stdin.take().unwrap().write_all(b"go\n").unwrap();
-    let mut printed = String::new();
-    std::io::Read::read_to_string(&mut out, &mut printed).unwrap();
-    let status = prog.wait().unwrap().code().unwrap();
+    let (printed, status) = finish(prog, out);
     std::io::Read::read_to_string(&mut err, &mut said).unwrap();
     let dep_status = rec.wait().unwrap().code().unwrap();
     (printed, status, dep_status, said)
@@ -123,39 +136,24 @@ fn attach_refuses_what_it_cannot_attach_to() {
 
     // Threads that block every signal cannot be taken over: dep refuses before DynamoRIO
     // would end the process, which then runs on untouched.
-    let (mut prog, mut out) = start(&["--block-signals"]);
+    let (prog, out) = start(&mut program(&["--block-signals"]));
     let o = Command::new(dep()).args(["record", "--discard", "--attach"]).arg(prog.id().to_string()).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(err.contains("blocks SIGILL"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
-    prog.stdin.take().unwrap().write_all(b"go\n").unwrap();
-    let mut printed = String::new();
-    std::io::Read::read_to_string(&mut out, &mut printed).unwrap();
-    assert_eq!(prog.wait().unwrap().code(), Some(5));
+    let (printed, status) = finish(prog, out);
+    assert_eq!(status, 5);
     assert!(printed.contains("shared 150 total"), "{printed}");
 
     // A process dep already records runs under DynamoRIO: a second one is refused.
-    let mut rec = Command::new(dep())
-        .args(["record", "--discard", "--"])
-        .arg(corpus().join("attach"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(rec.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line, "ready\n");
+    let (rec, out) = start(Command::new(dep()).args(["record", "--discard", "--"]).arg(corpus().join("attach")).stderr(Stdio::null()));
     let children = std::fs::read_to_string(format!("/proc/{}/task/{}/children", rec.id(), rec.id())).unwrap();
     let app = children.split_whitespace().next().expect("dep's child, the program");
     let o = Command::new(dep()).args(["record", "--discard", "--attach", app]).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(err.contains("already runs under DynamoRIO"), "{err}");
-    rec.stdin.take().unwrap().write_all(b"go\n").unwrap();
-    let mut printed = String::new();
-    std::io::Read::read_to_string(&mut out, &mut printed).unwrap();
-    assert_eq!(rec.wait().unwrap().code(), Some(5), "the recorded program ran on: {printed}");
+    let (printed, status) = finish(rec, out);
+    assert_eq!(status, 5, "the recorded program ran on: {printed}");
 }

@@ -340,7 +340,7 @@ unsafe fn stop(pt: &mut PerThread, at: u64) {
 ///
 /// # Safety
 /// `pt` is the calling thread's own set-up PerThread; exercised by tests/windows.rs
-/// faults_inside_a_window_do_not_move_its_end.
+/// faults_do_not_move_windows.
 pub unsafe fn give_back(pt: &mut PerThread, n: u64) {
     if opts().partial() {
         *slot(pt, S_LEFT) = (*slot(pt, S_LEFT)).wrapping_add(n);
