@@ -169,8 +169,10 @@ enum Cmd {
         /// are further processes of the same file).
         #[arg(required_unless_present = "check")]
         profile: Option<PathBuf>,
+        /// The DCFG to write (- for standard output).
         #[arg(short, long, required_unless_present = "check")]
         output: Option<PathBuf>,
+        /// Also write the DCFG-trace here (- for standard output).
         #[arg(long)]
         trace: Option<PathBuf>,
         /// Decode and check a DCFG and its DCFG-trace (from any producer) instead.
@@ -186,6 +188,7 @@ enum Cmd {
     /// N dependences (default 100000).
     Wet {
         profile: PathBuf,
+        /// The trace to write (- for standard output).
         #[arg(short, long, required_unless_present = "count")]
         output: Option<PathBuf>,
         #[arg(long, num_args = 0..=1, default_missing_value = "100000", value_name = "N")]
@@ -505,8 +508,22 @@ fn warn_symbols<'a>(syms: impl IntoIterator<Item = &'a dep_dcfg_out::program::sy
 }
 
 /// Opens the output file, or stdout when none is given.
+/// Whether an output path names standard output: `-`, as most Unix tools take it.
+fn is_stdout(path: &std::path::Path) -> bool {
+    path.as_os_str() == "-"
+}
+
+/// Refuses two outputs that both name standard output (`-`): their text would interleave.
+fn one_stdout(what: [(&str, Option<&std::path::Path>); 2]) -> Result<()> {
+    if what.iter().all(|(_, p)| p.is_some_and(is_stdout)) {
+        bail!("{} and {} cannot both be - (standard output)", what[0].0, what[1].0);
+    }
+    Ok(())
+}
+
+/// A buffered writer to `path`, or to standard output when it is none or `-`.
 fn create_output(path: Option<&std::path::Path>) -> Result<Box<dyn Write + Send>> {
-    Ok(match path {
+    Ok(match path.filter(|p| !is_stdout(p)) {
         Some(p) => Box::new(std::io::BufWriter::with_capacity(
             1 << 20,
             std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
@@ -613,7 +630,7 @@ fn recover(
     }
     let pb = progress_bar(rec.chunks().len() as u64, if truth { "replaying truth" } else { "recovering" });
     if format == "parquet" {
-        let dir = output.context("--format parquet writes a directory: give it with -o DIR")?;
+        let dir = output.filter(|o| !is_stdout(o)).context("--format parquet writes a directory: give it with -o DIR")?;
         let syms = symbolizer(&p.modules);
         dep_dcfg_out::parquet::write(&rec, source, dir, &syms, &|n| pb.inc(n))?;
         pb.finish_and_clear();
@@ -872,6 +889,7 @@ fn umt_check(dir: &std::path::Path) -> Result<ExitCode> {
 fn dcfg(profile: &std::path::Path, output: &std::path::Path, trace: Option<&std::path::Path>, window: SeekArgs) -> Result<ExitCode> {
     use dep_dcfg_out::dcfg::{write_dcfg, write_trace, Ids, Process};
     use dep_dcfg_out::program::symbols::Symbolizer;
+    one_stdout([("-o", Some(output)), ("--trace", trace)])?;
     let (profiles, strays) = dep_profile::container::open_family(profile)?;
     for p in strays {
         eprintln!("dep: warning: {}: not a child of {}; left out", p.display(), profile.display());
@@ -924,6 +942,7 @@ fn wet(
     ports: Option<&std::path::Path>,
 ) -> Result<ExitCode> {
     use dep_dcfg_out::wet;
+    one_stdout([("-o", output), ("--ports", ports)])?;
     let p = dep_profile::container::Profile::open(profile)?;
     let mut out: Box<dyn Write> = match output {
         Some(o) => Box::new(create_output(Some(o))?),

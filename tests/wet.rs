@@ -396,3 +396,22 @@ fn count_finds_what_the_trace_lists() {
     let both = Command::new(dep()).args(["wet", "--count", "-o"]).arg(&out).arg(&p).output().unwrap();
     assert!(!both.status.success(), "--count writes no trace: -o is refused");
 }
+
+/// `-o -` writes to standard output what `-o FILE` writes to the file, for `dep wet` and
+/// `dep dcfg`; two outputs both `-` are refused in one line naming them.
+#[test]
+fn dash_is_standard_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = record(dir.path(), "hello");
+    for (cmd, second) in [("wet", "--ports"), ("dcfg", "--trace")] {
+        let file = dir.path().join(format!("{cmd}.out"));
+        ok(Command::new(dep()).arg(cmd).arg(&profile).arg("-o").arg(&file));
+        let stdout = ok(Command::new(dep()).arg(cmd).arg(&profile).args(["-o", "-"]));
+        assert!(!stdout.is_empty() && stdout == std::fs::read(&file).unwrap(), "dep {cmd} -o - differs from -o FILE");
+        assert!(!Path::new("-").exists() && !dir.path().join("-").exists(), "no file named -");
+        let o = Command::new(dep()).arg(cmd).arg(&profile).args(["-o", "-", second, "-"]).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && o.stdout.is_empty(), "dep {cmd}: {err}");
+        assert!(err.trim().lines().count() == 1 && err.contains(second) && err.contains("standard output"), "{err}");
+    }
+}
