@@ -45,11 +45,16 @@ fn program(args: &[&str]) -> Command {
     cmd
 }
 
-/// Runs corpora/attach, attaches `dep record --truth` to it into `p` once it is ready, lets it
-/// go and returns (what it printed, its exit status, dep's exit status, dep's stderr).
-fn attach_and_run(p: &Path) -> (String, i32, i32, String) {
+/// Runs corpora/attach, attaches `dep record --truth` (with `client` as DEP_CLIENT, if
+/// given) to it into `p` once it is ready, lets it go and returns (what it printed, its
+/// exit status, dep's exit status, dep's stderr).
+fn attach_and_run(p: &Path, client: Option<&Path>) -> (String, i32, i32, String) {
     let (prog, out) = start(&mut program(&[]));
-    let mut rec = Command::new(dep())
+    let mut rec = Command::new(dep());
+    if let Some(c) = client {
+        rec.env("DEP_CLIENT", c);
+    }
+    let mut rec = rec
         .args(["record", "--truth", "-o"])
         .arg(p)
         .arg("--attach")
@@ -81,7 +86,7 @@ fn attach_and_run(p: &Path) -> (String, i32, i32, String) {
 fn attached_process_recovers_to_its_truth_and_runs_as_natively() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("attach.dep");
-    let (printed, status, dep_status, said) = attach_and_run(&p);
+    let (printed, status, dep_status, said) = attach_and_run(&p, None);
     let native = Command::new(corpus().join("attach")).stdin(Stdio::null()).output().unwrap();
     let native_out = String::from_utf8_lossy(&native.stdout);
     assert_eq!(native.status.code(), Some(5));
@@ -156,4 +161,22 @@ fn attach_refuses_what_it_cannot_attach_to() {
     assert!(err.contains("already runs under DynamoRIO"), "{err}");
     let (printed, status) = finish(rec, out);
     assert_eq!(status, 5, "the recorded program ran on: {printed}");
+}
+
+/// DEP_CLIENT may name a client away from its helper: dep-attach is then found where the
+/// client would have been.
+#[test]
+fn attach_finds_its_helper_when_the_client_is_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = Path::new(dep()).with_file_name("libdep_client.so");
+    let client = dir.path().join("libdep_client.so");
+    std::fs::copy(&built, &client).unwrap();
+    assert!(!dir.path().join("dep-attach").exists());
+    let p = dir.path().join("moved.dep");
+    let (printed, status, dep_status, said) = attach_and_run(&p, Some(&client));
+    assert_eq!((status, dep_status), (5, 5), "{said}");
+    assert!(printed.contains("shared 150 total"), "{printed}");
+    let recovered = ok(Command::new(dep()).args(["recover", "--format", "text"]).arg(&p));
+    let truth = ok(Command::new(dep()).args(["recover", "--truth", "--format", "text"]).arg(&p));
+    assert!(!recovered.is_empty() && recovered == truth, "recovery differs from the truth stream");
 }

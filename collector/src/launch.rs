@@ -89,6 +89,9 @@ pub struct RecordOutcome {
 pub struct Install {
     pub dynamorio: PathBuf,
     pub client: PathBuf,
+    /// The helper behind `--attach` (`dep-attach`, built and installed with the client):
+    /// beside the client, else where the client would be found without DEP_CLIENT.
+    pub attach_helper: Option<PathBuf>,
 }
 
 impl Install {
@@ -136,7 +139,10 @@ impl Install {
                 .find(|p| p.is_file())
                 .ok_or_else(|| RecordError::NoClient(looked("libdep_client.so")))?,
         };
-        Ok(Install { dynamorio, client })
+        let attach_helper = std::iter::once(client.with_file_name("dep-attach"))
+            .chain(installed.iter().chain(cargo.iter()).map(|d| d.join("dep-attach")))
+            .find(|p| p.is_file());
+        Ok(Install { dynamorio, client, attach_helper })
     }
 
     /// DynamoRIO's version, from the CMake package file of its tree.
@@ -403,10 +409,11 @@ fn launch(install: &Install, app: &Path, args: &[String], dr_opts: &str) -> Resu
 /// to end.
 fn attach(install: &Install, pid: u32, dr_opts: &str, client_opts: &str, receiver: &Receiver) -> Result<(), RecordError> {
     use std::io::{BufRead, Write};
-    let helper = install.client.with_file_name("dep-attach");
-    if !helper.is_file() {
-        return Err(RecordError::Attach { pid, why: format!("{} is missing (built with the client)", helper.display()) });
-    }
+    let Some(helper) = &install.attach_helper else {
+        let why =
+            format!("its helper dep-attach is missing beside {} (it is built and installed with the client)", install.client.display());
+        return Err(RecordError::Attach { pid, why });
+    };
     // A second DynamoRIO in one process would take over from the first one's code cache.
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
     if maps.lines().any(|l| l.ends_with("/libdynamorio.so")) {
@@ -423,7 +430,7 @@ fn attach(install: &Install, pid: u32, dr_opts: &str, client_opts: &str, receive
     }
     // Opened before injecting: the process's end is seen even if it ends at once.
     let exited = Exit::watch(pid)?;
-    let mut child = Command::new(&helper)
+    let mut child = Command::new(helper)
         .arg(pid.to_string())
         .arg(&install.dynamorio)
         .arg(&install.client)
