@@ -5,6 +5,7 @@
  * every signal blocked, as xz's do. */
 #include <pthread.h>
 #include <signal.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +50,15 @@ int main(int argc, char **argv)
     printf("ready\n");
     fflush(stdout);
     char line[64];
-    if (!fgets(line, sizeof line, stdin)) line[0] = 0;
+    // DynamoRIO's takeover signal interrupts the read this waits in (EINTR): wait on, as a
+    // program that retries interrupted calls does.
+    while (!fgets(line, sizeof line, stdin)) {
+        if (!ferror(stdin) || errno != EINTR) {
+            line[0] = 0;
+            break;
+        }
+        clearerr(stdin);
+    }
     if (write(go[1], "gg", NTHREADS) != NTHREADS) return 1;
     long total = 0;
     for (int i = 0; i < NTHREADS; i++) {

@@ -76,6 +76,10 @@ fn attach_and_run(p: &Path, client: Option<&Path>) -> (String, i32, i32, String)
         }
     }
     assert!(said.contains(&format!("attached to process {}", prog.id())), "dep said: {said}");
+    // Its threads sit in the system calls they were in, waiting for `go`.
+    let mut prog = prog;
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(prog.try_wait().unwrap().is_none(), "the program went on before it was let go");
     let (printed, status) = finish(prog, out);
     std::io::Read::read_to_string(&mut err, &mut said).unwrap();
     let dep_status = rec.wait().unwrap().code().unwrap();
