@@ -507,7 +507,6 @@ fn warn_symbols<'a>(syms: impl IntoIterator<Item = &'a dep_dcfg_out::program::sy
     }
 }
 
-/// Opens the output file, or stdout when none is given.
 /// Whether an output path names standard output: `-`, as most Unix tools take it.
 fn is_stdout(path: &std::path::Path) -> bool {
     path.as_os_str() == "-"

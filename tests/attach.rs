@@ -38,6 +38,14 @@ fn finish(mut prog: Child, mut out: BufReader<ChildStdout>) -> (String, i32) {
     (printed, prog.wait().unwrap().code().unwrap())
 }
 
+/// The text recovery of profile `p`, checked equal to its truth stream's.
+fn recovers_to_truth(p: &Path) -> String {
+    let recovered = ok(Command::new(dep()).args(["recover", "--format", "text"]).arg(p));
+    let truth = ok(Command::new(dep()).args(["recover", "--truth", "--format", "text"]).arg(p));
+    assert!(recovered == truth, "recovery differs from the truth stream");
+    recovered
+}
+
 /// corpora/attach with `args`.
 fn program(args: &[&str]) -> Command {
     let mut cmd = Command::new(corpus().join("attach"));
@@ -49,7 +57,7 @@ fn program(args: &[&str]) -> Command {
 /// given) to it into `p` once it is ready, lets it go and returns (what it printed, its
 /// exit status, dep's exit status, dep's stderr).
 fn attach_and_run(p: &Path, client: Option<&Path>) -> (String, i32, i32, String) {
-    let (prog, out) = start(&mut program(&[]));
+    let (mut prog, out) = start(&mut program(&[]));
     let mut rec = Command::new(dep());
     if let Some(c) = client {
         rec.env("DEP_CLIENT", c);
@@ -77,7 +85,6 @@ fn attach_and_run(p: &Path, client: Option<&Path>) -> (String, i32, i32, String)
     }
     assert!(said.contains(&format!("attached to process {}", prog.id())), "dep said: {said}");
     // Its threads sit in the system calls they were in, waiting for `go`.
-    let mut prog = prog;
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(prog.try_wait().unwrap().is_none(), "the program went on before it was let go");
     let (printed, status) = finish(prog, out);
@@ -102,9 +109,7 @@ fn attached_process_recovers_to_its_truth_and_runs_as_natively() {
     assert!(dump.contains("attached to the running process"), "{dump}");
     assert!(dump.contains("ended: exit status 5"), "{dump}");
 
-    let recovered = ok(Command::new(dep()).args(["recover", "--format", "text"]).arg(&p));
-    let truth = ok(Command::new(dep()).args(["recover", "--truth", "--format", "text"]).arg(&p));
-    assert!(recovered == truth, "recovery differs from the truth stream");
+    let recovered = recovers_to_truth(&p);
 
     // Each worker fills its own 50,000-element array of longs after the attach.
     let mut writes: Vec<BTreeSet<u64>> = vec![BTreeSet::new(); 3];
@@ -180,7 +185,5 @@ fn attach_finds_its_helper_when_the_client_is_elsewhere() {
     let (printed, status, dep_status, said) = attach_and_run(&p, Some(&client));
     assert_eq!((status, dep_status), (5, 5), "{said}");
     assert!(printed.contains("shared 150 total"), "{printed}");
-    let recovered = ok(Command::new(dep()).args(["recover", "--format", "text"]).arg(&p));
-    let truth = ok(Command::new(dep()).args(["recover", "--truth", "--format", "text"]).arg(&p));
-    assert!(!recovered.is_empty() && recovered == truth, "recovery differs from the truth stream");
+    assert!(!recovers_to_truth(&p).is_empty());
 }

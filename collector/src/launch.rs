@@ -410,8 +410,10 @@ fn launch(install: &Install, app: &Path, args: &[String], dr_opts: &str) -> Resu
 fn attach(install: &Install, pid: u32, dr_opts: &str, client_opts: &str, receiver: &Receiver) -> Result<(), RecordError> {
     use std::io::{BufRead, Write};
     let Some(helper) = &install.attach_helper else {
-        let why =
-            format!("its helper dep-attach is missing beside {} (it is built and installed with the client)", install.client.display());
+        let why = format!(
+            "its helper dep-attach is missing: not beside {}, nor where dep looks for the client (it is built and installed with the client)",
+            install.client.display()
+        );
         return Err(RecordError::Attach { pid, why });
     };
     // A second DynamoRIO in one process would take over from the first one's code cache.
