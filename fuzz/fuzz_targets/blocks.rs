@@ -17,7 +17,7 @@ struct Entry<'a> {
 
 fuzz_target!(|e: Entry| {
     let width = if e.wide { Width::W64 } else { Width::W32 };
-    let mut sem = Semantics::new(Machine { width, xsave_size: e.xsave_size, derive: true });
+    let mut sem = Semantics::new(Machine { width, xsave_size: e.xsave_size, derive: true, roots: true });
     if let Ok(p) = BlockPlan::build(&mut sem, e.addr, e.code, e.count.map(|c| c as usize)) {
         let _ = p.decisions();
     }

@@ -49,12 +49,32 @@ pub struct Step {
     pub adjust: Vec<(Reg, i64)>,
     /// Registers derived since the previous step from current ones: current after it.
     pub derived: RegSet,
+    /// Registers computed since the previous step from one whose status only its shadow
+    /// knows (format 9): `(register, holder)`, the register taking the status the holder
+    /// had at the previous step, which is the shadow's (see [`Step::shadow_of`]).
+    pub copies: Vec<(Reg, Reg)>,
     /// Where a derivation happened since the previous step: every value change since, in
     /// program order (constant additions and derivations).
     pub ops: Vec<RegOp>,
     /// Registers the instruction's addresses need (the paper's `used` bits), or a
     /// derivation's sources.
     pub used: RegSet,
+    /// Registers of `used` whose status is another register's shadow (format 9):
+    /// `(register, shadow's register)`.
+    pub roots: Vec<(Reg, Reg)>,
+}
+
+impl Step {
+    /// The register whose shadow says whether `r`, used here, is current: `r`'s own, or
+    /// that of the register it was computed from in this block.
+    pub fn shadow_of(&self, r: Reg) -> Reg {
+        self.roots.iter().find(|(u, _)| *u == r).map_or(r, |(_, q)| *q)
+    }
+
+    /// The registers of [`copies`](Self::copies).
+    pub fn copied(&self) -> RegSet {
+        self.copies.iter().map(|(r, _)| *r).collect()
+    }
 }
 
 /// A change to a register's value that the recoverer repeats.
@@ -95,6 +115,9 @@ pub struct BlockPlan {
     pub tail_adjust: Vec<(Reg, i64)>,
     /// Registers derived after the last step from current ones.
     pub tail_derived: RegSet,
+    /// Registers whose status at the end is their own shadow's again, taken from a holder
+    /// (as [`Step::copies`]).
+    pub tail_copies: Vec<(Reg, Reg)>,
     /// Value changes after the last step in order, where a derivation is among them.
     pub tail_ops: Vec<RegOp>,
 }
@@ -106,17 +129,23 @@ enum Known {
     Current,
     /// Not current: written in the block so far.
     Stale,
-    /// As on entry to the block (its shadow).
-    Entry,
+    /// Current exactly when the given register was on entry to the block (its shadow,
+    /// which the collector changes only at the block's end): the register itself,
+    /// untouched or changed from itself alone, or (format 9) one computed from it and
+    /// current registers.
+    Entry(Reg),
 }
 
 /// Accumulates register effects between two steps.
-#[derive(Default)]
 struct Segment {
+    /// Each register's status where the segment begins.
+    start: [Known; NUM_REGS],
     expired: RegSet,
     adjust: Vec<(Reg, i64)>,
     derived: RegSet,
     ops: Vec<RegOp>,
+    /// Format 9: a register computed from registers that share one shadow takes it.
+    roots: bool,
 }
 
 /// Register work between two steps, as a step holds it.
@@ -124,6 +153,7 @@ struct Work {
     expired: RegSet,
     adjust: Vec<(Reg, i64)>,
     derived: RegSet,
+    copies: Vec<(Reg, Reg)>,
     ops: Vec<RegOp>,
 }
 
@@ -156,9 +186,12 @@ impl Segment {
                     known[r.index()] = Known::Current;
                     self.derived.insert(r);
                     self.expired.remove(r);
-                } else if waiting.iter().eq([r]) && known[r.index()] == Known::Entry {
-                    // From itself and current registers: current exactly when it was.
+                } else if let Some(q) = shared_root(&waiting, known).filter(|&q| self.roots || (waiting.iter().eq([r]) && q == r)) {
+                    // From registers current exactly when q was on entry (and current
+                    // ones): so is the result. Before format 9, only from itself.
+                    known[r.index()] = Known::Entry(q);
                     self.derived.remove(r);
+                    self.expired.remove(r);
                 } else {
                     return self.expire(r, known);
                 }
@@ -168,17 +201,48 @@ impl Segment {
         }
     }
 
-    fn take(&mut self) -> Work {
-        let seg = std::mem::take(self);
-        // Constant additions alone keep their merged, sorted form; derivations need order.
-        if seg.ops.iter().any(|o| matches!(o, RegOp::Derive(_))) {
-            return Work { expired: seg.expired, adjust: Vec::new(), derived: seg.derived, ops: seg.ops };
+    /// The segment's work, given the statuses at its end; the next segment starts from them.
+    fn take(&mut self, known: &[Known; NUM_REGS]) -> Work {
+        let start = std::mem::replace(&mut self.start, *known);
+        let (mut expired, mut derived) = (std::mem::take(&mut self.expired), std::mem::take(&mut self.derived));
+        let (adjust, ops) = (std::mem::take(&mut self.adjust), std::mem::take(&mut self.ops));
+        // A register whose status is a shadow's again, unlike at the start, takes it from a
+        // register that held that shadow's status at the start. One always does: such a
+        // status only passes from register to register within a segment.
+        let mut copies = Vec::new();
+        for r in Reg::all() {
+            if let Known::Entry(q) = known[r.index()] {
+                expired.remove(r);
+                derived.remove(r);
+                if start[r.index()] != known[r.index()] {
+                    let holder =
+                        Reg::all().find(|h| start[h.index()] == Known::Entry(q)).expect("a status passed within the segment has a holder");
+                    copies.push((r, holder));
+                }
+            }
         }
-        let mut adjust = seg.adjust;
+        // Constant additions alone keep their merged, sorted form; derivations need order.
+        if ops.iter().any(|o| matches!(o, RegOp::Derive(_))) {
+            return Work { expired, adjust: Vec::new(), derived, copies, ops };
+        }
+        let mut adjust = adjust;
         adjust.retain(|(_, d)| *d != 0);
         adjust.sort_by_key(|(r, _)| *r);
-        Work { expired: seg.expired, adjust, derived: seg.derived, ops: Vec::new() }
+        Work { expired, adjust, derived, copies, ops: Vec::new() }
     }
+}
+
+/// The register whose entry status every one of `waiting` has, if they share one.
+fn shared_root(waiting: &RegSet, known: &[Known; NUM_REGS]) -> Option<Reg> {
+    let mut root = None;
+    for s in waiting.iter() {
+        match (known[s.index()], root) {
+            (Known::Entry(q), None) => root = Some(q),
+            (Known::Entry(q), Some(p)) if p == q => {}
+            _ => return None,
+        }
+    }
+    root
 }
 
 /// A derivation's sources that are not known to be current.
@@ -243,19 +307,27 @@ impl BlockPlan {
         if addr.checked_add(len).is_none() {
             return Err(BlockError::PastEnd { addr, len });
         }
-        Ok(Self::from_insns(addr, insns))
+        Ok(Self::from_insns(addr, insns, sem.machine().roots))
     }
 
     /// Builds the steps of already-analysed instructions, at most [`MAX_BLOCK_INSNS`] of them
-    /// (`build` makes sure), so that every index fits a step's 16 bits.
-    fn from_insns(addr: u64, insns: Vec<Insn>) -> BlockPlan {
+    /// (`build` makes sure), so that every index fits a step's 16 bits. `roots`: format 9's
+    /// statuses passed through derivations ([`Step::copies`]).
+    fn from_insns(addr: u64, insns: Vec<Insn>, roots: bool) -> BlockPlan {
         let mut steps: Vec<Step> = Vec::new();
-        let mut seg = Segment::default();
-        let mut known = [Known::Entry; NUM_REGS];
+        let mut known: [Known; NUM_REGS] = std::array::from_fn(|i| Known::Entry(Reg(i as u8)));
+        let mut seg = Segment { start: known, expired: RegSet::EMPTY, adjust: Vec::new(), derived: RegSet::EMPTY, ops: Vec::new(), roots };
         let wanted = wanted_after(&insns);
-        let step = |k: usize, used: RegSet, seg: &mut Segment| {
-            let w = seg.take();
-            Step { insn: k as u16, expired: w.expired, adjust: w.adjust, derived: w.derived, ops: w.ops, used }
+        let step = |k: usize, used: RegSet, seg: &mut Segment, known: &[Known; NUM_REGS]| {
+            let roots = used
+                .iter()
+                .filter_map(|r| match known[r.index()] {
+                    Known::Entry(q) if q != r => Some((r, q)),
+                    _ => None,
+                })
+                .collect();
+            let w = seg.take(known);
+            Step { insn: k as u16, expired: w.expired, adjust: w.adjust, derived: w.derived, copies: w.copies, ops: w.ops, used, roots }
         };
         for (k, insn) in insns.iter().enumerate() {
             // A derivation whose result an address needs later, from registers whose status
@@ -266,8 +338,13 @@ impl BlockPlan {
             });
             let ensure = derive.filter(|_| insn.refs.is_empty()).map_or(RegSet::EMPTY, |d| {
                 let waiting = not_current(&d, &known);
-                // One source at most: recording two to spare one value would not pay.
-                let one = waiting.len() == 1 && known[waiting.iter().next().unwrap().index()] == Known::Entry;
+                // One source at most: recording two to spare one value would not pay. Its
+                // own status, since the previous step, and no other register's.
+                let one = waiting.len() == 1 && {
+                    let w = waiting.iter().next().unwrap();
+                    let own = Known::Entry(w);
+                    known[w.index()] == own && seg.start[w.index()] == own && known.iter().filter(|k| **k == own).count() == 1
+                };
                 if one && !waiting.contains(d.dst) && wanted[k].contains(d.dst) {
                     waiting
                 } else {
@@ -282,22 +359,32 @@ impl BlockPlan {
                 prev.used = prev.used.union(ensure);
                 for r in ensure.iter() {
                     known[r.index()] = Known::Current;
+                    seg.start[r.index()] = Known::Current;
                 }
             }
             if !insn.refs.is_empty() {
-                steps.push(step(k, insn.used, &mut seg));
+                steps.push(step(k, insn.used, &mut seg, &known));
                 for r in insn.used.iter() {
                     known[r.index()] = Known::Current;
                 }
-            }
-            if let Special::Rep(r) = insn.special {
-                known[r.post.index()] = Known::Current;
+                if let Special::Rep(r) = insn.special {
+                    known[r.post.index()] = Known::Current;
+                }
+                // The next segment starts after the step's records.
+                seg.start = known;
             }
             for e in &insn.effects {
                 seg.apply(e, &mut known);
             }
         }
-        let tail = seg.take();
+        // At the end a register keeps a status only its own shadow holds: the collector
+        // changes no shadow to pass another's on.
+        for r in Reg::all() {
+            if matches!(known[r.index()], Known::Entry(q) if q != r) {
+                seg.expire(r, &mut known);
+            }
+        }
+        let tail = seg.take(&known);
         BlockPlan {
             addr,
             insns,
@@ -305,6 +392,7 @@ impl BlockPlan {
             tail_expired: tail.expired,
             tail_adjust: tail.adjust,
             tail_derived: tail.derived,
+            tail_copies: tail.copies,
             tail_ops: tail.ops,
         }
     }
@@ -324,8 +412,10 @@ impl BlockPlan {
         let mut recorded = RegSet::EMPTY; // statically known RECORDED
         let mut steps = Vec::with_capacity(self.steps.len());
         for s in &self.steps {
-            updated = updated.union(s.expired).minus(s.derived);
-            recorded = recorded.minus(s.expired).union(s.derived);
+            // A register given a shadow's status is neither: checked against that shadow.
+            let copied = s.copied();
+            updated = updated.union(s.expired).minus(s.derived).minus(copied);
+            recorded = recorded.minus(s.expired).union(s.derived).minus(copied);
             let always = s.used.intersect(updated);
             let check = s.used.minus(updated).minus(recorded);
             updated = updated.minus(s.used);
@@ -336,8 +426,10 @@ impl BlockPlan {
             }
             steps.push(StepDecision { always, check });
         }
-        updated = updated.union(self.tail_expired).minus(self.tail_derived);
-        recorded = recorded.minus(self.tail_expired).union(self.tail_derived);
+        // A register whose status is its own shadow's again keeps that shadow as it is.
+        let copied: RegSet = self.tail_copies.iter().map(|(r, _)| *r).collect();
+        updated = updated.union(self.tail_expired).minus(self.tail_derived).minus(copied);
+        recorded = recorded.minus(self.tail_expired).union(self.tail_derived).minus(copied);
         Decisions { steps, exit_updated: updated, exit_recorded: recorded }
     }
 }
@@ -347,7 +439,8 @@ impl BlockPlan {
 pub struct StepDecision {
     /// Registers written earlier in the block: recorded unconditionally.
     pub always: RegSet,
-    /// Registers whose status is only known at run time: recorded if their shadow says UPDATED.
+    /// Registers whose status is only known at run time: recorded if their shadow (or the
+    /// one [`Step::shadow_of`] names) says UPDATED.
     pub check: RegSet,
 }
 
@@ -459,16 +552,66 @@ mod tests {
     }
 
     #[test]
-    fn without_an_earlier_step_a_derivation_from_an_entry_register_is_recorded() {
+    fn a_derivation_from_an_entry_register_takes_its_shadow() {
+        // No step before: rdx and then r11 are computed from rax as it was on entry, so they
+        // are current exactly when rax was: r11 is checked against rax's shadow.
         let p = plan(&ADD_HANDLER);
         assert_eq!(
             p.steps.iter().map(|s| (s.insn, s.used)).collect::<Vec<_>>(),
             vec![(5, set(&[Reg::RSP, Reg::R11])), (6, set(&[Reg::RSP, Reg::RAX]))]
         );
+        assert_eq!(p.steps[0].copies, vec![(Reg::RDX, Reg::RAX), (Reg::R11, Reg::RAX)]);
+        assert_eq!(p.steps[0].roots, vec![(Reg::R11, Reg::RAX)]);
+        assert_eq!(p.steps[0].shadow_of(Reg::R11), Reg::RAX);
+        assert_eq!(p.steps[0].shadow_of(Reg::RSP), Reg::RSP);
+        let d = p.decisions();
+        assert_eq!(d.steps[0], StepDecision { always: RegSet::EMPTY, check: set(&[Reg::RSP, Reg::R11]) });
+        // rax, derived from itself alone, is checked against its own shadow.
+        assert_eq!(d.steps[1], StepDecision { always: RegSet::EMPTY, check: set(&[Reg::RAX]) });
+        assert!(p.steps[1].roots.is_empty());
+        // mov eax,edx at the end: rax is again current exactly when it was on entry, which
+        // rdx's status still says; its shadow stays as it is. rdx, whose status is rax's
+        // shadow, is not current at the end (the collector passes no shadow on).
+        assert_eq!(p.tail_copies, vec![(Reg::RAX, Reg::RDX)]);
+        assert_eq!(d.exit_updated, set(&[Reg::RDX, Reg::R11]));
+        assert_eq!(d.exit_recorded, set(&[Reg::RSP]));
+    }
+
+    #[test]
+    fn a_dispatch_index_takes_the_shadow_of_the_register_it_extends() {
+        // interp's dispatch: movsxd rdx,ecx ; add rsi,1 ; mov rdx,[r8+rdx*8]. rdx is current
+        // exactly when rcx was on entry: its value is recorded only if rcx's shadow says so.
+        let p = plan(&[0x48, 0x63, 0xd1, 0x48, 0x83, 0xc6, 0x01, 0x49, 0x8b, 0x14, 0xd0]);
+        let s = &p.steps[0];
+        assert_eq!((s.insn, s.used), (2, set(&[Reg::RDX, Reg(8)])));
+        assert_eq!((s.copies.clone(), s.roots.clone()), (vec![(Reg::RDX, Reg::RCX)], vec![(Reg::RDX, Reg::RCX)]));
+        let d = p.decisions();
+        assert_eq!(d.steps[0], StepDecision { always: RegSet::EMPTY, check: set(&[Reg::RDX, Reg(8)]) });
+        // rcx, changed by nothing, keeps its shadow; the loaded rdx is not current.
+        assert!(!d.exit_updated.union(d.exit_recorded).contains(Reg::RCX));
+        assert!(d.exit_updated.contains(Reg::RDX));
+        let mut v = [0u64; NUM_REGS];
+        v[Reg::RCX.index()] = 0xffff_ffff;
+        s.ops.iter().for_each(|o| o.apply(&mut v));
+        assert_eq!(v[Reg::RDX.index()], u64::MAX);
+    }
+
+    #[test]
+    fn before_format_9_a_derivation_from_an_entry_register_is_recorded() {
+        let mut sem = Semantics::new(Machine { roots: false, ..Machine::x86_64(2696) });
+        let p = BlockPlan::build(&mut sem, 0x40_1000, &ADD_HANDLER, None).unwrap();
         let d = p.decisions();
         assert_eq!(d.steps[0], StepDecision { always: set(&[Reg::R11]), check: set(&[Reg::RSP]) });
-        // rax, derived from itself alone, is checked against its shadow.
         assert_eq!(d.steps[1], StepDecision { always: RegSet::EMPTY, check: set(&[Reg::RAX]) });
+        assert!(p.steps.iter().all(|s| s.copies.is_empty() && s.roots.is_empty()) && p.tail_copies.is_empty());
+    }
+
+    #[test]
+    fn statuses_from_two_shadows_are_not_current() {
+        // lea rdx,[rax+rcx] ; mov rbx,[rdx]: rdx is current only if both were.
+        let p = plan(&[0x48, 0x8d, 0x14, 0x08, 0x48, 0x8b, 0x1a]);
+        assert_eq!(p.decisions().steps[0], StepDecision { always: set(&[Reg::RDX]), check: RegSet::EMPTY });
+        assert!(p.steps[0].copies.is_empty());
     }
 
     #[test]

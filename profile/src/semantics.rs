@@ -35,12 +35,15 @@ pub struct Machine {
     /// Registers computed from current ones stay current ([`crate::derive`]; format 6 on,
     /// 64-bit code only). Older profiles were recorded without.
     pub derive: bool,
+    /// A register computed from one whose status only its shadow knows takes that status
+    /// ([`crate::blocks::Step::copies`]; format 9 on).
+    pub roots: bool,
 }
 
 impl Machine {
     /// A 64-bit machine with the given XSAVE area size.
     pub fn x86_64(xsave_size: u32) -> Self {
-        Machine { width: Width::W64, xsave_size, derive: true }
+        Machine { width: Width::W64, xsave_size, derive: true, roots: true }
     }
 }
 
@@ -834,7 +837,7 @@ mod tests {
     const XSAVE: u32 = 2696;
 
     fn sem(width: Width, bytes: &[u8]) -> String {
-        let mut s = Semantics::new(Machine { width, xsave_size: XSAVE, derive: true });
+        let mut s = Semantics::new(Machine { width, xsave_size: XSAVE, derive: true, roots: true });
         let mut d = Decoder::with_ip(width.bits() as u32, bytes, 0x1000, DecoderOptions::NONE);
         let i = d.decode();
         assert_eq!(i.len(), bytes.len(), "{bytes:02x?} must be exactly one instruction");
@@ -843,7 +846,7 @@ mod tests {
 
     /// `reads -> writes | flags read / written` of one instruction, registers sorted.
     fn regs(bytes: &[u8]) -> String {
-        let mut s = Semantics::new(Machine { width: Width::W64, xsave_size: XSAVE, derive: true });
+        let mut s = Semantics::new(Machine { width: Width::W64, xsave_size: XSAVE, derive: true, roots: true });
         let i = Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE).decode();
         assert_eq!(i.len(), bytes.len(), "{bytes:02x?} must be exactly one instruction");
         let r = s.insn(&i).regs;
@@ -895,7 +898,7 @@ mod tests {
     #[test]
     fn register_bytes_reads_and_definitions() {
         let bytes = |code: &[u8]| {
-            let mut s = Semantics::new(Machine { width: Width::W64, xsave_size: XSAVE, derive: true });
+            let mut s = Semantics::new(Machine { width: Width::W64, xsave_size: XSAVE, derive: true, roots: true });
             let i = Decoder::with_ip(64, code, 0x1000, DecoderOptions::NONE).decode();
             assert_eq!(i.len(), code.len(), "{code:02x?} must be exactly one instruction");
             let b = s.insn(&i).bytes;

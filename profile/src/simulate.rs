@@ -156,8 +156,10 @@ impl SimThread<'_> {
                 let d = decisions.steps[step_i];
                 // The collector's inline code: unconditional records, then shadow checks,
                 // together in ascending register order.
-                let record: RegSet = d.always.union(RegSet::from_bits(d.check.bits() & !self.recorded));
-                for r in plan.steps[step_i].used.iter() {
+                let step = &plan.steps[step_i];
+                let unrecorded = |r: Reg| self.recorded & (1 << step.shadow_of(r).index()) == 0;
+                let record: RegSet = d.always.union(d.check.iter().filter(|&r| unrecorded(r)).collect());
+                for r in step.used.iter() {
                     if record.contains(r) {
                         self.values.push(self.vals[r.index()]);
                     }
@@ -448,6 +450,8 @@ pub const INSN_POOL: &[&[u8]] = &[
     &[0x48, 0x98],                                  // cdqe
     &[0x48, 0x6b, 0xca, 0x03],                      // imul rcx, rdx, 3
     &[0x48, 0x8b, 0x04, 0xca],                      // mov rax, [rdx+rcx*8]
+    &[0x89, 0xd0],                                  // mov eax, edx
+    &[0x48, 0x8b, 0x0c, 0xd4],                      // mov rcx, [rsp+rdx*8]
 ];
 
 /// Generates `n` random blocks at addresses spread over H-tag boundaries, ending in `ret`.

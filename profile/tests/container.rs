@@ -138,7 +138,7 @@ fn exact_header_bytes() {
     let mut out = Vec::new();
     let mut w = ProfileWriter::new(&mut out, Width::W64, 1).unwrap();
     w.record(RecordKind::End, b"{}").unwrap();
-    assert_eq!(&out[..16], b"DEPPROF\0\x08\x00\x40\x00\x00\x00\x00\x00");
+    assert_eq!(&out[..16], b"DEPPROF\0\x09\x00\x40\x00\x00\x00\x00\x00");
     assert_eq!(&out[16..20], &[0x9f, 0xde, 6, 0]);
     assert_eq!(&out[20..24], &crc32fast::hash(b"{}").to_le_bytes());
     assert_eq!(&out[24..32], &2u64.to_le_bytes());
@@ -166,8 +166,8 @@ fn bad_inputs_are_named() {
     assert_eq!(open_err(b"DEPPROF"), "P: not a DEP profile (shorter than the file header)");
     assert_eq!(open_err(b"#!/bin/sh\necho hello world\n"), "P: not a DEP profile (bad magic)");
     let mut v = good.clone();
-    v[8] = 9;
-    assert_eq!(open_err(&v), "P: unknown format version 9 (this dep reads versions 1 to 8)");
+    v[8] = 10;
+    assert_eq!(open_err(&v), "P: unknown format version 10 (this dep reads versions 1 to 9)");
     // A format 5 profile is read with the semantics it was recorded with: no derivations.
     assert!(Profile::open(&p).unwrap().machine().derive);
     let mut v = good.clone();
@@ -175,6 +175,12 @@ fn bad_inputs_are_named() {
     let old = dir.path().join("old.dep");
     std::fs::write(&old, &v).unwrap();
     assert!(!Profile::open(&old).unwrap().machine().derive);
+    // Format 8 derives, but passes no shadow's status on.
+    assert!(Profile::open(&p).unwrap().machine().roots);
+    v[8] = 8;
+    std::fs::write(&old, &v).unwrap();
+    let m = Profile::open(&old).unwrap().machine();
+    assert!(m.derive && !m.roots);
     // the metadata record's payload flipped: its checksum catches it
     let mut v = good.clone();
     v[40] ^= 0x20;

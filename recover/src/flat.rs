@@ -22,6 +22,8 @@ pub struct FlatBlock {
     pub tail_adjust: (u32, u32),
     pub tail_expired: u32,
     pub tail_derived: u32,
+    /// Statuses passed on at the end ([`dep_profile::BlockPlan::tail_copies`]).
+    pub tail_copies: (u32, u32),
     pub tail_ops: (u32, u32),
     pub insns: u32,
     /// References of a run through the whole block (for a rep string, one iteration's).
@@ -36,6 +38,8 @@ pub struct FlatStep {
     pub expired: u32,
     pub derived: u32,
     pub used: u32,
+    /// Statuses passed on ([`dep_profile::Step::copies`]), in [`FlatPlans::copies`].
+    pub copies: (u32, u32),
     pub adjust: (u32, u32),
     /// Ordered value changes, where the step has derivations ([`dep_profile::blocks::Step::ops`]).
     pub ops: (u32, u32),
@@ -115,6 +119,8 @@ pub struct FlatPlans {
     pub steps: Vec<FlatStep>,
     pub adjust: Vec<(u8, u64)>,
     pub ops: Vec<RegOp>,
+    /// (register, holder) pairs: the register's status bit becomes the holder's as it was.
+    pub copies: Vec<(u8, u8)>,
     pub refs: Vec<FlatRef>,
     /// The most references of any block without special steps.
     pub max_refs: u32,
@@ -142,6 +148,7 @@ impl FlatPlans {
             let o0 = self.ops.len();
             self.ops.extend_from_slice(&st.ops);
             let ops = range(&self.ops, o0);
+            let copies = self.push_copies(&st.copies);
             let r0 = self.refs.len();
             self.refs.extend(insn.refs.iter().map(|r| FlatRef::new(insn.pc, st.insn, &r.addr, r.size, r.access, r.conditional)));
             let simple = self.refs[r0..].iter().all(|r| r.simple);
@@ -151,6 +158,7 @@ impl FlatPlans {
                 expired: st.expired.bits(),
                 derived: st.derived.bits(),
                 used: st.used.bits(),
+                copies,
                 adjust,
                 ops,
                 refs: range(&self.refs, r0),
@@ -163,11 +171,13 @@ impl FlatPlans {
         self.adjust.extend(plan.tail_adjust.iter().map(|&(r, d)| (r.index() as u8, d as u64)));
         let o0 = self.ops.len();
         self.ops.extend_from_slice(&plan.tail_ops);
+        let tail_copies = self.push_copies(&plan.tail_copies);
         self.blocks.push(FlatBlock {
             steps: range(&self.steps, first_step),
             tail_adjust: range(&self.adjust, a0),
             tail_expired: plan.tail_expired.bits(),
             tail_derived: plan.tail_derived.bits(),
+            tail_copies,
             tail_ops: range(&self.ops, o0),
             insns: plan.insns.len() as u32,
             refs,
@@ -177,6 +187,25 @@ impl FlatPlans {
             self.max_refs = self.max_refs.max(refs);
         }
     }
+}
+
+impl FlatPlans {
+    fn push_copies(&mut self, copies: &[(dep_profile::Reg, dep_profile::Reg)]) -> (u32, u32) {
+        let c0 = self.copies.len();
+        self.copies.extend(copies.iter().map(|(r, h)| (r.index() as u8, h.index() as u8)));
+        range(&self.copies, c0)
+    }
+}
+
+/// The status bits after a step's (or a block end's) changes: `expired` cleared, `derived`
+/// set, then each copied register given its holder's bit in `old`, the bits before them.
+#[inline(always)]
+pub fn step_status(old: u32, expired: u32, derived: u32, copies: &[(u8, u8)]) -> u32 {
+    let mut status = (old & !expired) | derived;
+    for &(r, h) in copies {
+        status = (status & !(1 << (r & 31))) | ((old >> (h & 31)) & 1) << (r & 31);
+    }
+    status
 }
 
 #[cfg(test)]

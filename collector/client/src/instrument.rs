@@ -107,7 +107,7 @@ unsafe fn is_rep_at(pc: u64) -> bool {
     i.is_string_instruction() && (i.has_rep_prefix() || i.has_repne_prefix())
 }
 
-pub static mut MACHINE: Machine = Machine { width: dep_profile::Width::W64, xsave_size: 0, derive: true };
+pub static mut MACHINE: Machine = Machine { width: dep_profile::Width::W64, xsave_size: 0, derive: true, roots: true };
 
 fn check(st: drreg_status_t, what: &str) {
     if st != drreg_status_t_DRREG_SUCCESS {
@@ -718,9 +718,11 @@ unsafe fn step_values(e: &Emit, info: &mut BlockInfo, s: usize) {
         let src = app_value(e, r, s_reg);
         e.mov_st(mem(v, 0, OPSZ_8), reg(src));
         if checked.contains(r) {
+            // Its own shadow, or that of the register it was computed from in this block.
             // The trace optimizer (traces.rs) makes the test a constant where the shadow is known.
-            e.ins(traces::mark(dc, Mark::ShadowTest, [r.0 as usize, 0, 0, 0]));
-            e.ins(instr_create_1dst_1src(dc, OP_movzx as i32, reg(s_reg), tls(S_SHADOW, r.0 as u32, OPSZ_1)));
+            let q = step.shadow_of(r);
+            e.ins(traces::mark(dc, Mark::ShadowTest, [q.0 as usize, 0, 0, 0]));
+            e.ins(instr_create_1dst_1src(dc, OP_movzx as i32, reg(s_reg), tls(S_SHADOW, q.0 as u32, OPSZ_1)));
             let m = opnd_create_base_disp(v, s_reg, 1, 0, OPSZ_0 as opnd_size_t);
             e.ins(instr_create_1dst_1src(dc, OP_lea as i32, reg(v), m));
         } else {

@@ -34,11 +34,15 @@ use thiserror::Error;
 pub const MAGIC: &[u8; 8] = b"DEPPROF\0";
 /// The format version this library writes (3: DEP_c sync records; 4: call records and
 /// thread spawn events; 5: DEP_m packed without zstd, codec 2; 6: derived registers; 7:
-/// system call records; 8: windows of instructions, "unrecorded" thread events).
-pub const VERSION: u16 = 8;
+/// system call records; 8: windows of instructions, "unrecorded" thread events; 9: a
+/// register computed from one whose status is its shadow's takes that status).
+pub const VERSION: u16 = 9;
 /// The first format version whose plans keep derived registers current
 /// ([`crate::derive`]); older profiles are read with the semantics they were recorded with.
 pub const DERIVE_VERSION: u16 = 6;
+/// The first format version whose plans pass a shadow's status on through derivations
+/// ([`crate::blocks::Step::copies`]).
+pub const ROOTS_VERSION: u16 = 9;
 /// The oldest format version this library reads (version 1 has no packed DEP_m).
 pub const OLDEST_VERSION: u16 = 1;
 /// Bytes in the file header.

@@ -4,7 +4,8 @@ use super::chunk::ChunkView;
 use super::index::{Index, IndexError};
 use super::meta::{BlockEntry, EndInfo, Metadata, ModuleEvent, ThreadEvent, ThreadEventKind, BLOCK_HEADER_LEN, MAX_XSAVE_SIZE};
 use super::{
-    padding, ProfileError, RecordKind, DERIVE_VERSION, FILE_HEADER_LEN, MAGIC, OLDEST_VERSION, RECORD_HEADER_LEN, RECORD_MAGIC, VERSION,
+    padding, ProfileError, RecordKind, DERIVE_VERSION, FILE_HEADER_LEN, MAGIC, OLDEST_VERSION, RECORD_HEADER_LEN, RECORD_MAGIC,
+    ROOTS_VERSION, VERSION,
 };
 use crate::blocks::MAX_BLOCK_INSNS;
 use crate::Width;
@@ -386,6 +387,11 @@ impl Profile {
 
     /// The semantics machine this profile was recorded on.
     pub fn machine(&self) -> crate::Machine {
-        crate::Machine { width: self.width, xsave_size: self.meta.xsave_size, derive: self.version >= DERIVE_VERSION }
+        crate::Machine {
+            width: self.width,
+            xsave_size: self.meta.xsave_size,
+            derive: self.version >= DERIVE_VERSION,
+            roots: self.version >= ROOTS_VERSION,
+        }
     }
 }

@@ -216,24 +216,82 @@ pub(super) fn trampoline(a: &mut CodeAssembler, hash: Hash) -> Result<SharedLabe
     Ok(labels)
 }
 
-/// What a block's code knows of the CURRENT bits at a point, from its own steps.
-struct Known {
-    current: u32,
-    expired: u32,
+/// A register's status at a point of a block, as the block's code knows it statically.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum St {
+    Current,
+    Expired,
+    /// CURRENT exactly when the given register was on entry to the block: the CURRENT bit it
+    /// had in r15d, which the code leaves as it was on entry until the block's end.
+    Entry(u8),
 }
 
+/// What a block's code knows of the CURRENT bits at a point, from its own steps, the same
+/// rules as the recoverer's ([`crate::flat::step_status`]) with the bits themselves left in
+/// r15d as they were on entry: a test reads the bit of the register a status came from.
+struct Known([St; NUM_REGS]);
+
 impl Known {
-    /// Passes a step: returns the registers whose values it reads from DEP_m, and of those
-    /// the ones it reads only if they are not CURRENT on entry to the block (untouched so far).
-    fn step(&mut self, s: &FlatStep) -> (u32, u32) {
-        self.current = (self.current & !s.expired) | s.derived;
-        self.expired = (self.expired | s.expired) & !s.derived;
-        let load = s.used & !self.current;
-        let conditional = load & !self.expired;
-        self.current |= s.used;
-        self.expired &= !s.used;
-        (load, conditional)
+    fn new() -> Known {
+        Known(std::array::from_fn(|r| St::Entry(r as u8)))
     }
+
+    /// Passes a step's (or the block end's) changes, its copies taking their holders' status
+    /// from before them.
+    fn change(&mut self, expired: u32, derived: u32, copies: &[(u8, u8)]) {
+        let before = self.0;
+        for r in 0..NUM_REGS {
+            if expired >> r & 1 != 0 {
+                self.0[r] = St::Expired;
+            }
+            if derived >> r & 1 != 0 {
+                self.0[r] = St::Current;
+            }
+        }
+        for &(r, h) in copies {
+            self.0[r as usize] = before[h as usize];
+        }
+    }
+
+    /// Passes a step: returns the registers whose values it reads from DEP_m and, for those
+    /// it reads only if a CURRENT bit on entry is clear, that bit's register.
+    fn step(&mut self, s: &FlatStep, copies: &[(u8, u8)]) -> (u32, [Option<u8>; NUM_REGS]) {
+        self.change(s.expired, s.derived, copies);
+        let mut load = 0;
+        let mut test = [None; NUM_REGS];
+        for r in 0..NUM_REGS {
+            if s.used >> r & 1 != 0 {
+                match self.0[r] {
+                    St::Current => {}
+                    St::Expired => load |= 1 << r,
+                    St::Entry(q) => {
+                        load |= 1 << r;
+                        test[r] = Some(q);
+                    }
+                }
+                self.0[r] = St::Current;
+            }
+        }
+        (load, test)
+    }
+
+    /// The block end's r15d from the entry's: `(r15d & keep) | set`.
+    fn end(&self) -> (u32, u32) {
+        let (mut keep, mut set) = (0u32, 0u32);
+        for (r, st) in self.0.iter().enumerate() {
+            match *st {
+                St::Current => set |= 1 << r,
+                St::Entry(q) if q as usize == r => keep |= 1 << r,
+                // Another register's status is expired at the end (`BlockPlan::from_insns`).
+                _ => {}
+            }
+        }
+        (keep, set)
+    }
+}
+
+fn copies_of(flat: &FlatPlans, range: (u32, u32)) -> &[(u8, u8)] {
+    &flat.copies[range.0 as usize..range.1 as usize]
 }
 
 /// The code of one plain block (no special step), at block index `id`, compiled `nth`:
@@ -258,12 +316,17 @@ pub(super) fn block(
     // registers it uses before changing them that are not CURRENT on entry. Checked once,
     // exactly, before the block changes anything; short of them it leaves, and the general
     // walk reports the stream exhausted.
-    let mut k = Known { current: 0, expired: 0 };
+    // Two registers read only if one bit on entry is clear count as two.
+    let mut k = Known::new();
     let (mut on_entry, mut always) = (0u32, 0i32);
     for s in steps {
-        let (load, conditional) = k.step(s);
-        on_entry |= conditional;
-        always += (load & !conditional).count_ones() as i32;
+        let (load, test) = k.step(s, copies_of(flat, s.copies));
+        for r in (0..NUM_REGS).filter(|r| load >> r & 1 != 0) {
+            match test[r] {
+                Some(q) if on_entry >> q & 1 == 0 => on_entry |= 1 << q,
+                _ => always += 1,
+            }
+        }
     }
     if on_entry != 0 || always != 0 {
         let mut ok = a.create_label();
@@ -293,43 +356,14 @@ pub(super) fn block(
     // value is loaded or a masked address needs them, and at the end; references fold them
     // into their displacement. rax keeps the block's address, which pcs are taken from.
     let mut pending = Pending([0; NUM_REGS]);
-    let mut k = Known { current: 0, expired: 0 };
+    // r15d keeps the CURRENT bits of the block's entry until its end.
+    let mut k = Known::new();
     let mut n = 0i32;
     for s in steps {
-        let (load, conditional) = k.step(s);
-        if s.expired != 0 {
-            a.and(r15d, !s.expired)?;
-        }
-        if s.derived != 0 {
-            a.or(r15d, s.derived)?;
-        }
+        let (load, test) = k.step(s, copies_of(flat, s.copies));
         pending.add(&flat.adjust[s.adjust.0 as usize..s.adjust.1 as usize]);
         ops(a, &flat.ops[s.ops.0 as usize..s.ops.1 as usize], &mut pending)?;
-        let mut regs = load;
-        while regs != 0 {
-            let r = regs.trailing_zeros();
-            regs &= regs - 1;
-            let mut skip = a.create_label();
-            let tested = conditional & (1 << r) != 0;
-            if tested {
-                // Not loaded, the register keeps its adjusted value.
-                pending.flush(a, r as u8)?;
-                a.bt(r15d, r as i32)?;
-                a.jc(skip)?;
-            } else {
-                pending.0[r as usize] = 0;
-            }
-            a.mov(rcx, qword_ptr(r13))?;
-            a.mov(val(r as u8), rcx)?;
-            a.add(r13, 8)?;
-            if tested {
-                // Takes the next instruction: the `or` below, always emitted after a load.
-                a.set_label(&mut skip)?;
-            }
-        }
-        if load != 0 {
-            a.or(r15d, s.used)?;
-        }
+        load_values(a, load, &test, &mut pending)?;
         for r in &flat.refs[s.refs.0 as usize..s.refs.1 as usize] {
             address(a, r, &mut pending)?;
             let at = n * EVENT as i32;
@@ -357,11 +391,13 @@ pub(super) fn block(
     if n > 0 {
         a.add(r14, n * EVENT as i32)?;
     }
-    if fb.tail_expired != 0 {
-        a.and(r15d, !fb.tail_expired)?;
+    k.change(fb.tail_expired, fb.tail_derived, copies_of(flat, fb.tail_copies));
+    let (keep, set) = k.end();
+    if keep != (1 << NUM_REGS) - 1 {
+        a.and(r15d, keep as i32)?;
     }
-    if fb.tail_derived != 0 {
-        a.or(r15d, fb.tail_derived)?;
+    if set != 0 {
+        a.or(r15d, set as i32)?;
     }
     pending.add(&flat.adjust[fb.tail_adjust.0 as usize..fb.tail_adjust.1 as usize]);
     ops(a, &flat.ops[fb.tail_ops.0 as usize..fb.tail_ops.1 as usize], &mut pending)?;
@@ -370,6 +406,33 @@ pub(super) fn block(
     }
     let known: Vec<(u64, usize)> = (0..2).filter_map(|k| succ[k].map(|s| (s, 2 * nth + k))).collect();
     dispatch(a, hash, None, &known)
+}
+
+/// Loads the values of `regs` from DEP_m in ascending order, those with a `test` only if
+/// that register's CURRENT bit on entry (in r15d) is clear. A skipped load's label takes
+/// the next instruction: every block emits at least one after its loads.
+fn load_values(a: &mut CodeAssembler, mut regs: u32, test: &[Option<u8>; NUM_REGS], pending: &mut Pending) -> R {
+    while regs != 0 {
+        let r = regs.trailing_zeros();
+        regs &= regs - 1;
+        let mut skip = a.create_label();
+        let tested = test[r as usize];
+        if let Some(q) = tested {
+            // Not loaded, the register keeps its adjusted value.
+            pending.flush(a, r as u8)?;
+            a.bt(r15d, q as i32)?;
+            a.jc(skip)?;
+        } else {
+            pending.0[r as usize] = 0;
+        }
+        a.mov(rcx, qword_ptr(r13))?;
+        a.mov(val(r as u8), rcx)?;
+        a.add(r13, 8)?;
+        if tested.is_some() {
+            a.set_label(&mut skip)?;
+        }
+    }
+    Ok(())
 }
 
 /// A plan's ordered value changes: constant additions stay pending; a derivation is
