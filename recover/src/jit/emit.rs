@@ -240,12 +240,12 @@ impl Known {
     /// from before them.
     fn change(&mut self, expired: u32, derived: u32, copies: &[(u8, u8)]) {
         let before = self.0;
-        for r in 0..NUM_REGS {
+        for (r, st) in self.0.iter_mut().enumerate() {
             if expired >> r & 1 != 0 {
-                self.0[r] = St::Expired;
+                *st = St::Expired;
             }
             if derived >> r & 1 != 0 {
-                self.0[r] = St::Current;
+                *st = St::Current;
             }
         }
         for &(r, h) in copies {
@@ -259,9 +259,9 @@ impl Known {
         self.change(s.expired, s.derived, copies);
         let mut load = 0;
         let mut test = [None; NUM_REGS];
-        for r in 0..NUM_REGS {
+        for (r, st) in self.0.iter_mut().enumerate() {
             if s.used >> r & 1 != 0 {
-                match self.0[r] {
+                match *st {
                     St::Current => {}
                     St::Expired => load |= 1 << r,
                     St::Entry(q) => {
@@ -269,7 +269,7 @@ impl Known {
                         test[r] = Some(q);
                     }
                 }
-                self.0[r] = St::Current;
+                *st = St::Current;
             }
         }
         (load, test)
