@@ -73,8 +73,13 @@ impl Step {
 
     /// The registers of [`copies`](Self::copies).
     pub fn copied(&self) -> RegSet {
-        self.copies.iter().map(|(r, _)| *r).collect()
+        copied(&self.copies)
     }
+}
+
+/// The registers that `copies` give a status to.
+fn copied(copies: &[(Reg, Reg)]) -> RegSet {
+    copies.iter().map(|(r, _)| *r).collect()
 }
 
 /// A change to a register's value that the recoverer repeats.
@@ -188,10 +193,9 @@ impl Segment {
                     self.expired.remove(r);
                 } else if let Some(q) = shared_root(&waiting, known).filter(|&q| self.roots || (waiting.iter().eq([r]) && q == r)) {
                     // From registers current exactly when q was on entry (and current
-                    // ones): so is the result. Before format 9, only from itself.
+                    // ones): so is the result. Before format 9, only from itself. (`take`
+                    // takes it out of `expired` and `derived`.)
                     known[r.index()] = Known::Entry(q);
-                    self.derived.remove(r);
-                    self.expired.remove(r);
                 } else {
                     return self.expire(r, known);
                 }
@@ -427,7 +431,7 @@ impl BlockPlan {
             steps.push(StepDecision { always, check });
         }
         // A register whose status is its own shadow's again keeps that shadow as it is.
-        let copied: RegSet = self.tail_copies.iter().map(|(r, _)| *r).collect();
+        let copied = copied(&self.tail_copies);
         updated = updated.union(self.tail_expired).minus(self.tail_derived).minus(copied);
         recorded = recorded.minus(self.tail_expired).union(self.tail_derived).minus(copied);
         Decisions { steps, exit_updated: updated, exit_recorded: recorded }

@@ -187,9 +187,13 @@ impl FlatPlans {
             self.max_refs = self.max_refs.max(refs);
         }
     }
-}
 
-impl FlatPlans {
+    /// The (register, holder) pairs of a step's or a block end's `copies` range.
+    #[inline(always)]
+    pub fn copies_in(&self, range: (u32, u32)) -> &[(u8, u8)] {
+        &self.copies[range.0 as usize..range.1 as usize]
+    }
+
     fn push_copies(&mut self, copies: &[(dep_profile::Reg, dep_profile::Reg)]) -> (u32, u32) {
         let c0 = self.copies.len();
         self.copies.extend(copies.iter().map(|(r, h)| (r.index() as u8, h.index() as u8)));

@@ -440,23 +440,6 @@ struct Walker<'v> {
     batch: Vec<MemEvent>,
 }
 
-/// Reads the values of the registers in `need` from `values` at `*vp`, in ascending order;
-/// false if the stream ends first.
-#[inline(always)]
-fn read_values(mut need: u32, vals: &mut [u64; SLOTS], values: &[u8], vp: &mut usize) -> bool {
-    while need != 0 {
-        let r = need.trailing_zeros() as usize;
-        need &= need - 1;
-        if *vp + 8 > values.len() {
-            return false;
-        }
-        // SAFETY: checked just above.
-        vals[r & (SLOTS - 1)] = unsafe { (values.as_ptr().add(*vp) as *const u64).read_unaligned() };
-        *vp += 8;
-    }
-    true
-}
-
 /// Plain blocks run without a lookup in the table, a special step or an interruption.
 impl Walker<'_> {
     /// Recovers consecutive plain L-tags of a 64-bit profile: blocks already in `cache`, at
@@ -496,7 +479,7 @@ impl Walker<'_> {
                     status = if step.copies.0 == step.copies.1 {
                         (status & !step.expired) | step.derived
                     } else {
-                        step_status(status, step.expired, step.derived, &flat.copies[step.copies.0 as usize..step.copies.1 as usize])
+                        step_status(status, step.expired, step.derived, flat.copies_in(step.copies))
                     };
                     if step.adjust.0 != step.adjust.1 {
                         // SAFETY: `step.adjust` is a range `FlatPlans::push` built inside `flat.adjust`.
@@ -505,8 +488,16 @@ impl Walker<'_> {
                     if step.ops.0 != step.ops.1 {
                         apply_ops(vals, &flat.ops[step.ops.0 as usize..step.ops.1 as usize], u64::MAX);
                     }
-                    if !read_values(step.used & !status, vals, values, &mut vp) {
-                        return Err(Halt::Fault(ChunkFault::ValuesExhausted { word, offset: vp, addr }));
+                    let mut need = step.used & !status;
+                    while need != 0 {
+                        let r = need.trailing_zeros() as usize;
+                        need &= need - 1;
+                        if vp + 8 > values.len() {
+                            return Err(Halt::Fault(ChunkFault::ValuesExhausted { word, offset: vp, addr }));
+                        }
+                        // SAFETY: checked just above.
+                        vals[r & (SLOTS - 1)] = unsafe { (values.as_ptr().add(vp) as *const u64).read_unaligned() };
+                        vp += 8;
                     }
                     status |= step.used;
                     // SAFETY: `step.refs` is a range `FlatPlans::push` built inside `flat.refs`.
@@ -525,12 +516,7 @@ impl Walker<'_> {
                         }
                     }
                 }
-                status = step_status(
-                    status,
-                    fb.tail_expired,
-                    fb.tail_derived,
-                    &flat.copies[fb.tail_copies.0 as usize..fb.tail_copies.1 as usize],
-                );
+                status = step_status(status, fb.tail_expired, fb.tail_derived, flat.copies_in(fb.tail_copies));
                 if fb.tail_adjust.0 != fb.tail_adjust.1 {
                     add_constants(
                         vals,
@@ -769,7 +755,7 @@ impl Walker<'_> {
                     self.records_before(&ev, 2 * step.insn as u32, &mut records, sink)?;
                 }
             }
-            status = step_status(status, step.expired, step.derived, &flat.copies[step.copies.0 as usize..step.copies.1 as usize]);
+            status = step_status(status, step.expired, step.derived, flat.copies_in(step.copies));
             if step.adjust.0 != step.adjust.1 {
                 self.adjust(&flat.adjust[step.adjust.0 as usize..step.adjust.1 as usize]);
             }
@@ -804,8 +790,7 @@ impl Walker<'_> {
             }
         }
         if stop.is_none() {
-            status =
-                step_status(status, fb.tail_expired, fb.tail_derived, &flat.copies[fb.tail_copies.0 as usize..fb.tail_copies.1 as usize]);
+            status = step_status(status, fb.tail_expired, fb.tail_derived, flat.copies_in(fb.tail_copies));
             if fb.tail_adjust.0 != fb.tail_adjust.1 {
                 self.adjust(&flat.adjust[fb.tail_adjust.0 as usize..fb.tail_adjust.1 as usize]);
             }

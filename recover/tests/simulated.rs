@@ -134,7 +134,8 @@ fn recovered_reference_counts_are_plausible() {
 #[test]
 fn generated_code_passes_shadows_on() {
     // Guards against a vacuous pass of the format 9 rules: the generated blocks do check
-    // registers against another's shadow, and pass statuses on within and at their end.
+    // registers against another's shadow and pass statuses on within a block (statuses
+    // passed at a block's end: `interpreter_handlers_recover_exactly`).
     let mut rng = Rng::new(11);
     let code = random_code(&mut rng, 200);
     let mut sem = dep_profile::Semantics::new(Machine::x86_64(2696));

@@ -290,10 +290,6 @@ impl Known {
     }
 }
 
-fn copies_of(flat: &FlatPlans, range: (u32, u32)) -> &[(u8, u8)] {
-    &flat.copies[range.0 as usize..range.1 as usize]
-}
-
 /// The code of one plain block (no special step), at block index `id`, compiled `nth`:
 /// `succ` are its successors to test for (same 64 KiB, nonzero L-tag), whose code is at
 /// entries `2 * nth` and `2 * nth + 1` of the successor table.
@@ -320,7 +316,7 @@ pub(super) fn block(
     let mut k = Known::new();
     let (mut on_entry, mut always) = (0u32, 0i32);
     for s in steps {
-        let (load, test) = k.step(s, copies_of(flat, s.copies));
+        let (load, test) = k.step(s, flat.copies_in(s.copies));
         for r in (0..NUM_REGS).filter(|r| load >> r & 1 != 0) {
             match test[r] {
                 Some(q) if on_entry >> q & 1 == 0 => on_entry |= 1 << q,
@@ -360,7 +356,7 @@ pub(super) fn block(
     let mut k = Known::new();
     let mut n = 0i32;
     for s in steps {
-        let (load, test) = k.step(s, copies_of(flat, s.copies));
+        let (load, test) = k.step(s, flat.copies_in(s.copies));
         pending.add(&flat.adjust[s.adjust.0 as usize..s.adjust.1 as usize]);
         ops(a, &flat.ops[s.ops.0 as usize..s.ops.1 as usize], &mut pending)?;
         load_values(a, load, &test, &mut pending)?;
@@ -391,7 +387,7 @@ pub(super) fn block(
     if n > 0 {
         a.add(r14, n * EVENT as i32)?;
     }
-    k.change(fb.tail_expired, fb.tail_derived, copies_of(flat, fb.tail_copies));
+    k.change(fb.tail_expired, fb.tail_derived, flat.copies_in(fb.tail_copies));
     let (keep, set) = k.end();
     if keep != (1 << NUM_REGS) - 1 {
         a.and(r15d, keep as i32)?;
