@@ -2,8 +2,10 @@
 //! rather than on the [engine](super::engine)'s, which every thread's events pass through:
 //! the thread's call stack and watched calls under way, so whose each access is and
 //! whether it is checked; its sites, numbered per thread; its stack's extent; and which
-//! accesses touch a location locked instructions use. The engine is left what needs the
-//! order between threads.
+//! accesses touch a location locked instructions use; and which accesses cannot find or
+//! change anything in the shadow memory (to pages only this thread touches, or repeating
+//! its last access of a granule), which go to the engine as a count alone. The engine is
+//! left what needs the order between threads.
 
 use super::engine::Site;
 use super::feed::{Class, Ev};
@@ -28,13 +30,32 @@ pub struct Known {
     /// Pages holding such granules.
     atomic_pages: FxHashSet<u64>,
     runtime: Vec<(u64, u64)>,
+    /// The thread that alone touches each page, by page number: pages absent are touched
+    /// by none or by several (see [`Owners`]).
+    owners: FxHashMap<u64, u32>,
+    /// The region whose every access is counted (`--region`): its accesses always go to
+    /// the engine.
+    region: Option<(u64, u64)>,
 }
 
 impl Known {
     /// `atomic` granules, the C runtime's modules at `runtime`.
     pub fn new(atomic: AtomicBytes, mut runtime: Vec<(u64, u64)>) -> Known {
         runtime.sort_unstable();
-        Known { atomic_pages: atomic.keys().map(|g| g >> 12).collect(), atomic, runtime }
+        Known { atomic_pages: atomic.keys().map(|g| g >> 12).collect(), atomic, runtime, owners: FxHashMap::default(), region: None }
+    }
+
+    /// The pages only one thread touches, from [`Owners::owners`].
+    pub fn with_owners(mut self, owners: FxHashMap<u64, u32>) -> Known {
+        self.owners = owners;
+        self
+    }
+
+    /// Every access to `[start, end)` goes to the engine, repeats too: the region check
+    /// counts them all.
+    pub fn with_region(mut self, start: u64, end: u64) -> Known {
+        self.region = Some((start, end));
+        self
     }
 
     /// Whether `addr` is in the C runtime's code.
@@ -71,6 +92,11 @@ pub enum Act {
     /// Accesses not checked (thread-local business, inside library calls, the runtime's
     /// internals), since the last count.
     Skipped(u64),
+    /// Accesses with nothing to find or change in the shadow memory, since the last count:
+    /// to pages no other thread touches, or repeating the thread's last access of their
+    /// granule since its last event of another kind (see [`Repeats`]). The engine counts
+    /// them as checked, in order.
+    Quiet(u64),
     Sync(u64),
     Release(u64),
     Acquire(u64),
@@ -95,41 +121,230 @@ pub struct Local<'k> {
     /// The thread's sites by number, and the last few found.
     sites: FxHashMap<Site, u32>,
     cache: Box<[Cached]>,
-    /// Pages asked about (direct-mapped by page number), and whether locked instructions
-    /// use granules of each: an access mostly goes to one of a few pages (the stack, the
-    /// data being walked), which one entry alone would keep missing.
-    atomic_pages: Box<[(u64, bool)]>,
+    /// Pages asked about (direct-mapped by page number), each with [`OWN`] and
+    /// [`ATOMIC`]: an access mostly goes to one of a few pages (the stack, the data being
+    /// walked), which one entry alone would keep missing.
+    pages: Box<[(u64, u8)]>,
     skipped: u64,
+    repeats: Repeats,
+    /// The thread's number.
+    thread: u32,
 }
 
-/// Entries of a thread's cache of pages with atomic locations (a power of two).
-const PAGE_CACHE: usize = 64;
+/// A site number's flag, in the site table and cache: an access of it was sent. The engine
+/// numbers sites in the order their first accesses are checked, so the first is always
+/// sent, never quiet. (Sites are numbered below it: each takes a table entry of tens of
+/// bytes.)
+const SENT: u32 = 1 << 31;
+
+/// The pages each thread touches, gathered by the first pass: an access to a page that
+/// only its own thread touches in the whole run cannot race (a race needs another thread's
+/// access to a common byte), so it needs no check.
+pub struct Owners {
+    pub pages: FxHashSet<u64>,
+    /// Pages noted lately, direct-mapped by page number (accesses go to a few pages at a
+    /// time: the stack, the data being walked).
+    recent: Box<[u64; 256]>,
+}
+
+impl Default for Owners {
+    fn default() -> Self {
+        Owners { pages: FxHashSet::default(), recent: Box::new([u64::MAX; 256]) }
+    }
+}
+
+impl Owners {
+    /// Notes `[addr, end)`.
+    #[inline]
+    pub fn touch(&mut self, addr: u64, end: u64) {
+        let (first, last) = (addr >> 12, end.saturating_sub(1).max(addr) >> 12);
+        // A huge range (the kernel's side of a large read) costs a page each, as the
+        // shadow memory it is checked in does.
+        for p in first..=last {
+            let r = &mut self.recent[p as usize & 255];
+            if *r != p {
+                *r = p;
+                self.pages.insert(p);
+            }
+        }
+    }
+
+    /// Notes `[addr, end)` as touched by some other thread too (the engine checks a
+    /// synchronisation object's and a freed block's memory as the caller's accesses).
+    pub fn shared(shared: &mut FxHashSet<u64>, addr: u64, end: u64) {
+        let (first, last) = (addr >> 12, end.saturating_sub(1).max(addr) >> 12);
+        shared.extend(first..=last);
+    }
+
+    /// The one thread that touches each page, for the pages that have one: from each
+    /// thread's pages, less those `shared`.
+    pub fn owners(threads: Vec<Owners>, shared: &FxHashSet<u64>) -> FxHashMap<u64, u32> {
+        let mut owner: FxHashMap<u64, u32> = FxHashMap::default();
+        for (t, o) in threads.into_iter().enumerate() {
+            for p in o.pages {
+                let e = owner.entry(p).or_insert(t as u32);
+                if *e != t as u32 {
+                    *e = u32::MAX;
+                }
+            }
+        }
+        owner.retain(|p, t| *t != u32::MAX && !shared.contains(p));
+        owner
+    }
+}
+
+/// Entries of a thread's table of last accesses (a power of two).
+const REPEAT_TABLE: usize = 256;
+
+/// The thread's last access of each granule since its last event other than an access,
+/// direct-mapped by granule, so that an access repeating it exactly is counted here
+/// instead of sent.
+///
+/// Such an access needs no check: the shadow memory keeps an access's own slot (thread,
+/// epoch, lockset, site, bytes) in its granule until an access of the granule or an event
+/// changes it, and its checker returns at once on an access whose slot is there. Between
+/// the two accesses the thread made no other access of the granule (each access sets or
+/// clears its granules' entries), and no event of any kind: each one (a sync record, a
+/// release or acquire, a watched call's start or end, which change the epoch and lockset
+/// or free memory; a hold, after which other threads run) starts a new generation. Within
+/// a stretch between sync records no other thread's access comes in between (the
+/// interleaving takes a stretch whole, up to a hold), so no other thread's access moved
+/// the slot either.
+struct Repeats {
+    table: Box<[Last]>,
+    generation: u32,
+    /// Quiet accesses (repeats, and accesses to the thread's own pages) since the last
+    /// [`Act::Quiet`].
+    count: u64,
+}
+
+/// An entry of [`Repeats`]: the access to `addr` at `site` (of the thread's numbers),
+/// valid in generation `generation`.
+#[derive(Clone, Copy)]
+struct Last {
+    granule: u64,
+    addr: u64,
+    site: u32,
+    generation: u32,
+}
+
+impl Repeats {
+    fn new() -> Repeats {
+        Repeats {
+            table: vec![Last { granule: 0, addr: 0, site: 0, generation: 0 }; REPEAT_TABLE].into_boxed_slice(),
+            generation: 1,
+            count: 0,
+        }
+    }
+
+    #[inline]
+    fn slot(&mut self, granule: u64) -> &mut Last {
+        &mut self.table[(granule >> 3) as usize & (REPEAT_TABLE - 1)]
+    }
+
+    /// Whether the access to `[addr, end)` at `site` repeats the last one of its granule,
+    /// noting it as the last of its granules where it does not.
+    #[inline]
+    fn repeats(&mut self, addr: u64, end: u64, site: u32) -> bool {
+        let (g, generation) = (addr & !7, self.generation);
+        if end - g <= 8 {
+            let e = self.slot(g);
+            if e.generation == generation && e.granule == g && e.addr == addr && e.site == site {
+                return true;
+            }
+            *e = Last { granule: g, addr, site, generation };
+            return false;
+        }
+        // Across granules: not taken as a repeat.
+        self.forget(addr, end);
+        false
+    }
+
+    /// Forgets the entries of the granules of `[addr, end)`, whose slots an access sent
+    /// may have changed.
+    #[cold]
+    #[inline(never)]
+    fn forget(&mut self, addr: u64, end: u64) {
+        if (end - (addr & !7)) / 8 > REPEAT_TABLE as u64 {
+            self.renew();
+            return;
+        }
+        for (g, _) in granules(addr, end) {
+            let e = self.slot(g);
+            if e.granule == g {
+                e.generation = 0;
+            }
+        }
+    }
+
+    /// Forgets every entry: an event other than an access came.
+    #[inline]
+    fn renew(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            // (Entries made 2^32 generations ago must not look current.)
+            self.table.iter_mut().for_each(|e| e.generation = 0);
+            self.generation = 1;
+        }
+    }
+
+    /// Adds the count of repeats since the last to `out`.
+    #[inline]
+    fn flush(&mut self, out: &mut Vec<Act>) {
+        if self.count > 0 {
+            out.push(Act::Quiet(std::mem::take(&mut self.count)));
+        }
+    }
+}
+
+/// Entries of a thread's cache of pages (a power of two).
+const PAGE_CACHE: usize = 256;
+
+/// A page's flag: only this thread touches it in the whole run, it holds no location
+/// locked instructions use, and it is not in the region counted.
+const OWN: u8 = 1;
+/// A page's flag: locked instructions use granules of it.
+const ATOMIC: u8 = 2;
 
 /// Entries of a thread's site cache (a power of two).
 const SITE_CACHE: usize = 2048;
 
 /// A site in the cache: its pc and caller, the rest of it packed (size, then whether it
-/// writes, is atomic, is the kernel's; all ones for an empty entry), and its number.
+/// writes, is atomic, is the kernel's: [`packed`]; all ones for an empty entry), and its
+/// number. (24 bytes: the cache is most of what a thread's view keeps hot.)
 #[derive(Clone, Copy)]
 struct Cached {
     pc: u64,
     caller: u64,
-    rest: u64,
+    rest: u32,
     id: u32,
 }
 
+/// A site's size and kinds in 32 bits, for the cache: all ones (never cached) for a size
+/// of 2^21 bytes or more, which no instruction has (the kernel's accesses are cut at
+/// [`syscalls::SHADOWED`]).
+#[inline]
+fn packed(s: &Site) -> u32 {
+    if s.size >= 1 << 21 {
+        return u32::MAX;
+    }
+    s.size | (s.write as u32) << 29 | (s.atomic as u32) << 30 | (s.kernel as u32) << 31
+}
+
 impl<'k> Local<'k> {
-    /// A thread's view, with nothing seen yet.
-    pub fn new(known: &'k Known) -> Local<'k> {
+    /// Thread `thread`'s view, with nothing seen yet.
+    pub fn new(known: &'k Known, thread: u32) -> Local<'k> {
         Local {
             known,
             frames: CallStack::with_limit(MAX_FRAMES),
             calls: Watched::default(),
             stack: (u64::MAX, 0),
             sites: FxHashMap::default(),
-            cache: vec![Cached { pc: 0, caller: 0, rest: u64::MAX, id: 0 }; SITE_CACHE].into_boxed_slice(),
-            atomic_pages: vec![(u64::MAX, false); PAGE_CACHE].into_boxed_slice(),
+            cache: vec![Cached { pc: 0, caller: 0, rest: u32::MAX, id: 0 }; SITE_CACHE].into_boxed_slice(),
+            pages: vec![(u64::MAX, 0); PAGE_CACHE].into_boxed_slice(),
             skipped: 0,
+            repeats: Repeats::new(),
+            thread,
         }
     }
 
@@ -152,28 +367,52 @@ impl<'k> Local<'k> {
         false
     }
 
+    /// The [`OWN`] and [`ATOMIC`] flags of page `p`.
+    #[inline]
+    fn page(&mut self, p: u64) -> u8 {
+        let c = &mut self.pages[p as usize & (PAGE_CACHE - 1)];
+        if c.0 != p {
+            let k = self.known;
+            let atomic = k.atomic_pages.contains(&p);
+            let region = k.region.is_some_and(|(lo, hi)| lo >> 12 <= p && p <= hi.saturating_sub(1) >> 12);
+            let own = k.owners.get(&p) == Some(&self.thread) && !atomic && !region;
+            *c = (p, if own { OWN } else { 0 } | if atomic { ATOMIC } else { 0 });
+        }
+        c.1
+    }
+
+    /// Whether `[addr, end)` lies in [`OWN`] pages.
+    #[inline]
+    fn own(&mut self, addr: u64, end: u64) -> bool {
+        let (first, last) = (addr >> 12, end.saturating_sub(1).max(addr) >> 12);
+        self.page(first) & OWN != 0 && (first == last || (first + 1..=last).all(|p| self.page(p) & OWN != 0))
+    }
+
     /// Whether locked instructions use bytes `mask` of the granule at `g`.
     #[inline]
     fn atomic_in(&mut self, g: u64, mask: u8) -> bool {
-        let page = g >> 12;
-        let c = &mut self.atomic_pages[page as usize & (PAGE_CACHE - 1)];
-        if c.0 != page {
-            *c = (page, self.known.atomic_pages.contains(&page));
-        }
-        c.1 && self.known.atomic.get(&g).is_some_and(|&m| m & mask != 0)
+        self.page(g >> 12) & ATOMIC != 0 && self.known.atomic.get(&g).is_some_and(|&m| m & mask != 0)
     }
 
-    /// The thread's number for `s`, naming it first where it is new.
+    /// The thread's number for `s`, naming it first where it is new, with [`SENT`] where
+    /// an access of it was sent.
     #[inline]
     fn site(&mut self, s: Site, out: &mut Vec<Act>) -> u32 {
         // Most accesses repeat a recent site: a direct-mapped cache before the table, by pc
         // (and whether it writes), so that a loop's sites sit together in it.
         let h = ((s.pc << 1) | s.write as u64) as usize & (SITE_CACHE - 1);
-        let rest = s.size as u64 | (s.write as u64) << 32 | (s.atomic as u64) << 33 | (s.kernel as u64) << 34;
+        let rest = packed(&s);
         let c = &self.cache[h];
-        if c.pc == s.pc && c.caller == s.caller && c.rest == rest {
+        if c.pc == s.pc && c.caller == s.caller && c.rest == rest && rest != u32::MAX {
             return c.id;
         }
+        self.site_missed(s, h, rest, out)
+    }
+
+    /// [`site`](Self::site) where the cache does not hold it.
+    #[cold]
+    #[inline(never)]
+    fn site_missed(&mut self, s: Site, h: usize, rest: u32, out: &mut Vec<Act>) -> u32 {
         let next = self.sites.len() as u32;
         let id = *self.sites.entry(s).or_insert(next);
         if id == next {
@@ -183,8 +422,24 @@ impl<'k> Local<'k> {
         id
     }
 
+    /// Notes that an access of site `s` was sent.
+    #[cold]
+    #[inline(never)]
+    fn sent(&mut self, s: Site) {
+        if let Some(id) = self.sites.get_mut(&s) {
+            *id |= SENT;
+        }
+        let h = ((s.pc << 1) | s.write as u64) as usize & (SITE_CACHE - 1);
+        let c = &mut self.cache[h];
+        if c.pc == s.pc && c.caller == s.caller && c.rest == packed(&s) {
+            c.id |= SENT;
+        }
+    }
+
     /// Adds to `out` what `ev` comes to.
     pub fn lower(&mut self, ev: Ev, out: &mut Vec<Act>) {
+        let before = out.len();
+        let access = matches!(ev, Ev::Access { .. } | Ev::Kernel { .. });
         match ev {
             Ev::Block { addr } => {
                 for e in self.calls.block(addr) {
@@ -223,13 +478,39 @@ impl<'k> Local<'k> {
             Ev::Start => {}
             Ev::End => out.push(Act::End),
         }
+        // An event that reaches the engine may change what the thread's next accesses are
+        // checked as: its repeats so far are counted before it, and none after it.
+        if !access && out.len() > before {
+            if self.repeats.count > 0 {
+                out.insert(before, Act::Quiet(std::mem::take(&mut self.repeats.count)));
+            }
+            self.repeats.renew();
+        }
     }
 
-    /// Adds the count of accesses skipped since the last to `out`.
+    /// Adds the counts of accesses skipped and quiet since the last to `out`.
     pub fn flush(&mut self, out: &mut Vec<Act>) {
         if self.skipped > 0 {
             out.push(Act::Skipped(std::mem::take(&mut self.skipped)));
         }
+        self.repeats.flush(out);
+    }
+
+    /// Other threads' events came since this thread's last: its repeats start anew. (The
+    /// analysis's interleaving takes a thread's stretch whole, resuming it only after a
+    /// sync record or a hold, which start them anew already; the engine's tests switch
+    /// threads anywhere.)
+    #[cfg(test)]
+    pub fn resume(&mut self, out: &mut Vec<Act>) {
+        self.renew(out);
+    }
+
+    /// Starts a new generation of repeats, counting those so far first.
+    #[cold]
+    #[inline(never)]
+    fn renew(&mut self, out: &mut Vec<Act>) {
+        self.repeats.flush(out);
+        self.repeats.renew();
     }
 
     fn flow(&mut self, tr: Transition) {
@@ -273,6 +554,7 @@ impl<'k> Local<'k> {
             let stack = (self.stack.0.min(addr), self.stack.1.max(access_end(addr, size)));
             if stack != self.stack {
                 self.stack = stack;
+                self.renew(out);
                 out.push(Act::Stack(stack.0, stack.1));
             }
         }
@@ -289,8 +571,26 @@ impl<'k> Local<'k> {
             return;
         }
         let atomic = class == Class::Atomic;
+        let end = access_end(addr, size);
+        // Memory only this thread touches, holding no atomic location and outside the
+        // region: nothing to hold for, nothing to find or change once the site is named.
+        if !kernel && self.own(addr, end) {
+            if skip {
+                self.skipped += 1;
+                return;
+            }
+            let s = Site { pc, caller, write, size, atomic, kernel };
+            let site = self.site(s, out);
+            if site & SENT != 0 {
+                self.repeats.count += 1;
+                return;
+            }
+            self.send(addr, site, 0, s, out);
+            return;
+        }
         let shared = !atomic && self.is_atomic(addr, size);
         if shared && read {
+            self.renew(out);
             out.push(Act::Hold);
         }
         if skip {
@@ -301,7 +601,57 @@ impl<'k> Local<'k> {
         if shared {
             flags |= SHARED_ATOMIC;
         }
-        let site = self.site(Site { pc, caller, write, size, atomic, kernel }, out);
-        out.push(Act::Access { addr, site, flags });
+        let s = Site { pc, caller, write, size, atomic, kernel };
+        let site = self.site(s, out);
+        let counted = self.known.region.is_some_and(|(lo, hi)| addr < hi && end > lo);
+        if flags != 0 {
+            // An acquire or release, or the kernel's (checked at another epoch for a send):
+            // not a plain access to take repeats of.
+            self.renew(out);
+        } else if counted {
+            self.repeats.forget(addr, end);
+        } else if self.repeats.repeats(addr, end, site & !SENT) {
+            self.repeats.count += 1;
+            return;
+        }
+        self.send(addr, site, flags, s, out);
+    }
+
+    /// Sends an access at site `s` (numbered `site`, with [`SENT`] where one was) to the
+    /// engine, after the count of those quiet before it.
+    #[inline]
+    fn send(&mut self, addr: u64, site: u32, flags: u8, s: Site, out: &mut Vec<Act>) {
+        self.repeats.flush(out);
+        // (A plain load of an atomic location is an acquire, not checked: its site is not
+        // numbered by it.)
+        if site & SENT == 0 && (flags & SHARED_ATOMIC == 0 || s.write) {
+            self.sent(s);
+        }
+        out.push(Act::Access { addr, site: site & !SENT, flags });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A page is a thread's own when no other thread touches it and no watched call names
+    /// it: ranges across pages note each page, and a huge kernel range each of its pages.
+    #[test]
+    fn owners_are_the_only_thread_touching_a_page() {
+        let mut a = Owners::default();
+        let mut b = Owners::default();
+        a.touch(0x1000, 0x1008);
+        a.touch(0x2ffc, 0x3004); // pages 2 and 3
+        a.touch(0x5000, 0x5001);
+        a.touch(0x6000, 0x6001);
+        b.touch(0x3000, 0x3001);
+        b.touch(0x4000, 0x4000 + 3 * 4096); // pages 4, 5, 6
+        let mut shared = FxHashSet::default();
+        Owners::shared(&mut shared, 0x1ff0, 0x2010); // pages 1 and 2
+        let owners = Owners::owners(vec![a, b], &shared);
+        let mut got: Vec<(u64, u32)> = owners.into_iter().collect();
+        got.sort();
+        assert_eq!(got, vec![(4, 1)]);
     }
 }

@@ -3,7 +3,8 @@
 //! [`engine`] for what counts as a race, [`report`] for what is said of one.
 //!
 //! Two passes over the profile. The first, on all cores, finds the locations locked
-//! instructions use (atomics) and each thread's sync record numbers. The second recovers
+//! instructions use (atomics), each thread's sync record numbers, and the pages only one
+//! thread touches (an access there cannot race, [`local::Owners`]). The second recovers
 //! each thread on a producer of its own, which also works out what needs no other thread
 //! ([`local`]: call stacks, watched calls, sites, which accesses are checked), and
 //! interleaves the threads' events by their sync records: a thread's events between two records are taken in the order of the record
@@ -27,8 +28,8 @@ use dep_recover::{Merge, Sink};
 use dep_recover::{RecoverError, Recovery, Source, Turn};
 use engine::{Engine, Region};
 use feed::{Code, Facts, Feed};
-use local::{Act, AtomicBytes, Known, Local};
-use rustc_hash::FxHashMap;
+use local::{Act, AtomicBytes, Known, Local, Owners};
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Why the analysis could not run.
 #[derive(Debug, thiserror::Error)]
@@ -108,7 +109,7 @@ pub fn analyse(rec: &Recovery, symbols: &crate::program::symbols::Symbolizer, re
         Some((path, _)) if feed::is_runtime(path) => Code::Runtime,
         _ => Code::Program,
     };
-    let (atomic, syncs, refs) = first_pass(rec)?;
+    let (atomic, syncs, refs, owners) = first_pass(rec)?;
     // One thread has no other to race with: the first pass read (and so checked) the whole
     // profile, and nothing more is done unless a region's accesses are to be listed.
     if threads.len() == 1 && region.is_none() {
@@ -152,7 +153,11 @@ pub fn analyse(rec: &Recovery, symbols: &crate::program::symbols::Symbolizer, re
                 c
             }));
         }
-        let known = Known::new(atomic, runtime);
+        let known = Known::new(atomic, runtime).with_owners(owners);
+        let known = match &region {
+            Some((start, end, _)) => known.with_region(*start, *end),
+            None => known,
+        };
         let mut engine = Engine::new(&spawns).sharded(txs, spare);
         if let Some((start, end, _)) = &region {
             engine.region = Some(Region { start: *start, end: *end, seen: FxHashMap::default() });
@@ -192,14 +197,19 @@ pub fn analyse(rec: &Recovery, symbols: &crate::program::symbols::Symbolizer, re
 }
 
 /// The granules locked instructions touch, with their bytes, each thread's sync record
-/// numbers in order, and the references recovered: chunks on all cores.
-fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64), RecoverError> {
+/// numbers in order, the references recovered, and the pages only one thread touches:
+/// chunks on all cores.
+#[allow(clippy::type_complexity)]
+fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64, FxHashMap<u64, u32>), RecoverError> {
     #[derive(Default)]
     struct Atomics {
         flags: Vec<bool>,
         locs: FxHashMap<u64, u8>,
         syncs: Vec<u64>,
         refs: u64,
+        pages: Owners,
+        /// Pages of watched calls' objects, which the engine checks as memory.
+        shared: FxHashSet<u64>,
     }
     impl Sink for Atomics {
         type Error = RecoverError;
@@ -213,6 +223,9 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64), Recov
         }
         fn refs(&mut self, _: &BlockEvent, refs: &[MemEvent]) -> Result<bool, RecoverError> {
             self.refs += refs.len() as u64;
+            for r in refs {
+                self.pages.touch(r.addr, shadow::access_end(r.addr, r.size.max(1)));
+            }
             for r in refs.iter().filter(|r| self.flags.get(r.insn as usize).copied().unwrap_or(false)) {
                 for (g, mask) in shadow::granules(r.addr, shadow::access_end(r.addr, r.size.max(1))) {
                     *self.locs.entry(g).or_insert(0) |= mask;
@@ -221,8 +234,20 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64), Recov
             Ok(true)
         }
         fn marker(&mut self, _: u32, m: Marker) -> Result<bool, RecoverError> {
-            if let Marker::Sync { seq, .. } = m {
-                self.syncs.push(seq);
+            match m {
+                Marker::Sync { seq, .. } => self.syncs.push(seq),
+                // As much as the second pass checks of it.
+                Marker::Kernel { addr, size, .. } => {
+                    self.pages.touch(addr, shadow::access_end(addr, size.clamp(1, dep_profile::syscalls::SHADOWED)))
+                }
+                // Any argument may be an object the engine checks: the first KiB of a block
+                // freed, a lock or condition variable.
+                Marker::Call { args, .. } => {
+                    for a in [args[0], args[1]] {
+                        Owners::shared(&mut self.shared, a, a.saturating_add(engine::FREE_CHECKED));
+                    }
+                }
+                _ => {}
             }
             Ok(true)
         }
@@ -234,6 +259,8 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64), Recov
             }
             self.syncs.extend(later.syncs);
             self.refs += later.refs;
+            self.pages.pages.extend(later.pages.pages);
+            self.shared.extend(later.shared);
             Ok(true)
         }
     }
@@ -241,14 +268,18 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64), Recov
     let mut all = FxHashMap::default();
     let mut syncs = Vec::with_capacity(parts.len());
     let mut refs = 0;
+    let mut pages = Vec::with_capacity(parts.len());
+    let mut shared = FxHashSet::default();
     for p in parts {
         for (g, m) in p.locs {
             *all.entry(g).or_insert(0) |= m;
         }
         syncs.push(p.syncs);
         refs += p.refs;
+        pages.push(p.pages);
+        shared.extend(p.shared);
     }
-    Ok((all, syncs, refs))
+    Ok((all, syncs, refs, Owners::owners(pages, &shared)))
 }
 
 /// A batch of one thread's events, and how far the interleaving has read it.
@@ -282,7 +313,7 @@ impl Input {
 fn interleave(rec: &Recovery, facts: &Facts, known: &Known, syncs: Vec<Vec<u64>>, engine: &mut Engine) -> Result<(), RacesError> {
     let mut inputs: Vec<Input> = syncs.into_iter().map(|syncs| Input { syncs, ..Default::default() }).collect();
     rec.events(Source::Dep).interleaved(
-        |_, tx| Feed::new(facts, Local::new(known), move |acts| if tx.send(Stretch { acts, at: 0 }) { Ok(()) } else { Err(feed::Gone) }),
+        |t, tx| Feed::new(facts, Local::new(known, t), move |acts| if tx.send(Stretch { acts, at: 0 }) { Ok(()) } else { Err(feed::Gone) }),
         |t, key, batch: &mut Stretch| {
             let input = &mut inputs[t as usize];
             while let Some(act) = batch.acts.get_mut(batch.at) {
