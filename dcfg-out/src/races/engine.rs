@@ -966,7 +966,7 @@ mod tests {
                 outcome(&mut e)
             };
             let all = atomics(&atomic).with_region(0, u64::MAX);
-            let owners = local::Owners::owners(pages, &Default::default());
+            let owners = local::Owners::owners(pages);
             let filtered = atomics(&atomic).with_owners(owners);
             let (want, got) = (run(&all), run(&filtered));
             assert_eq!(got, want, "seed {seed}");

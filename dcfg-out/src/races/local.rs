@@ -126,6 +126,9 @@ pub struct Local<'k> {
     /// walked), which one entry alone would keep missing.
     pages: Box<[(u64, u8)]>,
     skipped: u64,
+    /// Quiet accesses (to the thread's own pages, and repeats) since the last
+    /// [`Act::Quiet`].
+    quiet: u64,
     repeats: Repeats,
     /// The thread's number.
     thread: u32,
@@ -141,15 +144,24 @@ const SENT: u32 = 1 << 31;
 /// only its own thread touches in the whole run cannot race (a race needs another thread's
 /// access to a common byte), so it needs no check.
 pub struct Owners {
-    pub pages: FxHashSet<u64>,
+    pages: FxHashSet<u64>,
+    /// Pages some other thread may touch too: the engine checks a synchronisation object's
+    /// and a freed block's memory as the caller's accesses.
+    shared: FxHashSet<u64>,
     /// Pages noted lately, direct-mapped by page number (accesses go to a few pages at a
     /// time: the stack, the data being walked).
     recent: Box<[u64; 256]>,
 }
 
+/// The numbers of the pages `[addr, end)` touches (the first alone for an empty range).
+#[inline]
+fn page_numbers(addr: u64, end: u64) -> std::ops::RangeInclusive<u64> {
+    addr >> 12..=end.saturating_sub(1).max(addr) >> 12
+}
+
 impl Default for Owners {
     fn default() -> Self {
-        Owners { pages: FxHashSet::default(), recent: Box::new([u64::MAX; 256]) }
+        Owners { pages: FxHashSet::default(), shared: FxHashSet::default(), recent: Box::new([u64::MAX; 256]) }
     }
 }
 
@@ -157,10 +169,9 @@ impl Owners {
     /// Notes `[addr, end)`.
     #[inline]
     pub fn touch(&mut self, addr: u64, end: u64) {
-        let (first, last) = (addr >> 12, end.saturating_sub(1).max(addr) >> 12);
         // A huge range (the kernel's side of a large read) costs a page each, as the
         // shadow memory it is checked in does.
-        for p in first..=last {
+        for p in page_numbers(addr, end) {
             let r = &mut self.recent[p as usize & 255];
             if *r != p {
                 *r = p;
@@ -169,17 +180,22 @@ impl Owners {
         }
     }
 
-    /// Notes `[addr, end)` as touched by some other thread too (the engine checks a
-    /// synchronisation object's and a freed block's memory as the caller's accesses).
-    pub fn shared(shared: &mut FxHashSet<u64>, addr: u64, end: u64) {
-        let (first, last) = (addr >> 12, end.saturating_sub(1).max(addr) >> 12);
-        shared.extend(first..=last);
+    /// Notes `[addr, end)` as touched by some other thread too.
+    pub fn share(&mut self, addr: u64, end: u64) {
+        self.shared.extend(page_numbers(addr, end));
     }
 
-    /// The one thread that touches each page, for the pages that have one: from each
-    /// thread's pages, less those `shared`.
-    pub fn owners(threads: Vec<Owners>, shared: &FxHashSet<u64>) -> FxHashMap<u64, u32> {
+    /// Adds what `later` noted (of the same thread).
+    pub fn merge(&mut self, later: Owners) {
+        self.pages.extend(later.pages);
+        self.shared.extend(later.shared);
+    }
+
+    /// The one thread that touches each page, for the pages that have one and that no
+    /// thread shares: from each thread's notes.
+    pub fn owners(threads: Vec<Owners>) -> FxHashMap<u64, u32> {
         let mut owner: FxHashMap<u64, u32> = FxHashMap::default();
+        let mut shared = FxHashSet::default();
         for (t, o) in threads.into_iter().enumerate() {
             for p in o.pages {
                 let e = owner.entry(p).or_insert(t as u32);
@@ -187,6 +203,7 @@ impl Owners {
                     *e = u32::MAX;
                 }
             }
+            shared.extend(o.shared);
         }
         owner.retain(|p, t| *t != u32::MAX && !shared.contains(p));
         owner
@@ -213,9 +230,6 @@ const REPEAT_TABLE: usize = 256;
 struct Repeats {
     table: Box<[Last]>,
     generation: u32,
-    /// Quiet accesses (repeats, and accesses to the thread's own pages) since the last
-    /// [`Act::Quiet`].
-    count: u64,
 }
 
 /// An entry of [`Repeats`]: the access to `addr` at `site` (of the thread's numbers),
@@ -230,11 +244,7 @@ struct Last {
 
 impl Repeats {
     fn new() -> Repeats {
-        Repeats {
-            table: vec![Last { granule: 0, addr: 0, site: 0, generation: 0 }; REPEAT_TABLE].into_boxed_slice(),
-            generation: 1,
-            count: 0,
-        }
+        Repeats { table: vec![Last { granule: 0, addr: 0, site: 0, generation: 0 }; REPEAT_TABLE].into_boxed_slice(), generation: 1 }
     }
 
     #[inline]
@@ -287,14 +297,6 @@ impl Repeats {
             self.generation = 1;
         }
     }
-
-    /// Adds the count of repeats since the last to `out`.
-    #[inline]
-    fn flush(&mut self, out: &mut Vec<Act>) {
-        if self.count > 0 {
-            out.push(Act::Quiet(std::mem::take(&mut self.count)));
-        }
-    }
 }
 
 /// Entries of a thread's cache of pages (a power of two).
@@ -343,6 +345,7 @@ impl<'k> Local<'k> {
             cache: vec![Cached { pc: 0, caller: 0, rest: u32::MAX, id: 0 }; SITE_CACHE].into_boxed_slice(),
             pages: vec![(u64::MAX, 0); PAGE_CACHE].into_boxed_slice(),
             skipped: 0,
+            quiet: 0,
             repeats: Repeats::new(),
             thread,
         }
@@ -384,8 +387,7 @@ impl<'k> Local<'k> {
     /// Whether `[addr, end)` lies in [`OWN`] pages.
     #[inline]
     fn own(&mut self, addr: u64, end: u64) -> bool {
-        let (first, last) = (addr >> 12, end.saturating_sub(1).max(addr) >> 12);
-        self.page(first) & OWN != 0 && (first == last || (first + 1..=last).all(|p| self.page(p) & OWN != 0))
+        page_numbers(addr, end).all(|p| self.page(p) & OWN != 0)
     }
 
     /// Whether locked instructions use bytes `mask` of the granule at `g`.
@@ -481,8 +483,8 @@ impl<'k> Local<'k> {
         // An event that reaches the engine may change what the thread's next accesses are
         // checked as: its repeats so far are counted before it, and none after it.
         if !access && out.len() > before {
-            if self.repeats.count > 0 {
-                out.insert(before, Act::Quiet(std::mem::take(&mut self.repeats.count)));
+            if self.quiet > 0 {
+                out.insert(before, Act::Quiet(std::mem::take(&mut self.quiet)));
             }
             self.repeats.renew();
         }
@@ -493,7 +495,15 @@ impl<'k> Local<'k> {
         if self.skipped > 0 {
             out.push(Act::Skipped(std::mem::take(&mut self.skipped)));
         }
-        self.repeats.flush(out);
+        self.flush_quiet(out);
+    }
+
+    /// Adds the count of quiet accesses since the last to `out`.
+    #[inline]
+    fn flush_quiet(&mut self, out: &mut Vec<Act>) {
+        if self.quiet > 0 {
+            out.push(Act::Quiet(std::mem::take(&mut self.quiet)));
+        }
     }
 
     /// Other threads' events came since this thread's last: its repeats start anew. (The
@@ -509,7 +519,7 @@ impl<'k> Local<'k> {
     #[cold]
     #[inline(never)]
     fn renew(&mut self, out: &mut Vec<Act>) {
-        self.repeats.flush(out);
+        self.flush_quiet(out);
         self.repeats.renew();
     }
 
@@ -582,7 +592,7 @@ impl<'k> Local<'k> {
             let s = Site { pc, caller, write, size, atomic, kernel };
             let site = self.site(s, out);
             if site & SENT != 0 {
-                self.repeats.count += 1;
+                self.quiet += 1;
                 return;
             }
             self.send(addr, site, 0, s, out);
@@ -611,7 +621,7 @@ impl<'k> Local<'k> {
         } else if counted {
             self.repeats.forget(addr, end);
         } else if self.repeats.repeats(addr, end, site & !SENT) {
-            self.repeats.count += 1;
+            self.quiet += 1;
             return;
         }
         self.send(addr, site, flags, s, out);
@@ -621,7 +631,7 @@ impl<'k> Local<'k> {
     /// engine, after the count of those quiet before it.
     #[inline]
     fn send(&mut self, addr: u64, site: u32, flags: u8, s: Site, out: &mut Vec<Act>) {
-        self.repeats.flush(out);
+        self.flush_quiet(out);
         // (A plain load of an atomic location is an acquire, not checked: its site is not
         // numbered by it.)
         if site & SENT == 0 && (flags & SHARED_ATOMIC == 0 || s.write) {
@@ -636,7 +646,7 @@ mod tests {
     use super::*;
 
     /// A page is a thread's own when no other thread touches it and no watched call names
-    /// it: ranges across pages note each page, and a huge kernel range each of its pages.
+    /// it: a range across pages notes each of them.
     #[test]
     fn owners_are_the_only_thread_touching_a_page() {
         let mut a = Owners::default();
@@ -647,9 +657,8 @@ mod tests {
         a.touch(0x6000, 0x6001);
         b.touch(0x3000, 0x3001);
         b.touch(0x4000, 0x4000 + 3 * 4096); // pages 4, 5, 6
-        let mut shared = FxHashSet::default();
-        Owners::shared(&mut shared, 0x1ff0, 0x2010); // pages 1 and 2
-        let owners = Owners::owners(vec![a, b], &shared);
+        b.share(0x1ff0, 0x2010); // pages 1 and 2
+        let owners = Owners::owners(vec![a, b]);
         let mut got: Vec<(u64, u32)> = owners.into_iter().collect();
         got.sort();
         assert_eq!(got, vec![(4, 1)]);

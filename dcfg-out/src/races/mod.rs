@@ -29,7 +29,7 @@ use dep_recover::{RecoverError, Recovery, Source, Turn};
 use engine::{Engine, Region};
 use feed::{Code, Facts, Feed};
 use local::{Act, AtomicBytes, Known, Local, Owners};
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 /// Why the analysis could not run.
 #[derive(Debug, thiserror::Error)]
@@ -153,13 +153,10 @@ pub fn analyse(rec: &Recovery, symbols: &crate::program::symbols::Symbolizer, re
                 c
             }));
         }
-        let known = Known::new(atomic, runtime).with_owners(owners);
-        let known = match &region {
-            Some((start, end, _)) => known.with_region(*start, *end),
-            None => known,
-        };
+        let mut known = Known::new(atomic, runtime).with_owners(owners);
         let mut engine = Engine::new(&spawns).sharded(txs, spare);
         if let Some((start, end, _)) = &region {
+            known = known.with_region(*start, *end);
             engine.region = Some(Region { start: *start, end: *end, seen: FxHashMap::default() });
         }
         let run = interleave(rec, &facts, &known, syncs, &mut engine);
@@ -208,8 +205,6 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64, FxHash
         syncs: Vec<u64>,
         refs: u64,
         pages: Owners,
-        /// Pages of watched calls' objects, which the engine checks as memory.
-        shared: FxHashSet<u64>,
     }
     impl Sink for Atomics {
         type Error = RecoverError;
@@ -224,11 +219,12 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64, FxHash
         fn refs(&mut self, _: &BlockEvent, refs: &[MemEvent]) -> Result<bool, RecoverError> {
             self.refs += refs.len() as u64;
             for r in refs {
-                self.pages.touch(r.addr, shadow::access_end(r.addr, r.size.max(1)));
-            }
-            for r in refs.iter().filter(|r| self.flags.get(r.insn as usize).copied().unwrap_or(false)) {
-                for (g, mask) in shadow::granules(r.addr, shadow::access_end(r.addr, r.size.max(1))) {
-                    *self.locs.entry(g).or_insert(0) |= mask;
+                let end = shadow::access_end(r.addr, r.size.max(1));
+                self.pages.touch(r.addr, end);
+                if self.flags.get(r.insn as usize).copied().unwrap_or(false) {
+                    for (g, mask) in shadow::granules(r.addr, end) {
+                        *self.locs.entry(g).or_insert(0) |= mask;
+                    }
                 }
             }
             Ok(true)
@@ -244,7 +240,7 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64, FxHash
                 // freed, a lock or condition variable.
                 Marker::Call { args, .. } => {
                     for a in [args[0], args[1]] {
-                        Owners::shared(&mut self.shared, a, a.saturating_add(engine::FREE_CHECKED));
+                        self.pages.share(a, a.saturating_add(engine::FREE_CHECKED));
                     }
                 }
                 _ => {}
@@ -259,8 +255,7 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64, FxHash
             }
             self.syncs.extend(later.syncs);
             self.refs += later.refs;
-            self.pages.pages.extend(later.pages.pages);
-            self.shared.extend(later.shared);
+            self.pages.merge(later.pages);
             Ok(true)
         }
     }
@@ -269,7 +264,6 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64, FxHash
     let mut syncs = Vec::with_capacity(parts.len());
     let mut refs = 0;
     let mut pages = Vec::with_capacity(parts.len());
-    let mut shared = FxHashSet::default();
     for p in parts {
         for (g, m) in p.locs {
             *all.entry(g).or_insert(0) |= m;
@@ -277,9 +271,8 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64, FxHash
         syncs.push(p.syncs);
         refs += p.refs;
         pages.push(p.pages);
-        shared.extend(p.shared);
     }
-    Ok((all, syncs, refs, Owners::owners(pages, &shared)))
+    Ok((all, syncs, refs, Owners::owners(pages)))
 }
 
 /// A batch of one thread's events, and how far the interleaving has read it.
