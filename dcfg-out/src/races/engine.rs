@@ -914,13 +914,7 @@ mod tests {
     fn quiet_accesses_change_nothing_found() {
         let mut races = 0;
         for seed in 1..=300u64 {
-            let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            let mut rand = move |n: u64| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x % n
-            };
+            let mut rand = crate::races::xorshift(seed);
             // Thread t's private page 0x1000 * (t + 1), shared pages 0x10000 and 0x11000;
             // an atomic granule on the shared page and one on thread 1's.
             let mut evs: Vec<(usize, Ev)> = Vec::new();

@@ -4,8 +4,8 @@
 //! acquire after it.
 
 use dep_profile::semantics::{Access, Insn};
-use dep_profile::Reg;
-use dep_recover::events::{BlockEvent, Marker, MemEvent};
+use dep_profile::{BlockPlan, Reg};
+use dep_recover::events::{BlockEvent, Marker, MemEvent, Run};
 use dep_recover::plans::Plans;
 use dep_recover::{RecoverError, Sink};
 
@@ -114,10 +114,51 @@ const RUNTIME: u8 = 16;
 
 /// Per-instruction facts of every block of the table, computed once.
 pub struct Facts {
-    /// Per block id: flags per instruction.
-    blocks: Vec<Box<[u8]>>,
+    /// Per block id.
+    blocks: Vec<BlockFacts>,
     /// How each block leaves: calls and returns.
     exits: BlockExits,
+}
+
+/// What the analysis needs of one block of the table.
+#[derive(Default)]
+struct BlockFacts {
+    /// Its instructions' facts.
+    insns: Box<[InsnFacts]>,
+    /// It has a plan (its bytes decode).
+    planned: bool,
+    /// None of its instructions is locked, and it is neither the C runtime's code nor the
+    /// linker's, so each access is its instruction's plain, stack or TLS one.
+    plain: bool,
+}
+
+/// What the analysis needs of one instruction of a block.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InsnFacts {
+    pub pc: u64,
+    /// Bytes each of its reads, and each of its writes, accesses: 0 where it has none,
+    /// `u32::MAX` where they differ in size.
+    pub read: u32,
+    pub write: u32,
+    /// Its accesses are stack accesses ([`Class::Stack`]).
+    pub stack: bool,
+    flags: u8,
+}
+
+impl InsnFacts {
+    fn new(i: &Insn, extra: u8) -> InsnFacts {
+        let flags = insn_flags(i) | extra;
+        let size = |access: Access| {
+            let mut sizes = i.refs.iter().filter(|r| r.access == access).map(|r| r.size);
+            let first = sizes.next().unwrap_or(0);
+            if sizes.all(|s| s == first) {
+                first
+            } else {
+                u32::MAX
+            }
+        };
+        InsnFacts { pc: i.pc, read: size(Access::Read), write: size(Access::Write), stack: class_of(flags) == Class::Stack, flags }
+    }
 }
 
 fn insn_flags(i: &Insn) -> u8 {
@@ -138,24 +179,46 @@ impl Facts {
     /// The facts of every block `plans` can decode; `code` says whose code is at an address,
     /// `exits` how each block leaves.
     pub fn new(plans: &Plans, blocks: usize, code: &dyn Fn(u64) -> Code, exits: BlockExits) -> Facts {
-        let blocks = (0..blocks as u32)
-            .map(|id| match plans.get_plan(id) {
-                Some(p) => {
-                    let extra = match p.insns.first().map(|i| code(i.pc)) {
-                        Some(Code::Linker) => LINKER,
-                        Some(Code::Runtime) => RUNTIME,
-                        _ => 0,
-                    };
-                    p.insns.iter().map(|i| insn_flags(i) | extra).collect()
-                }
-                None => Box::default(),
-            })
-            .collect();
+        let blocks =
+            (0..blocks as u32).map(|id| plans.get_plan(id).map_or_else(BlockFacts::default, |p| BlockFacts::new(p, code))).collect();
         Facts { blocks, exits }
     }
 
-    fn flags(&self, id: Option<u32>) -> &[u8] {
-        id.and_then(|id| self.blocks.get(id as usize)).map_or(&[], |f| &f[..])
+    fn block(&self, id: Option<u32>) -> Option<&BlockFacts> {
+        self.blocks.get(id? as usize)
+    }
+}
+
+impl BlockFacts {
+    /// The facts of `p`, whose code `code` says whose it is.
+    fn new(p: &BlockPlan, code: &dyn Fn(u64) -> Code) -> BlockFacts {
+        let extra = match p.insns.first().map(|i| code(i.pc)) {
+            Some(Code::Linker) => LINKER,
+            Some(Code::Runtime) => RUNTIME,
+            _ => 0,
+        };
+        let insns: Box<[InsnFacts]> = p.insns.iter().map(|i| InsnFacts::new(i, extra)).collect();
+        let plain = insns.iter().all(|f| f.flags & (ATOMIC | RUNTIME | LINKER) == 0);
+        BlockFacts { insns, planned: true, plain }
+    }
+}
+
+/// What an access of an instruction with `flags` is.
+fn class_of(flags: u8) -> Class {
+    if flags & ATOMIC != 0 && flags & (RUNTIME | LINKER) != 0 {
+        Class::RuntimeAtomic
+    } else if flags & ATOMIC != 0 {
+        Class::Atomic
+    } else if flags & LINKER != 0 {
+        Class::Linker
+    } else if flags & RUNTIME != 0 {
+        Class::Runtime
+    } else if flags & TLS != 0 {
+        Class::Tls
+    } else if flags & STACK != 0 {
+        Class::Stack
+    } else {
+        Class::Plain
     }
 }
 
@@ -184,8 +247,10 @@ pub struct Feed<'f, L: Lower, F: FnMut(Vec<L::Item>) -> Sent> {
     lower: L,
     out: F,
     batch: Vec<L::Item>,
-    /// The open block's instruction flags.
-    flags: &'f [u8],
+    /// The open block's instructions.
+    insns: &'f [InsnFacts],
+    /// The open block's id, where it is plain ([`BlockFacts::plain`]).
+    plain: Option<u32>,
     open: bool,
     /// The instruction whose references are coming: its index, and the address of its
     /// first reference when it is an atomic (whose release follows its references, and
@@ -213,6 +278,21 @@ pub trait Lower {
     fn access(&mut self, pc: u64, addr: u64, size: u32, write: bool, class: Class, out: &mut Vec<Self::Item>) {
         self.lower(Ev::Access { pc, addr, size, write, class }, out)
     }
+    /// Adds what entering the block at `addr` comes to: [`lower`](Self::lower) of its
+    /// [`Ev::Block`], for the one event of every block to take without building it.
+    #[inline]
+    fn enter(&mut self, addr: u64, out: &mut Vec<Self::Item>) {
+        self.lower(Ev::Block { addr }, out)
+    }
+    /// Takes the longest prefix of `refs` that adds nothing to the batch, as
+    /// [`access`](Self::access) of each would take it, and answers its length: references
+    /// of block `block`, whose instructions are `insns`, a plain block (no locked
+    /// instruction, neither the C runtime's code nor the linker's). (None unless a
+    /// lowering has a faster way.)
+    #[inline]
+    fn quiet(&mut self, _block: u32, _insns: &[InsnFacts], _refs: &[MemEvent]) -> usize {
+        0
+    }
 }
 
 /// The events as they are.
@@ -239,6 +319,14 @@ impl Lower for Local<'_> {
     fn access(&mut self, pc: u64, addr: u64, size: u32, write: bool, class: Class, out: &mut Vec<Act>) {
         Local::access(self, pc, addr, size, write, class, false, out)
     }
+    #[inline]
+    fn quiet(&mut self, block: u32, insns: &[InsnFacts], refs: &[MemEvent]) -> usize {
+        Local::quiet(self, block, insns, refs)
+    }
+    #[inline]
+    fn enter(&mut self, addr: u64, out: &mut Vec<Act>) {
+        Local::enter(self, addr, out)
+    }
 }
 
 /// What handing events on comes to: `Err(Gone)` when the receiver is gone (it failed, and
@@ -259,7 +347,8 @@ impl<'f, L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Feed<'f, L, F> {
             lower,
             out,
             batch: Vec::with_capacity(BATCH),
-            flags: &[],
+            insns: &[],
+            plain: None,
             open: false,
             cur: None,
             released: false,
@@ -292,8 +381,8 @@ impl<'f, L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Feed<'f, L, F> {
             Marker::Descriptors(fds) => Some(Ev::Descriptors(fds)),
             // The kernel's accesses, of the system call instruction's class.
             Marker::Kernel { insn, pc, addr, size, write } => {
-                let flags = self.flags.get(insn as usize).copied().unwrap_or(0);
-                Some(Ev::Kernel { pc, addr, size, write, class: Self::class(flags) })
+                let flags = self.insns.get(insn as usize).map_or(0, |f| f.flags);
+                Some(Ev::Kernel { pc, addr, size, write, class: class_of(flags) })
             }
             Marker::Sync { seq, .. } => Some(Ev::Sync(seq)),
             Marker::Call { func, args, ret } => Some(Ev::Call { func, args, ret }),
@@ -309,28 +398,9 @@ impl<'f, L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Feed<'f, L, F> {
         }
     }
 
-    /// What an access of an instruction with `flags` is.
-    fn class(flags: u8) -> Class {
-        if flags & ATOMIC != 0 && flags & (RUNTIME | LINKER) != 0 {
-            Class::RuntimeAtomic
-        } else if flags & ATOMIC != 0 {
-            Class::Atomic
-        } else if flags & LINKER != 0 {
-            Class::Linker
-        } else if flags & RUNTIME != 0 {
-            Class::Runtime
-        } else if flags & TLS != 0 {
-            Class::Tls
-        } else if flags & STACK != 0 {
-            Class::Stack
-        } else {
-            Class::Plain
-        }
-    }
-
     #[inline]
     fn access(&mut self, r: &MemEvent, flags: u8) -> Sent {
-        let class = Self::class(flags);
+        let class = class_of(flags);
         self.lower.access(r.pc, r.addr, r.size, r.access == Access::Write, class, &mut self.batch);
         self.sent()
     }
@@ -381,21 +451,29 @@ impl<'f, L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Feed<'f, L, F> {
     }
 }
 
-impl<L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Feed<'_, L, F> {
-    fn on_block(&mut self, b: &BlockEvent) -> Sent {
+impl<'f, L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Feed<'f, L, F> {
+    /// Block `id` at `addr` is entered, to run `executed` instructions (`interrupted`: a
+    /// signal stops it at the last).
+    #[inline]
+    fn on_block(&mut self, id: Option<u32>, addr: u64, executed: u32, interrupted: bool) -> Sent {
         self.close_block()?;
-        let flags = self.facts.flags(b.id);
-        let planned = b.plan.map(|p| (b.id, p.insns.len() as u32));
-        match planned {
-            Some((Some(id), n)) => {
-                if let Some(tr) = self.flow.block(&self.facts.exits, id, !b.interrupted && b.executed >= n) {
+        let facts: &'f Facts = self.facts;
+        match (id, facts.block(id)) {
+            (Some(id), Some(b)) if b.planned => {
+                if let Some(tr) = self.flow.block(&facts.exits, id, !interrupted && executed >= b.insns.len() as u32) {
                     self.push(Ev::Flow(tr))?;
                 }
+                self.insns = &b.insns;
+                self.plain = b.plain.then_some(id);
             }
-            _ => self.flow.break_flow(),
+            _ => {
+                self.flow.break_flow();
+                self.insns = &[];
+                self.plain = None;
+            }
         }
-        self.push(Ev::Block { addr: b.addr })?;
-        self.flags = flags;
+        self.lower.enter(addr, &mut self.batch);
+        self.sent()?;
         self.open = true;
         self.last_place = 0;
         Ok(())
@@ -408,19 +486,38 @@ impl<L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Feed<'_, L, F> {
             }
             return Ok(());
         }
-        for r in refs {
-            let f = self.flags.get(r.insn as usize).copied().unwrap_or(0);
-            if self.cur.map(|c| c.0) != Some(r.insn) {
-                self.end_insn()?;
-                // The runtime's own atomics (its internal locks) order its internals, not
-                // the program: they make no release or acquire.
-                let atomic = Self::class(f) == Class::Atomic;
-                self.cur = Some((r.insn, atomic.then_some(r.addr)));
+        let Some(id) = self.plain else {
+            return refs.iter().try_for_each(|r| self.one_ref(r));
+        };
+        // A plain block's references that add nothing to the batch are taken together,
+        // each of the others as it comes. (No instruction of the block is an atomic, so
+        // the one under way has nothing to release or acquire.)
+        let mut rest = refs;
+        while !rest.is_empty() {
+            let n = self.lower.quiet(id, self.insns, rest);
+            if let Some(last) = rest[..n].last() {
+                self.cur = Some((last.insn, None));
                 self.released = false;
             }
-            self.access(r, f)?;
+            let Some((r, tail)) = rest[n..].split_first() else { break };
+            self.one_ref(r)?;
+            rest = tail;
         }
         Ok(())
+    }
+
+    #[inline]
+    fn one_ref(&mut self, r: &MemEvent) -> Sent {
+        let f = self.insns.get(r.insn as usize).map_or(0, |f| f.flags);
+        if self.cur.map(|c| c.0) != Some(r.insn) {
+            self.end_insn()?;
+            // The runtime's own atomics (its internal locks) order its internals, not
+            // the program: they make no release or acquire.
+            let atomic = class_of(f) == Class::Atomic;
+            self.cur = Some((r.insn, atomic.then_some(r.addr)));
+            self.released = false;
+        }
+        self.access(r, f)
     }
 
     fn on_marker(&mut self, m: Marker) -> Sent {
@@ -457,7 +554,17 @@ impl<L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Sink for Feed<'_, L, F> {
     type Error = RecoverError;
 
     fn block(&mut self, b: &BlockEvent) -> Result<bool, RecoverError> {
-        Ok(self.on_block(b).is_ok())
+        Ok(self.on_block(b.id, b.addr, b.executed, b.interrupted).is_ok())
+    }
+
+    fn run(&mut self, run: &Run) -> Result<bool, RecoverError> {
+        // (Without the plan each block's event would look up: the facts hold what is used.)
+        for (b, refs) in run.records() {
+            if self.on_block(Some(b.id), b.addr, b.executed as u32, false).is_err() || (!refs.is_empty() && self.on_refs(refs).is_err()) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     fn refs(&mut self, _: &BlockEvent, refs: &[MemEvent]) -> Result<bool, RecoverError> {
@@ -478,9 +585,174 @@ impl<L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Sink for Feed<'_, L, F> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::races::local::Known;
+    use dep_profile::calls::Func;
 
     fn mem(insn: u16, addr: u64) -> MemEvent {
         MemEvent { pc: 0x1000 + insn as u64, addr, size: 1, access: Access::Write, conditional: false, insn }
+    }
+
+    /// The thread's view, with its quiet path and its way of entering blocks (`quick`), or
+    /// with every event through [`Lower::lower`]; counts the references the quiet path
+    /// takes.
+    struct Lowering<'k> {
+        local: Local<'k>,
+        quick: bool,
+        taken: usize,
+    }
+
+    impl Lower for Lowering<'_> {
+        type Item = Act;
+        fn lower(&mut self, e: Ev, out: &mut Vec<Act>) {
+            self.local.lower(e, out)
+        }
+        fn flush(&mut self, out: &mut Vec<Act>) {
+            self.local.flush(out)
+        }
+        fn enter(&mut self, addr: u64, out: &mut Vec<Act>) {
+            match self.quick {
+                true => self.local.enter(addr, out),
+                false => self.local.lower(Ev::Block { addr }, out),
+            }
+        }
+        fn quiet(&mut self, block: u32, insns: &[InsnFacts], refs: &[MemEvent]) -> usize {
+            let n = if self.quick { self.local.quiet(block, insns, refs) } else { 0 };
+            self.taken += n;
+            n
+        }
+    }
+
+    /// The references a plain block's quiet path takes together are exactly those the
+    /// thread's view would take as quiet one by one: random runs of one thread through
+    /// calls and returns (callers change), watched library calls, the kernel's accesses,
+    /// sync records, stack growth, and pages of its own, shared, another thread's or
+    /// holding an atomic location, with accesses across pages, give the engine the same
+    /// events with the quiet path and without it.
+    #[test]
+    fn quiet_path_gives_the_events_of_one_by_one() {
+        use crate::program::calls::Exit;
+        use dep_profile::{Machine, Semantics};
+        let mut sem = Semantics::new(Machine::x86_64(0));
+        let code: [(u64, &[u8]); 4] = [
+            // mov rax,[rbx]; mov [rcx],rax; push rax; pop rax; mov eax,[rbx+8];
+            // add [rcx+16],al; rep movsb; call
+            (0x1000, &[0x48, 0x8b, 0x03, 0x48, 0x89, 0x01, 0x50, 0x58, 0x8b, 0x43, 0x08, 0x00, 0x41, 0x10, 0xf3, 0xa4, 0xe8, 0, 0, 0, 0]),
+            // mov rax,[rbx]; mov [rcx],rax; mov rax,fs:[0x10]; ret
+            (0x2000, &[0x48, 0x8b, 0x03, 0x48, 0x89, 0x01, 0x64, 0x48, 0x8b, 0x04, 0x25, 0x10, 0, 0, 0, 0xc3]),
+            // lock xadd [rbx],eax; mov [rcx],rax
+            (0x3000, &[0xf0, 0x0f, 0xc1, 0x03, 0x48, 0x89, 0x01]),
+            // (where the call returns) mov rax,[rbx]; mov [rcx],rax
+            (0x1015, &[0x48, 0x8b, 0x03, 0x48, 0x89, 0x01]),
+        ];
+        let plans: Vec<BlockPlan> = code.iter().map(|&(pc, bytes)| BlockPlan::build(&mut sem, pc, bytes, None).unwrap()).collect();
+        let exits = BlockExits {
+            exit: vec![Exit::Call { site: 0x1010, ret: 0x1015 }, Exit::Return, Exit::Other, Exit::Other],
+            entry: vec![true, true, false, false],
+            func: vec![0, 1, 0, 0],
+            plt: vec![false; 4],
+            binder: vec![false; 4],
+            addr: code.iter().map(|c| c.0).collect(),
+            names: Vec::new(),
+        };
+        let facts = Facts { blocks: plans.iter().map(|p| BlockFacts::new(p, &|_| Code::Program)).collect(), exits };
+        assert_eq!(facts.blocks.iter().map(|b| b.plain).collect::<Vec<_>>(), [true, true, false, true]);
+        // Pages 0x10, 0x11 and the stack's 0x7f are thread 0's own; 0x30 is its too but
+        // holds an atomic location; 0x20 is shared, 0x40 thread 1's.
+        let owners = [(0x10, 0), (0x11, 0), (0x30, 0), (0x7f, 0), (0x40, 1)].into_iter().collect();
+        let known = Known::new([(0x30040, 0xff)].into_iter().collect(), Vec::new()).with_owners(owners);
+        let (mut fast, mut all) = (0, 0);
+        for seed in 1..=200u64 {
+            let mut rand = crate::races::xorshift(seed);
+            let mut one = Vec::new();
+            let mut quick = Vec::new();
+            let mut a = Feed::new(&facts, Lowering { local: Local::new(&known, 0), quick: false, taken: 0 }, |b| {
+                one.extend(b.into_iter().map(|e| format!("{e:?}")));
+                Ok(())
+            });
+            let mut b = Feed::new(&facts, Lowering { local: Local::new(&known, 0), quick: true, taken: 0 }, |b| {
+                quick.extend(b.into_iter().map(|e| format!("{e:?}")));
+                Ok(())
+            });
+            for step in 0..200 {
+                let id = [0, 0, 1, 1, 2, 3, 3][rand(7) as usize];
+                let plan = &plans[id];
+                let block = BlockEvent {
+                    thread: 0,
+                    addr: plan.addr,
+                    version: 0,
+                    id: Some(id as u32),
+                    plan: Some(plan),
+                    executed: plan.insns.len() as u32,
+                    interrupted: false,
+                };
+                a.block(&block).unwrap();
+                b.block(&block).unwrap();
+                let mut refs = Vec::new();
+                for (k, insn) in plan.insns.iter().enumerate() {
+                    let times = if insn.refs.len() == 2 && insn.refs[0].size == 1 && insn.refs[1].size == 1 && insn.pc == 0x100e {
+                        rand(3)
+                    } else {
+                        1
+                    };
+                    for _ in 0..times {
+                        for r in &insn.refs {
+                            // The stack deepens as the run goes on.
+                            let addr = if facts.blocks[id].insns[k].stack {
+                                0x7f800 - 8 * (1 + rand(step / 4 + 1))
+                            } else {
+                                let page = [0x10, 0x10, 0x11, 0x11, 0x20, 0x30, 0x40, 0x7f][rand(8) as usize];
+                                let off = if rand(8) == 0 { 0xffc } else { rand(0x80) * 4 };
+                                page << 12 | off
+                            };
+                            // Now and then of another size or pc than the instruction's
+                            // (the site is another).
+                            let size = if rand(16) == 0 { r.size * 2 } else { r.size };
+                            let pc = if rand(32) == 0 { insn.pc + 1 } else { insn.pc };
+                            refs.push(MemEvent { pc, addr, size, access: r.access, conditional: false, insn: k as u16 });
+                        }
+                    }
+                }
+                // In up to three parts, with markers between.
+                let cut = [rand(refs.len() as u64 + 1) as usize, rand(refs.len() as u64 + 1) as usize];
+                let (lo, hi) = (cut[0].min(cut[1]), cut[0].max(cut[1]));
+                for (i, part) in [&refs[..lo], &refs[lo..hi], &refs[hi..]].into_iter().enumerate() {
+                    a.refs(&block, part).unwrap();
+                    b.refs(&block, part).unwrap();
+                    let last = part.last().map_or(0, |r| r.insn);
+                    let m = match rand(12) {
+                        // A library call returning to the atomic block, and its return.
+                        0 => Some(Marker::Call { func: Func::Malloc as u16, args: [64, 0], ret: 0x3000 }),
+                        1 => Some(Marker::Return { func: Func::Malloc as u16, value: 0x10100 }),
+                        2 => Some(Marker::Kernel {
+                            insn: last,
+                            pc: plan.insns[last as usize].pc,
+                            addr: 0x10ff0 + rand(2) * 0x10000,
+                            size: 32,
+                            write: rand(2) == 0,
+                        }),
+                        3 if i == 2 => Some(Marker::Sync { seq: seed, insn: None, after: false }),
+                        _ => None,
+                    };
+                    if let Some(m) = m {
+                        a.marker(0, m).unwrap();
+                        b.marker(0, m).unwrap();
+                    }
+                }
+            }
+            a.finish_feed().unwrap();
+            b.finish_feed().unwrap();
+            fast += b.lower.taken;
+            drop((a, b));
+            all += one.iter().filter(|e| e.starts_with("Access")).count()
+                + one
+                    .iter()
+                    .filter_map(|e| e.strip_prefix("Quiet("))
+                    .map(|n| n.trim_end_matches(')').parse::<usize>().unwrap())
+                    .sum::<usize>();
+            assert_eq!(one, quick, "seed {seed}");
+        }
+        // The quiet path took a good share of what the thread's view took as quiet or sent.
+        assert!(fast * 5 > all, "{fast} of {all} references taken together");
     }
 
     /// A block's events go out as they come (a rep string of a million references is never
@@ -489,7 +761,9 @@ mod tests {
     #[test]
     fn a_block_streams_in_order() {
         // Block 0: instruction 0 a rep string, 1 an atomic, 2 a plain store.
-        let facts = Facts { blocks: vec![vec![0, ATOMIC, 0].into_boxed_slice()], exits: BlockExits::default() };
+        let insn = |flags| InsnFacts { flags, ..Default::default() };
+        let block = BlockFacts { insns: vec![insn(0), insn(ATOMIC), insn(0)].into_boxed_slice(), planned: true, plain: false };
+        let facts = Facts { blocks: vec![block], exits: BlockExits::default() };
         let mut sent: Vec<Vec<Ev>> = Vec::new();
         let out = std::cell::Cell::new(0usize);
         let mut feed = Feed::new(&facts, AsIs, |b| {

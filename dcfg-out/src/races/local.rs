@@ -8,11 +8,13 @@
 //! left what needs the order between threads.
 
 use super::engine::Site;
-use super::feed::{Class, Ev};
+use super::feed::{Class, Ev, InsnFacts};
 use super::shadow::{access_end, byte_mask, granules};
 use crate::program::calls::{CallStack, Step, Transition, NO_RETURN};
 use crate::program::watched::{Ended, Pending, Watched};
+use dep_profile::semantics::Access;
 use dep_profile::syscalls;
+use dep_recover::events::MemEvent;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Frames kept per thread (only the innermost is looked at); deeper recursion forgets the
@@ -121,10 +123,15 @@ pub struct Local<'k> {
     /// The thread's sites by number, and the last few found.
     sites: FxHashMap<Site, u32>,
     cache: Box<[Cached]>,
-    /// Pages asked about (direct-mapped by page number), each with [`OWN`] and
-    /// [`ATOMIC`]: an access mostly goes to one of a few pages (the stack, the data being
-    /// walked), which one entry alone would keep missing.
-    pages: Box<[(u64, u8)]>,
+    /// Sites marked [`SENT`] so far.
+    sent: u32,
+    /// Blocks asked about with a caller, each with its instructions whose sites are all
+    /// sent ([`BlockSites`]).
+    blocks: Box<[BlockSites]>,
+    /// Pages asked about (direct-mapped by page number), each as its number shifted left
+    /// by two over its [`OWN`] and [`ATOMIC`] bits: an access mostly goes to one of a few
+    /// pages (the stack, the data being walked), which one entry alone would keep missing.
+    pages: Box<[u64]>,
     skipped: u64,
     /// Quiet accesses (to the thread's own pages, and repeats) since the last
     /// [`Act::Quiet`].
@@ -169,6 +176,17 @@ impl Owners {
     /// Notes `[addr, end)`.
     #[inline]
     pub fn touch(&mut self, addr: u64, end: u64) {
+        let p = addr >> 12;
+        // Most accesses lie in one page noted lately.
+        if end.saturating_sub(1) >> 12 <= p && self.recent[p as usize & 255] == p {
+            return;
+        }
+        self.touch_pages(addr, end);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn touch_pages(&mut self, addr: u64, end: u64) {
         // A huge range (the kernel's side of a large read) costs a page each, as the
         // shadow memory it is checked in does.
         for p in page_numbers(addr, end) {
@@ -300,7 +318,7 @@ impl Repeats {
 }
 
 /// Entries of a thread's cache of pages (a power of two).
-const PAGE_CACHE: usize = 256;
+const PAGE_CACHE: usize = 1024;
 
 /// A page's flag: only this thread touches it in the whole run, it holds no location
 /// locked instructions use, and it is not in the region counted.
@@ -310,6 +328,23 @@ const ATOMIC: u8 = 2;
 
 /// Entries of a thread's site cache (a power of two).
 const SITE_CACHE: usize = 2048;
+
+/// Entries of a thread's cache of blocks' sent sites (a power of two).
+const BLOCK_CACHE: usize = 1024;
+
+/// A block run from a caller, in the cache of blocks: bit `i` of `mask` is set where
+/// instruction `i` (below 64) has its reads and writes of one size each and the sites of
+/// both already sent, so that its accesses to the thread's own pages are quiet without
+/// their sites being looked up. Valid while no other site was sent since (`sent_at`), or
+/// for good once no bit is left to set (`whole`).
+#[derive(Clone, Copy)]
+struct BlockSites {
+    block: u32,
+    sent_at: u32,
+    caller: u64,
+    mask: u64,
+    whole: bool,
+}
 
 /// A site in the cache: its pc and caller, the rest of it packed (size, then whether it
 /// writes, is atomic, is the kernel's: [`packed`]; all ones for an empty entry), and its
@@ -343,7 +378,9 @@ impl<'k> Local<'k> {
             stack: (u64::MAX, 0),
             sites: FxHashMap::default(),
             cache: vec![Cached { pc: 0, caller: 0, rest: u32::MAX, id: 0 }; SITE_CACHE].into_boxed_slice(),
-            pages: vec![(u64::MAX, 0); PAGE_CACHE].into_boxed_slice(),
+            sent: 0,
+            blocks: vec![BlockSites { block: u32::MAX, sent_at: 0, caller: 0, mask: 0, whole: false }; BLOCK_CACHE].into_boxed_slice(),
+            pages: vec![u64::MAX; PAGE_CACHE].into_boxed_slice(),
             skipped: 0,
             quiet: 0,
             repeats: Repeats::new(),
@@ -371,17 +408,100 @@ impl<'k> Local<'k> {
     }
 
     /// The [`OWN`] and [`ATOMIC`] flags of page `p`.
-    #[inline]
+    #[inline(always)]
     fn page(&mut self, p: u64) -> u8 {
-        let c = &mut self.pages[p as usize & (PAGE_CACHE - 1)];
-        if c.0 != p {
-            let k = self.known;
-            let atomic = k.atomic_pages.contains(&p);
-            let region = k.region.is_some_and(|(lo, hi)| lo >> 12 <= p && p <= hi.saturating_sub(1) >> 12);
-            let own = k.owners.get(&p) == Some(&self.thread) && !atomic && !region;
-            *c = (p, if own { OWN } else { 0 } | if atomic { ATOMIC } else { 0 });
+        let c = self.pages[p as usize & (PAGE_CACHE - 1)];
+        if c >> 2 == p {
+            return c as u8 & 3;
         }
-        c.1
+        self.page_missed(p)
+    }
+
+    /// [`page`](Self::page) where the cache does not hold it.
+    #[cold]
+    #[inline(never)]
+    fn page_missed(&mut self, p: u64) -> u8 {
+        let k = self.known;
+        let atomic = k.atomic_pages.contains(&p);
+        let region = k.region.is_some_and(|(lo, hi)| lo >> 12 <= p && p <= hi.saturating_sub(1) >> 12);
+        let own = k.owners.get(&p) == Some(&self.thread) && !atomic && !region;
+        let flags = if own { OWN } else { 0 } | if atomic { ATOMIC } else { 0 };
+        self.pages[p as usize & (PAGE_CACHE - 1)] = p << 2 | flags as u64;
+        flags
+    }
+
+    /// How many of `refs`, from the start, [`access`](Self::access) would take as quiet
+    /// at once, taken so: references of block `block` (whose instructions are `insns`),
+    /// which holds no locked instruction and is neither the runtime's code nor the
+    /// linker's. Each such one is to the thread's own pages, not a stack access that grows
+    /// the stack, of a site already sent, and made outside a library call.
+    #[inline]
+    pub fn quiet(&mut self, block: u32, insns: &[InsnFacts], refs: &[MemEvent]) -> usize {
+        if self.calls.pending().iter().any(|p| !p.func.runs_program_code()) {
+            return 0;
+        }
+        let caller = self.frames.top().map_or(0, |f| if f.ret == NO_RETURN { 0 } else { f.ret });
+        let mask = self.sent_sites(block, caller, insns);
+        let mut n = 0;
+        for r in refs {
+            let i = r.insn as usize;
+            if i >= 64 || mask >> i & 1 == 0 {
+                break;
+            }
+            // (The bit is set for instructions of the block only.)
+            let f = &insns[i];
+            let write = r.access == Access::Write;
+            // Of the size (and pc) whose site was found sent; a size of 0 is skipped.
+            if r.size == 0 || r.size != if write { f.write } else { f.read } || r.pc != f.pc {
+                break;
+            }
+            let end = access_end(r.addr, r.size);
+            if f.stack && (r.addr < self.stack.0 || end > self.stack.1) {
+                break;
+            }
+            if !self.own(r.addr, end) {
+                break;
+            }
+            n += 1;
+        }
+        self.quiet += n as u64;
+        n
+    }
+
+    /// The instructions of block `block` run from `caller` whose sites are all sent, as a
+    /// [`BlockSites`] mask.
+    #[inline]
+    fn sent_sites(&mut self, block: u32, caller: u64, insns: &[InsnFacts]) -> u64 {
+        let h = (block as usize ^ (caller as usize).wrapping_mul(0x9e37_79b9) >> 20) & (BLOCK_CACHE - 1);
+        let e = &self.blocks[h];
+        if e.block == block && e.caller == caller && (e.whole || e.sent_at == self.sent) {
+            return e.mask;
+        }
+        self.sent_sites_missed(h, block, caller, insns)
+    }
+
+    /// [`sent_sites`](Self::sent_sites) where the cache does not hold it.
+    #[cold]
+    #[inline(never)]
+    fn sent_sites_missed(&mut self, h: usize, block: u32, caller: u64, insns: &[InsnFacts]) -> u64 {
+        // (A plain block's accesses are neither atomic nor the kernel's.)
+        let sent = |pc: u64, write: bool, size: u32| {
+            let s = Site { pc, caller, write, size, atomic: false, kernel: false };
+            size == 0 || self.sites.get(&s).is_some_and(|id| id & SENT != 0)
+        };
+        let (mut mask, mut whole) = (0u64, true);
+        for (i, f) in insns.iter().enumerate().take(64) {
+            if (f.read, f.write) == (0, 0) || f.read == u32::MAX || f.write == u32::MAX {
+                continue;
+            }
+            if sent(f.pc, false, f.read) && sent(f.pc, true, f.write) {
+                mask |= 1 << i;
+            } else {
+                whole = false;
+            }
+        }
+        self.blocks[h] = BlockSites { block, sent_at: self.sent, caller, mask, whole };
+        mask
     }
 
     /// Whether `[addr, end)` lies in [`OWN`] pages.
@@ -431,6 +551,7 @@ impl<'k> Local<'k> {
         if let Some(id) = self.sites.get_mut(&s) {
             *id |= SENT;
         }
+        self.sent = self.sent.wrapping_add(1);
         let h = ((s.pc << 1) | s.write as u64) as usize & (SITE_CACHE - 1);
         let c = &mut self.cache[h];
         if c.pc == s.pc && c.caller == s.caller && c.rest == packed(&s) {
@@ -487,6 +608,16 @@ impl<'k> Local<'k> {
                 out.insert(before, Act::Quiet(std::mem::take(&mut self.quiet)));
             }
             self.repeats.renew();
+        }
+    }
+
+    /// Adds to `out` what entering the block at `addr` comes to: [`lower`](Self::lower) of
+    /// its [`Ev::Block`], which ends the watched calls returning there (if any are under
+    /// way).
+    #[inline]
+    pub fn enter(&mut self, addr: u64, out: &mut Vec<Act>) {
+        if !self.calls.pending().is_empty() {
+            self.lower(Ev::Block { addr }, out);
         }
     }
 

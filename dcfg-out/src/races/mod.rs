@@ -24,7 +24,7 @@ pub mod shadow;
 
 use crate::program::calls::BlockExits;
 use dep_recover::events::{BlockEvent, Marker, MemEvent};
-use dep_recover::{Merge, Sink};
+use dep_recover::{Merge, Run, Sink};
 use dep_recover::{RecoverError, Recovery, Source, Turn};
 use engine::{Engine, Region};
 use feed::{Code, Facts, Feed};
@@ -198,25 +198,26 @@ pub fn analyse(rec: &Recovery, symbols: &crate::program::symbols::Symbolizer, re
 /// chunks on all cores.
 #[allow(clippy::type_complexity)]
 fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64, FxHashMap<u64, u32>), RecoverError> {
-    #[derive(Default)]
-    struct Atomics {
-        flags: Vec<bool>,
+    struct Atomics<'a> {
+        /// Per block id, which of its instructions are locked, for blocks with any.
+        locked: &'a [Option<Box<[bool]>>],
+        /// The current block's.
+        flags: &'a [bool],
         locs: FxHashMap<u64, u8>,
         syncs: Vec<u64>,
         refs: u64,
         pages: Owners,
     }
-    impl Sink for Atomics {
-        type Error = RecoverError;
-
-        fn block(&mut self, b: &BlockEvent) -> Result<bool, RecoverError> {
-            self.flags.clear();
-            if let Some(p) = b.plan {
-                self.flags.extend(p.insns.iter().map(|i| i.atomic));
-            }
-            Ok(true)
+    impl<'a> Atomics<'a> {
+        fn new(locked: &'a [Option<Box<[bool]>>]) -> Self {
+            Atomics { locked, flags: &[], locs: FxHashMap::default(), syncs: Vec::new(), refs: 0, pages: Owners::default() }
         }
-        fn refs(&mut self, _: &BlockEvent, refs: &[MemEvent]) -> Result<bool, RecoverError> {
+        #[inline]
+        fn enter(&mut self, id: Option<u32>) {
+            self.flags = id.and_then(|id| self.locked.get(id as usize)).and_then(|f| f.as_deref()).unwrap_or(&[]);
+        }
+        #[inline]
+        fn note(&mut self, refs: &[MemEvent]) {
             self.refs += refs.len() as u64;
             for r in refs {
                 let end = shadow::access_end(r.addr, r.size.max(1));
@@ -226,6 +227,24 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64, FxHash
                         *self.locs.entry(g).or_insert(0) |= mask;
                     }
                 }
+            }
+        }
+    }
+    impl Sink for Atomics<'_> {
+        type Error = RecoverError;
+
+        fn block(&mut self, b: &BlockEvent) -> Result<bool, RecoverError> {
+            self.enter(b.id);
+            Ok(true)
+        }
+        fn refs(&mut self, _: &BlockEvent, refs: &[MemEvent]) -> Result<bool, RecoverError> {
+            self.note(refs);
+            Ok(true)
+        }
+        fn run(&mut self, run: &Run) -> Result<bool, RecoverError> {
+            for (b, refs) in run.records() {
+                self.enter(Some(b.id));
+                self.note(refs);
             }
             Ok(true)
         }
@@ -248,7 +267,7 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64, FxHash
             Ok(true)
         }
     }
-    impl Merge for Atomics {
+    impl Merge for Atomics<'_> {
         fn merge(&mut self, later: Self) -> Result<bool, RecoverError> {
             for (g, m) in later.locs {
                 *self.locs.entry(g).or_insert(0) |= m;
@@ -259,7 +278,10 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64, FxHash
             Ok(true)
         }
     }
-    let parts = rec.events(Source::Dep).merged(|_| Atomics::default())?;
+    let locked: Vec<Option<Box<[bool]>>> = (0..rec.profile.blocks().len() as u32)
+        .map(|id| rec.plans.get_plan(id).filter(|p| p.insns.iter().any(|i| i.atomic)).map(|p| p.insns.iter().map(|i| i.atomic).collect()))
+        .collect();
+    let parts = rec.events(Source::Dep).merged(|_| Atomics::new(&locked))?;
     let mut all = FxHashMap::default();
     let mut syncs = Vec::with_capacity(parts.len());
     let mut refs = 0;
@@ -273,6 +295,19 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64, FxHash
         pages.push(p.pages);
     }
     Ok((all, syncs, refs, Owners::owners(pages)))
+}
+
+/// A small deterministic generator for the analysis's randomised tests: each call gives a
+/// number below its argument.
+#[cfg(test)]
+pub(crate) fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    move |n| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    }
 }
 
 /// A batch of one thread's events, and how far the interleaving has read it.
