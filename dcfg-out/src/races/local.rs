@@ -333,7 +333,7 @@ const SITE_CACHE: usize = 2048;
 const BLOCK_CACHE: usize = 1024;
 
 /// A block run from a caller, in the cache of blocks: bit `i` of `mask` is set where
-/// instruction `i` (below 64) has its reads and writes of one size each and the sites of
+/// instruction `i` (below 64) is [`sized`](InsnFacts::sized) and the sites of
 /// both already sent, so that its accesses to the thread's own pages are quiet without
 /// their sites being looked up. Valid while no other site was sent since (`sent_at`), or
 /// for good once no bit is left to set (`whole`).
@@ -452,7 +452,7 @@ impl<'k> Local<'k> {
             let f = &insns[i];
             let write = r.access == Access::Write;
             // Of the size (and pc) whose site was found sent; a size of 0 is skipped.
-            if r.size == 0 || r.size != if write { f.write } else { f.read } || r.pc != f.pc {
+            if r.size == 0 || r.size != if write { f.write } else { f.read } as u32 || r.pc != f.pc {
                 break;
             }
             let end = access_end(r.addr, r.size);
@@ -485,13 +485,13 @@ impl<'k> Local<'k> {
     #[inline(never)]
     fn sent_sites_missed(&mut self, h: usize, block: u32, caller: u64, insns: &[InsnFacts]) -> u64 {
         // (A plain block's accesses are neither atomic nor the kernel's.)
-        let sent = |pc: u64, write: bool, size: u32| {
-            let s = Site { pc, caller, write, size, atomic: false, kernel: false };
+        let sent = |pc: u64, write: bool, size: u16| {
+            let s = Site { pc, caller, write, size: size as u32, atomic: false, kernel: false };
             size == 0 || self.sites.get(&s).is_some_and(|id| id & SENT != 0)
         };
         let (mut mask, mut whole) = (0u64, true);
         for (i, f) in insns.iter().enumerate().take(64) {
-            if (f.read, f.write) == (0, 0) || f.read == u32::MAX || f.write == u32::MAX {
+            if !f.sized {
                 continue;
             }
             if sent(f.pc, false, f.read) && sent(f.pc, true, f.write) {
