@@ -357,6 +357,13 @@ struct Cached {
     id: u32,
 }
 
+/// A site's entry in the site cache: most accesses repeat a recent site, and by pc (and
+/// whether it writes) a loop's sites sit together in it.
+#[inline]
+fn cache_slot(s: &Site) -> usize {
+    ((s.pc << 1) | s.write as u64) as usize & (SITE_CACHE - 1)
+}
+
 /// A site's size and kinds in 32 bits, for the cache: all ones (never cached) for a size
 /// of 2^21 bytes or more, which no instruction has (the kernel's accesses are cut at
 /// [`syscalls::SHADOWED`]).
@@ -437,10 +444,10 @@ impl<'k> Local<'k> {
     /// the stack, of a site already sent, and made outside a library call.
     #[inline]
     pub fn quiet(&mut self, block: u32, insns: &[InsnFacts], refs: &[MemEvent]) -> usize {
-        if self.calls.pending().iter().any(|p| !p.func.runs_program_code()) {
+        if self.in_library() {
             return 0;
         }
-        let caller = self.frames.top().map_or(0, |f| if f.ret == NO_RETURN { 0 } else { f.ret });
+        let (caller, _) = self.caller();
         let mask = self.sent_sites(block, caller, insns);
         let mut n = 0;
         for r in refs {
@@ -520,9 +527,7 @@ impl<'k> Local<'k> {
     /// an access of it was sent.
     #[inline]
     fn site(&mut self, s: Site, out: &mut Vec<Act>) -> u32 {
-        // Most accesses repeat a recent site: a direct-mapped cache before the table, by pc
-        // (and whether it writes), so that a loop's sites sit together in it.
-        let h = ((s.pc << 1) | s.write as u64) as usize & (SITE_CACHE - 1);
+        let h = cache_slot(&s);
         let rest = packed(&s);
         let c = &self.cache[h];
         if c.pc == s.pc && c.caller == s.caller && c.rest == rest && rest != u32::MAX {
@@ -552,8 +557,7 @@ impl<'k> Local<'k> {
             *id |= SENT;
         }
         self.sent = self.sent.wrapping_add(1);
-        let h = ((s.pc << 1) | s.write as u64) as usize & (SITE_CACHE - 1);
-        let c = &mut self.cache[h];
+        let c = &mut self.cache[cache_slot(&s)];
         if c.pc == s.pc && c.caller == s.caller && c.rest == packed(&s) {
             c.id |= SENT;
         }
@@ -687,6 +691,21 @@ impl<'k> Local<'k> {
         Some((ret - 1, if caller == NO_RETURN { 0 } else { caller }))
     }
 
+    /// The return address of the thread's innermost frame (0 where there is none, or it
+    /// returns nowhere: a handler's, or a tail call's above one), and whether it returns
+    /// into the C runtime (true with no frame).
+    #[inline]
+    fn caller(&self) -> (u64, bool) {
+        self.frames.top().map_or((0, true), |f| (if f.ret == NO_RETURN { 0 } else { f.ret }, f.data))
+    }
+
+    /// Whether a watched library call that runs no program code is under way: the
+    /// thread's accesses now are the library's.
+    #[inline]
+    fn in_library(&self) -> bool {
+        self.calls.pending().iter().any(|p| !p.func.runs_program_code())
+    }
+
     /// An access (the kernel's for a system call, `kernel`): checked, or counted as skipped.
     #[allow(clippy::too_many_arguments)]
     #[inline]
@@ -699,13 +718,11 @@ impl<'k> Local<'k> {
                 out.push(Act::Stack(stack.0, stack.1));
             }
         }
-        // A handler's frame (or a tail call's above one) returns nowhere: no caller to name.
-        let (caller, caller_runtime) = self.frames.top().map_or((0, true), |f| (if f.ret == NO_RETURN { 0 } else { f.ret }, f.data));
+        let (caller, caller_runtime) = self.caller();
         // The runtime's code called by the runtime: its own internals, ordered by its own
         // locks (which make no happens-before here).
         let internal = class == Class::Runtime && caller_runtime;
-        let in_library = self.calls.pending().iter().any(|p| !p.func.runs_program_code());
-        let skip = matches!(class, Class::RuntimeAtomic | Class::Linker) || internal || in_library || size == 0;
+        let skip = matches!(class, Class::RuntimeAtomic | Class::Linker) || internal || self.in_library() || size == 0;
         let read = !write && !kernel && matches!(class, Class::Plain | Class::Stack);
         if skip && !read {
             self.skipped += 1;

@@ -109,7 +109,7 @@ pub fn analyse(rec: &Recovery, symbols: &crate::program::symbols::Symbolizer, re
         Some((path, _)) if feed::is_runtime(path) => Code::Runtime,
         _ => Code::Program,
     };
-    let (atomic, syncs, refs, owners) = first_pass(rec)?;
+    let FirstPass { atomic, syncs, refs, owners } = first_pass(rec)?;
     // One thread has no other to race with: the first pass read (and so checked) the whole
     // profile, and nothing more is done unless a region's accesses are to be listed.
     if threads.len() == 1 && region.is_none() {
@@ -193,11 +193,20 @@ pub fn analyse(rec: &Recovery, symbols: &crate::program::symbols::Symbolizer, re
     })
 }
 
-/// The granules locked instructions touch, with their bytes, each thread's sync record
-/// numbers in order, the references recovered, and the pages only one thread touches:
-/// chunks on all cores.
-#[allow(clippy::type_complexity)]
-fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64, FxHashMap<u64, u32>), RecoverError> {
+/// What the first pass finds.
+struct FirstPass {
+    /// The granules locked instructions touch, with their bytes.
+    atomic: AtomicBytes,
+    /// Each thread's sync record numbers, in order.
+    syncs: Vec<Vec<u64>>,
+    /// The references recovered.
+    refs: u64,
+    /// The pages only one thread touches ([`Owners::owners`]).
+    owners: FxHashMap<u64, u32>,
+}
+
+/// The first pass: chunks on all cores.
+fn first_pass(rec: &Recovery) -> Result<FirstPass, RecoverError> {
     struct Atomics<'a> {
         /// Per block id, which of its instructions are locked, for blocks with any.
         locked: &'a [Option<Box<[bool]>>],
@@ -294,7 +303,7 @@ fn first_pass(rec: &Recovery) -> Result<(AtomicBytes, Vec<Vec<u64>>, u64, FxHash
         refs += p.refs;
         pages.push(p.pages);
     }
-    Ok((all, syncs, refs, Owners::owners(pages)))
+    Ok(FirstPass { atomic: all, syncs, refs, owners: Owners::owners(pages) })
 }
 
 /// A small deterministic generator for the analysis's randomised tests: each call gives a
