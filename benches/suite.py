@@ -3,6 +3,7 @@
 
     python3 benches/suite.py [--quick] [--out DIR] [--repeat N] [--programs a,b]
                              [--lackey-small] [--no-lackey] [--no-peer] [--raw2trace-main]
+                             [--no-outputs]
                              [--analyses default|all|none] [--dep PATH]
 
 For each program (six C programs from benches/programs at their default size, `gzip -c` on a
@@ -95,6 +96,9 @@ FILE_PROGRAMS = ("gzip", "xz")        # programs whose size argument is an input
 # The programs whose main-size profile the analyses run on by default (--analyses): on the
 # C programs they would make a full suite run much longer.
 ANALYSIS_PROGRAMS = ("gzip", "python3", "xz")
+# The output columns --no-outputs leaves out (dcfg_check reads the files dcfg writes).
+OUTPUT_COLUMNS = ("edges", "edges_1", "dcfg", "dcfg_check", "callgrind", "recover_text",
+                  "champsim", "umt")
 PY_N = {"main": 800000, "small": 20000}      # ~0.75-1 s and ~0.06 s natively
 PY_N_QUICK = {"main": 30000, "small": 2000}  # ~0.1 s and ~0.05 s (start-up)
 PY_LACKEY_SKIP = ("python3: interpreter start-up alone runs 20-40 s under lackey "
@@ -919,10 +923,15 @@ def measure(name, spec, args, workdir, result, save):
         step("recover_null_1", "dep recover P --format null --jobs 1",
              lambda: timed("recover_null_1", [DEP, "recover", profile, "--format", "null",
                                               "--jobs", "1"]))
-        step("edges", "dep edges P -o /dev/null",
-             lambda: timed("edges", [DEP, "edges", profile, "-o", os.devnull]))
-        step("edges_1", "dep edges P -o /dev/null --jobs 1",
-             lambda: timed("edges_1", [DEP, "edges", profile, "-o", os.devnull, "--jobs", "1"]))
+        outputs = not args.no_outputs
+        if outputs:
+            step("edges", "dep edges P -o /dev/null",
+                 lambda: timed("edges", [DEP, "edges", profile, "-o", os.devnull]))
+            step("edges_1", "dep edges P -o /dev/null --jobs 1",
+                 lambda: timed("edges_1", [DEP, "edges", profile, "-o", os.devnull,
+                                           "--jobs", "1"]))
+        else:
+            skipped["outputs"] = "--no-outputs (" + ", ".join(OUTPUT_COLUMNS) + ")"
         if analyses:
             # Each as a ratio to recover_null_s of this run (the step prints it so).
             step("races", "dep races P -o /dev/null",
@@ -967,8 +976,9 @@ def measure(name, spec, args, workdir, result, save):
             else:
                 notes.append(f"dcfg_check: no peak RSS ({GNU_TIME} missing or said none)")
         try:    # the files stay until dcfg_check ran
-            step("dcfg", "dep dcfg P -o D --trace T", dcfg)
-            if analyses:
+            if outputs:
+                step("dcfg", "dep dcfg P -o D --trace T", dcfg)
+            if analyses and outputs:
                 if "dcfg_s" in result:
                     step("dcfg_check", "dep dcfg --check D T", dcfg_check, base=ANALYSIS_BASE)
                 else:
@@ -992,10 +1002,11 @@ def measure(name, spec, args, workdir, result, save):
             finally:
                 if os.path.exists(out):
                     os.remove(out)
-        step("callgrind", "dep callgrind P -o F", callgrind)
-        step("recover_text", "dep recover P --format text -o /dev/null",
-             lambda: timed("recover_text", [DEP, "recover", profile, "--format", "text",
-                                            "-o", os.devnull]))
+        if outputs:
+            step("callgrind", "dep callgrind P -o F", callgrind)
+            step("recover_text", "dep recover P --format text -o /dev/null",
+                 lambda: timed("recover_text", [DEP, "recover", profile, "--format", "text",
+                                                "-o", os.devnull]))
 
         def champsim():
             # Every thread's records, each thread's run to /dev/null (the command writes one
@@ -1013,7 +1024,8 @@ def measure(name, spec, args, workdir, result, save):
                                    "-o", os.devnull])
                 total += result["champsim_s"]
             result["champsim_s"] = total
-        step("champsim", "dep export champsim P --thread T -o /dev/null", champsim)
+        if outputs:
+            step("champsim", "dep export champsim P --thread T -o /dev/null", champsim)
 
         def umt():
             # The execution table (tens of bytes per instruction: hundreds of GB for the
@@ -1028,7 +1040,8 @@ def measure(name, spec, args, workdir, result, save):
                 timed("umt", [DEP, "export", "umt", profile, "-o", out])
             finally:
                 shutil.rmtree(out, ignore_errors=True)
-        step("umt", "dep export umt P -o D (execution files to /dev/null)", umt)
+        if outputs:
+            step("umt", "dep export umt P -o D (execution files to /dev/null)", umt)
 
         def index():
             # Appends to the profile: each run needs one without an index (the suite's
@@ -1789,6 +1802,10 @@ def main():
                     help="run lackey at the small size instead of the tiny one (~0.1 s "
                          "natively, 2-3 minutes per program)")
     ap.add_argument("--no-lackey", action="store_true", help="skip valgrind lackey")
+    ap.add_argument("--no-outputs", action="store_true",
+                    help="skip the output columns of each main-size profile (edges, dcfg, "
+                         "callgrind, text, champsim, umt: most of a full run's time); "
+                         "the paper's tables and the peer columns are still measured")
     ap.add_argument("--min-free-gb", type=float, default=None,
                     help="skip recording when less than this is free (default 10, quick 1)")
     ap.add_argument("--no-peer", action="store_true",
