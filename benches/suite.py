@@ -96,7 +96,8 @@ FILE_PROGRAMS = ("gzip", "xz")        # programs whose size argument is an input
 # The programs whose main-size profile the analyses run on by default (--analyses): on the
 # C programs they would make a full suite run much longer.
 ANALYSIS_PROGRAMS = ("gzip", "python3", "xz")
-# The output columns --no-outputs leaves out (dcfg_check reads the files dcfg writes).
+# The output columns --no-outputs leaves out: `step` skips them (dcfg_check reads the files
+# dcfg writes).
 OUTPUT_COLUMNS = ("edges", "edges_1", "dcfg", "dcfg_check", "callgrind", "recover_text",
                   "champsim", "umt")
 PY_N = {"main": 800000, "small": 20000}      # ~0.75-1 s and ~0.06 s natively
@@ -666,6 +667,8 @@ def measure(name, spec, args, workdir, result, save):
     binfile = os.path.join(workdir, f"{name}.bin")
 
     def step(key, label, fn, base="native_s"):
+        if args.no_outputs and key in OUTPUT_COLUMNS:
+            return
         log(f"  {label}")
         load[key] = round(os.getloadavg()[0], 2)
         t0 = time.perf_counter()
@@ -923,15 +926,12 @@ def measure(name, spec, args, workdir, result, save):
         step("recover_null_1", "dep recover P --format null --jobs 1",
              lambda: timed("recover_null_1", [DEP, "recover", profile, "--format", "null",
                                               "--jobs", "1"]))
-        outputs = not args.no_outputs
-        if outputs:
-            step("edges", "dep edges P -o /dev/null",
-                 lambda: timed("edges", [DEP, "edges", profile, "-o", os.devnull]))
-            step("edges_1", "dep edges P -o /dev/null --jobs 1",
-                 lambda: timed("edges_1", [DEP, "edges", profile, "-o", os.devnull,
-                                           "--jobs", "1"]))
-        else:
+        if args.no_outputs:
             skipped["outputs"] = "--no-outputs (" + ", ".join(OUTPUT_COLUMNS) + ")"
+        step("edges", "dep edges P -o /dev/null",
+             lambda: timed("edges", [DEP, "edges", profile, "-o", os.devnull]))
+        step("edges_1", "dep edges P -o /dev/null --jobs 1",
+             lambda: timed("edges_1", [DEP, "edges", profile, "-o", os.devnull, "--jobs", "1"]))
         if analyses:
             # Each as a ratio to recover_null_s of this run (the step prints it so).
             step("races", "dep races P -o /dev/null",
@@ -976,9 +976,9 @@ def measure(name, spec, args, workdir, result, save):
             else:
                 notes.append(f"dcfg_check: no peak RSS ({GNU_TIME} missing or said none)")
         try:    # the files stay until dcfg_check ran
-            if outputs:
-                step("dcfg", "dep dcfg P -o D --trace T", dcfg)
-            if analyses and outputs:
+            step("dcfg", "dep dcfg P -o D --trace T", dcfg)
+            # (With --no-outputs dcfg did not run: no failure to note.)
+            if analyses and not args.no_outputs:
                 if "dcfg_s" in result:
                     step("dcfg_check", "dep dcfg --check D T", dcfg_check, base=ANALYSIS_BASE)
                 else:
@@ -1002,11 +1002,10 @@ def measure(name, spec, args, workdir, result, save):
             finally:
                 if os.path.exists(out):
                     os.remove(out)
-        if outputs:
-            step("callgrind", "dep callgrind P -o F", callgrind)
-            step("recover_text", "dep recover P --format text -o /dev/null",
-                 lambda: timed("recover_text", [DEP, "recover", profile, "--format", "text",
-                                                "-o", os.devnull]))
+        step("callgrind", "dep callgrind P -o F", callgrind)
+        step("recover_text", "dep recover P --format text -o /dev/null",
+             lambda: timed("recover_text", [DEP, "recover", profile, "--format", "text",
+                                            "-o", os.devnull]))
 
         def champsim():
             # Every thread's records, each thread's run to /dev/null (the command writes one
@@ -1024,8 +1023,7 @@ def measure(name, spec, args, workdir, result, save):
                                    "-o", os.devnull])
                 total += result["champsim_s"]
             result["champsim_s"] = total
-        if outputs:
-            step("champsim", "dep export champsim P --thread T -o /dev/null", champsim)
+        step("champsim", "dep export champsim P --thread T -o /dev/null", champsim)
 
         def umt():
             # The execution table (tens of bytes per instruction: hundreds of GB for the
@@ -1040,8 +1038,7 @@ def measure(name, spec, args, workdir, result, save):
                 timed("umt", [DEP, "export", "umt", profile, "-o", out])
             finally:
                 shutil.rmtree(out, ignore_errors=True)
-        if outputs:
-            step("umt", "dep export umt P -o D (execution files to /dev/null)", umt)
+        step("umt", "dep export umt P -o D (execution files to /dev/null)", umt)
 
         def index():
             # Appends to the profile: each run needs one without an index (the suite's
