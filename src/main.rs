@@ -548,13 +548,14 @@ fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
 }
 
 /// Fails after the output is complete when the profile was cut short, so nothing goes unnoticed;
-/// says in one line where a profile of a killed recording ends.
+/// says in one line where a profile of a killed recording ends. A profile cut mid-record has
+/// no end record either: its error is its one line, not a warning about the end beside it.
 fn check_truncated(p: &dep_profile::container::Profile) -> Result<()> {
-    if let Some(why) = incomplete(p) {
-        let _ = writeln!(std::io::stderr(), "dep: warning: {}: {why}", p.path());
-    }
     if let Some(t) = p.truncated_at {
         bail!("{}: truncated at byte {t} (the writer stopped mid-record): output covers the complete chunks before it", p.path());
+    }
+    if let Some(why) = incomplete(p) {
+        let _ = writeln!(std::io::stderr(), "dep: warning: {}: {why}", p.path());
     }
     Ok(())
 }

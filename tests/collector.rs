@@ -671,6 +671,27 @@ fn sigkill_loses_at_most_the_last_period() {
     assert_eq!(hash_stdout(&["recover", p, "--format", "text"]), hash_stdout(&["recover", p, "--truth", "--format", "text"]));
 }
 
+/// A profile cut mid-record (a copy stopped short, or a length damaged) has no end record
+/// either; every reader refuses it in one line, the truncation's, not a warning about the
+/// missing end beside it (races printed both when a damaged length read as a cut).
+#[test]
+fn a_profile_cut_mid_record_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("h.dep");
+    let o = run(Command::new(dep()).arg("record").arg("-o").arg(&whole).arg("--").arg(corpus().join("hello")));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut b = std::fs::read(&whole).unwrap();
+    b.truncate(b.len() / 2);
+    let cut = dir.path().join("cut.dep");
+    std::fs::write(&cut, &b).unwrap();
+    for cmd in [&["stats"][..], &["edges"], &["races"], &["dump"]] {
+        let o = run(Command::new(dep()).args(cmd).arg(&cut));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{cmd:?} accepted a cut profile");
+        assert!(err.lines().count() == 1 && err.contains("truncated at byte"), "{cmd:?}: {err}");
+    }
+}
+
 /// A process's interval timers survive execve, and the hand-off timer's SIGPROF ended a new
 /// image that DynamoRIO had not yet set up (exit status 155; pyenv's `python3` shim, bash
 /// exec'ing bash exec'ing python, always died so). Here a shell spends well over one
