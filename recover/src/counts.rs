@@ -6,7 +6,7 @@ use crate::sink::{Merge, Sink};
 use dep_profile::semantics::Access;
 
 /// A sink that keeps only counts: the null sink for timing recovery itself.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Counts {
     pub blocks: u64,
     pub instructions: u64,
@@ -15,11 +15,126 @@ pub struct Counts {
     pub signals: u64,
     /// Instructions the threads ran unrecorded ([`Marker::Unrecorded`]).
     pub unrecorded: u64,
-    /// Four running hashes of the references (address, pc, size, kind), the one at position
-    /// `p` of this sink's stream into lane `p % 4`: four chains instead of one, so the hash
-    /// does not cost a latency-bound chain step per reference (it was a third of timing
-    /// recovery on rep-string-heavy profiles). Counts added together add their lanes.
-    lanes: [u64; 4],
+    /// Forty-eight running hashes of the references: eight references' six 32-bit words
+    /// (pc, address, size, kind), reference `p` of this sink's stream going to lanes
+    /// `6 * (p % 8)..6 * (p % 8) + 6`. Lane-wise, so that eight references are a few vector
+    /// instructions on six independent chains ([`hash_groups`]) instead of a latency-bound
+    /// chain step each (the hash was 42% of matrix's one-core recovery as one
+    /// multiply-and-rotate per reference; in 24 lanes it still waited on its chains).
+    /// Counts added together add their lanes.
+    lanes: [u32; LANES],
+}
+
+/// References in a group the hash takes at once.
+const GROUP: usize = 8;
+
+/// Lanes of the reference hash: one per 32-bit word of a group's references.
+const LANES: usize = 6 * GROUP;
+
+/// The lanes of the words that hold a reference's kind.
+const KIND_LANES: [usize; GROUP] = {
+    let mut k = [0; GROUP];
+    let mut r = 0;
+    while r < GROUP {
+        k[r] = 6 * r + 5;
+        r += 1;
+    }
+    k
+};
+
+/// Each lane's mask of its word: of a reference's last word only the kind (its low byte),
+/// not `conditional` and `insn`, which the text format does not show.
+const WORD_MASK: [u32; LANES] = {
+    let mut m = [u32::MAX; LANES];
+    let mut r = 0;
+    while r < GROUP {
+        m[KIND_LANES[r]] = 0xff;
+        r += 1;
+    }
+    m
+};
+
+// A group of references is six initialised words each: `MemEvent` is `repr(C)`, 24 bytes, no padding.
+const _: () = assert!(std::mem::size_of::<MemEvent>() == 24 && std::mem::align_of::<MemEvent>() == 8);
+const _: () = assert!(std::mem::offset_of!(MemEvent, size) == 16 && std::mem::offset_of!(MemEvent, access) == 20);
+
+/// One lane's step: FNV-1a's, then a constant, so that a lane at zero does not stay there.
+#[inline(always)]
+fn step(lane: u32, word: u32) -> u32 {
+    (lane ^ word).wrapping_mul(0x0100_0193) ^ 0x9e37_79b9
+}
+
+/// Hashes whole groups of [`GROUP`] references into `lanes`, returning the writes among them.
+/// Lane-wise over arrays, so the compiler makes vector code of it; compiled twice, for AVX2
+/// where the CPU has it ([`hash_groups_avx2`]) and for the baseline, from this one source, which
+/// the tests run in both builds where the CPU allows and in the baseline's everywhere.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // one index over four arrays, as the vectoriser wants it
+fn hash_groups(lanes: &mut [u32; LANES], groups: &[[u32; LANES]]) -> u64 {
+    // The masked words summed per lane: the kind lanes' sums count the writes (kind 1).
+    // At most 2^20 groups a call, two kinds a sum each, so no sum wraps. (Summed in half as
+    // many lanes, where the kinds of references `r` and `r + 4` meet: state and sums in 48
+    // lanes each did not fit AVX2's sixteen registers.)
+    let mut sums = [0u32; LANES / 2];
+    for q in groups {
+        for half in 0..2 {
+            for j in 0..LANES / 2 {
+                let k = half * LANES / 2 + j;
+                let w = q[k] & WORD_MASK[k];
+                lanes[k] = step(lanes[k], w);
+                sums[j] = sums[j].wrapping_add(w);
+            }
+        }
+    }
+    KIND_LANES[..GROUP / 2].iter().map(|&j| sums[j] as u64).sum()
+}
+
+/// [`hash_groups`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU has AVX2 (checked by the caller with `is_x86_feature_detected!`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn hash_groups_avx2(lanes: &mut [u32; LANES], groups: &[[u32; LANES]]) -> u64 {
+    hash_groups(lanes, groups)
+}
+
+/// [`hash_groups`] compiled for the baseline.
+fn hash_groups_base(lanes: &mut [u32; LANES], groups: &[[u32; LANES]]) -> u64 {
+    hash_groups(lanes, groups)
+}
+
+/// Hashes groups with the widest code the CPU runs.
+fn hash_groups_best(lanes: &mut [u32; LANES], groups: &[[u32; LANES]]) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, checked just above.
+        return unsafe { hash_groups_avx2(lanes, groups) };
+    }
+    hash_groups_base(lanes, groups)
+}
+
+/// `refs` as their groups of [`GROUP`], as words, and the references after the last whole one.
+fn as_groups(refs: &[MemEvent]) -> (&[[u32; LANES]], &[MemEvent]) {
+    let whole = refs.len() / GROUP;
+    // SAFETY: `MemEvent` is `repr(C)`, 24 bytes with no padding and 8-byte aligned (asserted
+    // above), so each run of `GROUP` is `4 * LANES` initialised bytes, `LANES` aligned `u32` words, within
+    // `refs`; the view borrows `refs`. The tests hash the same references through this view
+    // and one field at a time (`groups_hash_as_the_fields_do`).
+    let groups = unsafe { std::slice::from_raw_parts(refs.as_ptr().cast::<[u32; LANES]>(), whole) };
+    (groups, &refs[GROUP * whole..])
+}
+
+/// A reference's six hashed words, from its fields (little-endian halves of pc and address).
+#[inline(always)]
+fn words(m: &MemEvent) -> [u32; 6] {
+    [m.pc as u32, (m.pc >> 32) as u32, m.addr as u32, (m.addr >> 32) as u32, m.size, m.access as u32]
+}
+
+impl Default for Counts {
+    fn default() -> Self {
+        Counts { blocks: 0, instructions: 0, reads: 0, writes: 0, signals: 0, unrecorded: 0, lanes: [0; LANES] }
+    }
 }
 
 impl Counts {
@@ -39,33 +154,28 @@ impl Counts {
     /// A checksum of the references in order (of each chunk's, summed over chunks), equal
     /// wherever the same references were counted in the same chunks.
     pub fn checksum(&self) -> u64 {
-        let [a, b, c, d] = self.lanes;
-        a ^ b.rotate_left(16) ^ c.rotate_left(32) ^ d.rotate_left(48)
+        self.lanes.iter().fold(0u64, |h, &l| h.rotate_left(19) ^ l as u64)
     }
 
     fn count_refs(&mut self, refs: &[MemEvent]) {
-        // A reference's lane step, and 1 for a write (Access is 0 or 1 in memory).
-        #[inline(always)]
-        fn step(lane: u64, m: &MemEvent) -> (u64, u64) {
-            let w = (m.access == Access::Write) as u64;
-            (lane.rotate_left(5) ^ m.addr.wrapping_add(m.pc.wrapping_mul(0x9e37_79b9)).wrapping_add(((m.size as u64) << 1) | w), w)
-        }
-        // Lanes turned so that lane 0 is the next position's, four at a time, turned back.
-        let turn = (self.reads + self.writes) as usize % 4;
+        self.count_refs_with(refs, hash_groups_best);
+    }
+
+    /// Counts and hashes `refs`, their whole groups with `hash`.
+    fn count_refs_with(&mut self, refs: &[MemEvent], hash: fn(&mut [u32; LANES], &[[u32; LANES]]) -> u64) {
+        // Lanes turned so that the first six are the next position's, turned back after.
+        let turn = 6 * ((self.reads + self.writes) % GROUP as u64) as usize;
         self.lanes.rotate_left(turn);
+        let (groups, tail) = as_groups(refs);
         let mut writes = 0;
-        let [mut a, mut b, mut c, mut d] = self.lanes;
-        let quads = refs.chunks_exact(4);
-        let tail = quads.remainder();
-        for q in quads {
-            let (wa, wb, wc, wd);
-            ((a, wa), (b, wb), (c, wc), (d, wd)) = (step(a, &q[0]), step(b, &q[1]), step(c, &q[2]), step(d, &q[3]));
-            writes += (wa + wb) + (wc + wd);
+        for part in groups.chunks(1 << 20) {
+            writes += hash(&mut self.lanes, part);
         }
-        self.lanes = [a, b, c, d];
         for (i, m) in tail.iter().enumerate() {
-            let (l, w) = step(self.lanes[i], m);
-            (self.lanes[i], writes) = (l, writes + w);
+            for (j, w) in words(m).into_iter().enumerate() {
+                self.lanes[6 * i + j] = step(self.lanes[6 * i + j], w);
+            }
+            writes += (m.access == Access::Write) as u64;
         }
         self.lanes.rotate_right(turn);
         self.writes += writes;
@@ -144,6 +254,44 @@ mod tests {
             for b in a..r.len() {
                 let c = counted(&[&r[..a], &r[a..b], &r[b..]]);
                 assert_eq!((c.checksum(), c.reads, c.writes), (whole.checksum(), whole.reads, whole.writes), "split at {a}, {b}");
+            }
+        }
+    }
+
+    /// The lanes as their definition says, one field at a time: reference `p`'s pc, address,
+    /// size and kind into lanes `6 * (p % GROUP)` on.
+    fn by_fields(r: &[MemEvent]) -> [u32; LANES] {
+        let mut lanes = [0u32; LANES];
+        for (p, m) in r.iter().enumerate() {
+            let kind = if m.access == Access::Write { 1 } else { 0 };
+            let w = [m.pc as u32, (m.pc >> 32) as u32, m.addr as u32, (m.addr >> 32) as u32, m.size, kind];
+            for j in 0..6 {
+                let l = &mut lanes[6 * (p % GROUP) + j];
+                *l = (*l ^ w[j]).wrapping_mul(16777619) ^ 0x9e37_79b9;
+            }
+        }
+        lanes
+    }
+
+    /// Whole groups hashed as words (by the baseline build and by the CPU's best, the same
+    /// source) hash as the fields do, whatever `conditional` and `insn` hold.
+    #[test]
+    fn groups_hash_as_the_fields_do() {
+        let mut r = refs(203);
+        for (i, m) in r.iter_mut().enumerate() {
+            m.conditional = i % 5 == 0;
+            m.insn = (i * 7919) as u16;
+            m.size = (i * 2654435761) as u32;
+        }
+        let want = by_fields(&r);
+        for split in [0, 1, 2, 3, 4, 5, 101, 202, 203] {
+            for hash in [hash_groups_base as fn(&mut [u32; LANES], &[[u32; LANES]]) -> u64, hash_groups_best] {
+                let mut c = Counts::default();
+                c.count_refs_with(&r[..split], hash);
+                c.count_refs_with(&r[split..], hash);
+                assert_eq!(c.lanes, want, "split at {split}");
+                assert_eq!(c.writes, r.iter().filter(|m| m.access == Access::Write).count() as u64);
+                assert_eq!(c.reads + c.writes, r.len() as u64);
             }
         }
     }
