@@ -54,7 +54,7 @@ const WORD_MASK: [u32; LANES] = {
     m
 };
 
-// A group of references is six initialised words each: `MemEvent` is `repr(C)`, 24 bytes, no padding.
+// Each reference is six initialised words: `MemEvent` is `repr(C)`, 24 bytes, no padding.
 const _: () = assert!(std::mem::size_of::<MemEvent>() == 24 && std::mem::align_of::<MemEvent>() == 8);
 const _: () = assert!(std::mem::offset_of!(MemEvent, size) == 16 && std::mem::offset_of!(MemEvent, access) == 20);
 
@@ -163,21 +163,27 @@ impl Counts {
 
     /// Counts and hashes `refs`, their whole groups with `hash`.
     fn count_refs_with(&mut self, refs: &[MemEvent], hash: fn(&mut [u32; LANES], &[[u32; LANES]]) -> u64) {
-        // Lanes turned so that the first six are the next position's, turned back after.
-        let turn = 6 * ((self.reads + self.writes) % GROUP as u64) as usize;
-        self.lanes.rotate_left(turn);
+        // The stream position of `refs[0]` within its group of lanes.
+        let at = ((self.reads + self.writes) % GROUP as u64) as usize;
         let (groups, tail) = as_groups(refs);
         let mut writes = 0;
-        for part in groups.chunks(1 << 20) {
-            writes += hash(&mut self.lanes, part);
+        if !groups.is_empty() {
+            // Lanes turned so that the first six are `refs[0]`'s, turned back after. (Only
+            // here: the interpreted walk hands over a block's few references at a time.)
+            self.lanes.rotate_left(6 * at);
+            for part in groups.chunks(1 << 20) {
+                writes += hash(&mut self.lanes, part);
+            }
+            self.lanes.rotate_right(6 * at);
         }
+        // Whole groups leave the position where it was: tail reference `i` is at `at + i`.
         for (i, m) in tail.iter().enumerate() {
+            let lane = 6 * ((at + i) % GROUP);
             for (j, w) in words(m).into_iter().enumerate() {
-                self.lanes[6 * i + j] = step(self.lanes[6 * i + j], w);
+                self.lanes[lane + j] = step(self.lanes[lane + j], w);
             }
             writes += (m.access == Access::Write) as u64;
         }
-        self.lanes.rotate_right(turn);
         self.writes += writes;
         self.reads += refs.len() as u64 - writes;
     }
