@@ -11,7 +11,7 @@ use std::process::Command;
 #[path = "common/champsim.rs"]
 mod champsim;
 mod common;
-use common::{corpus_programs, dep, record_processes as record};
+use common::{corpus_programs, dep, shared_recording};
 
 /// Exports `profile` with `args`, checking that dep succeeds.
 fn export(profile: &Path, out: &Path, args: &[&str]) {
@@ -44,7 +44,7 @@ fn every_corpus_program_reads_back_as_recovered() {
             // with handlers across chunks (dcfg-out/tests/champsim.rs).
             continue;
         }
-        for (k, profile) in record(dir.path(), prog).iter().enumerate() {
+        for (k, profile) in shared_recording(prog).iter().enumerate() {
             let p = dep_profile::container::Profile::open(profile).unwrap();
             let out = dir.path().join(format!("{prog}.{k}.champsim"));
             export(profile, &out, &[]);
@@ -62,7 +62,7 @@ fn every_corpus_program_reads_back_as_recovered() {
 #[test]
 fn compressed_and_single_thread_exports_hold_the_same_records() {
     let dir = tempfile::tempdir().unwrap();
-    let profile = &record(dir.path(), "threads")[0];
+    let profile = &shared_recording("threads")[0];
     let plain = dir.path().join("t.champsim");
     export(profile, &plain, &[]);
     let threads = dep_profile::container::Profile::open(profile).unwrap().threads.len();

@@ -7,12 +7,11 @@
 //! the DynamoRIO build and gcc.
 
 use dep_dcfg_out::umt::reader::{RecordKind, Trace};
-use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
 
 mod common;
-use common::{corpus_programs, dep, record_processes as record};
+use common::{corpus_programs, dep, shared_recording};
 
 fn run(args: &[&std::ffi::OsStr]) -> std::process::Output {
     Command::new(dep()).args(args).output().unwrap()
@@ -23,22 +22,43 @@ fn export(profile: &Path, out: &Path) {
     assert!(o.status.success(), "export {}: {}", profile.display(), String::from_utf8_lossy(&o.stderr));
 }
 
-/// The lines of `dep recover PROFILE --format FORMAT`, as they come.
-fn recover(profile: &Path, format: &str) -> impl Iterator<Item = String> {
+/// `dep recover PROFILE --format FORMAT`'s output as it comes, and a check that recovery
+/// succeeded, for the end.
+fn recover(profile: &Path, format: &str) -> (impl std::io::BufRead, impl FnOnce()) {
     let mut child = Command::new(dep())
         .args(["recover".as_ref(), profile.as_os_str(), "--format".as_ref(), format.as_ref()])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let out = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
-    let mut child = Some(child);
-    out.map(|l| l.unwrap()).chain(std::iter::from_fn(move || {
-        // At the end: recovery must have succeeded.
-        if let Some(mut c) = child.take() {
-            assert!(c.wait().unwrap().success(), "dep recover failed");
+    let out = std::io::BufReader::with_capacity(1 << 20, child.stdout.take().unwrap());
+    (out, move || assert!(child.wait().unwrap().success(), "dep recover failed"))
+}
+
+/// The references of `dep recover --format binary`, one 24-byte record at a time: (thread,
+/// pc, write, address, size).
+struct Refs<R> {
+    out: R,
+}
+
+impl<R: std::io::BufRead> Refs<R> {
+    fn new(mut out: R) -> Self {
+        let mut header = [0u8; 16];
+        out.read_exact(&mut header).unwrap();
+        assert_eq!(&header[..8], b"DEPREFS\0", "dep recover --format binary's header");
+        Refs { out }
+    }
+
+    fn next(&mut self) -> Option<(u32, u64, bool, u64, u16)> {
+        let mut r = [0u8; 24];
+        match self.out.read_exact(&mut r) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return None,
+            Err(e) => panic!("reading recovery: {e}"),
         }
-        None
-    }))
+        let u64_at = |o: usize| u64::from_le_bytes(r[o..o + 8].try_into().unwrap());
+        let thread = u32::from_le_bytes(r[16..20].try_into().unwrap());
+        Some((thread, u64_at(0), r[22] == 1, u64_at(8), u16::from_le_bytes([r[20], r[21]])))
+    }
 }
 
 /// Whether `code` is a string instruction with a repeat prefix (one record per iteration).
@@ -107,16 +127,21 @@ impl<I: Iterator<Item = String>> Blocks<I> {
 }
 
 /// Walks every thread of the trace in `dir` and checks it against `profile`'s recovery:
-/// the references in order, and each execution at the address the blocks give. Streams:
-/// nothing of the trace or the recovery is held.
+/// the references in order (against `--format binary`, whose fields are `--format text`'s),
+/// and each execution at the address the blocks give. Streams: nothing of the trace or the
+/// recovery is held.
 fn walk_matches_recovery(dir: &Path, profile: &Path, what: &str) -> u64 {
     let o = run(&["export".as_ref(), "umt".as_ref(), "--check".as_ref(), dir.as_os_str()]);
     assert!(o.status.success(), "{what}: --check: {}", String::from_utf8_lossy(&o.stderr));
     let t = Trace::open(dir).unwrap();
-    let mut text = recover(profile, "text");
-    let mut blocks = Blocks { lines: recover(profile, "blocks"), at: None, line: String::new() };
+    let (out, refs_ok) = recover(profile, "binary");
+    let mut want_refs = Refs::new(out);
+    let (out, blocks_ok) = recover(profile, "blocks");
+    let mut blocks = Blocks { lines: std::io::BufRead::lines(out).map(|l| l.unwrap()), at: None, line: String::new() };
     let (mut execs, mut refs, mut len_before) = (0u64, 0u64, 0u64);
-    let mut line = String::new();
+    // Each instruction's length and whether it is a rep string, by address and bytes: the
+    // corpus runs a few thousand instructions many times over.
+    let mut decoded: std::collections::HashMap<(u64, Vec<u8>), (usize, bool)> = Default::default();
     for th in 0..t.thread_count() as u32 {
         // The backward walk must be the forward one reversed: both fold their EIDs into a
         // count and a hash that weighs the k-th EID from the thread's start by 31^k.
@@ -137,17 +162,19 @@ fn walk_matches_recovery(dir: &Path, profile: &Path, what: &str) -> u64 {
             if let RecordKind::Instruction { .. } = r.kind {
                 let ins = r.ins().unwrap();
                 for m in r.references() {
-                    line.clear();
-                    let _ = write!(line, "{th} 0x{:x} {} 0x{:x} {}", m.pc, if m.write { 'W' } else { 'R' }, m.addr, m.size);
-                    let want = text.next();
-                    assert_eq!(Some(&line), want.as_ref(), "{what}: reference {refs} (EID {eid})");
+                    let got = (th, m.pc, m.write, m.addr, m.size.min(u16::MAX as u32) as u16);
+                    let want = want_refs.next();
+                    assert_eq!(Some(got), want, "{what}: reference {refs} (EID {eid})");
                     refs += 1;
                 }
                 let code = ins.code;
-                let len = iced_x86::Decoder::with_ip(64, code, ins.address, iced_x86::DecoderOptions::NONE).decode().len();
+                let &mut (len, rep) = decoded.entry((ins.address, code.to_vec())).or_insert_with(|| {
+                    let len = iced_x86::Decoder::with_ip(64, code, ins.address, iced_x86::DecoderOptions::NONE).decode().len();
+                    (len, rep_string(code, ins.address))
+                });
                 assert_eq!(len, code.len(), "{what}: EID {eid}: code bytes are not one instruction");
                 // A rep string's later iterations are the same execution.
-                if !(rep_string(code, ins.address) && r.flags & 0x08 == 0) {
+                if !(rep && r.flags & 0x08 == 0) {
                     let want = blocks.next(len_before);
                     assert_eq!(Some((th, ins.address)), want, "{what}: execution {execs} (EID {eid}), in block {}", blocks.line);
                     len_before = len as u64;
@@ -157,8 +184,10 @@ fn walk_matches_recovery(dir: &Path, profile: &Path, what: &str) -> u64 {
         }
         assert_eq!(forward, back, "{what}: thread {th}: the backward walk is not the forward one reversed");
     }
-    assert_eq!(text.next(), None, "{what}: recovery has references beyond the trace's {refs}");
+    assert_eq!(want_refs.next(), None, "{what}: recovery has references beyond the trace's {refs}");
     assert_eq!(blocks.next(len_before), None, "{what}: recovery has blocks beyond the trace's {execs} executions");
+    refs_ok();
+    blocks_ok();
     execs
 }
 
@@ -176,7 +205,7 @@ fn every_corpus_program_walks_back_to_its_recovery() {
             // siglongjmp and selfkill.
             continue;
         }
-        for (k, profile) in record(dir.path(), prog).iter().enumerate() {
+        for (k, profile) in shared_recording(prog).iter().enumerate() {
             let out = dir.path().join(format!("{prog}.{k}.umt"));
             export(profile, &out);
             execs += walk_matches_recovery(&out, profile, &format!("{prog} process {k}"));
@@ -202,7 +231,7 @@ fn damaged(from: &Path, to: &Path, file: &str, damage: impl FnOnce(&mut Vec<u8>)
 #[test]
 fn a_damaged_trace_is_refused_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
-    let profile = &record(dir.path(), "hello")[0];
+    let profile = &shared_recording("hello")[0];
     let good = dir.path().join("good");
     export(profile, &good);
     let put = |b: &mut Vec<u8>, at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());

@@ -25,10 +25,10 @@ pub fn corpus() -> &'static Path {
     })
 }
 
-/// Records corpus program `prog` into `dir` (its exit status may be its own) and returns
+/// Records corpus program `prog` with `args` into `dir` (its exit status may be its own) and returns
 /// its profiles: the program's and those of the processes it started (`prog.dep.1`, ...).
 #[allow(dead_code)] // not every test binary records the corpus so
-pub fn record_processes(dir: &Path, prog: &str) -> Vec<PathBuf> {
+pub fn record_processes(dir: &Path, prog: &str, args: &[&str]) -> Vec<PathBuf> {
     let p = dir.join(format!("{prog}.dep"));
     let o = Command::new(dep())
         .arg("record")
@@ -36,6 +36,7 @@ pub fn record_processes(dir: &Path, prog: &str) -> Vec<PathBuf> {
         .arg(&p)
         .arg("--")
         .arg(corpus().join(prog))
+        .args(args)
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
@@ -48,6 +49,64 @@ pub fn record_processes(dir: &Path, prog: &str) -> Vec<PathBuf> {
         }
         all.push(child);
     }
+    all
+}
+
+/// The arguments the exporters' round trips (tests/umt.rs, tests/champsim.rs) run corpus
+/// programs with: their traces hold a record per instruction and per rep-string iteration,
+/// which at the default sizes is 12 GB for repstring and 4 GB each for longtrace and
+/// selfkill (a UMT walk of them took most of 13 minutes). Smaller, repstring still moves
+/// hundreds of thousands of bytes by rep strings, longtrace still hands its buffer off
+/// inside its long trace, and selfkill's stores still come only by the timer's hand-off.
+#[allow(dead_code)]
+pub fn export_args(prog: &str) -> &'static [&'static str] {
+    match prog {
+        "repstring" => &["64"],
+        "longtrace" => &["10000"],
+        "selfkill" => &["30000"],
+        _ => &[],
+    }
+}
+
+/// [`record_processes`] of `prog` with its [`export_args`], once for every test binary of
+/// this build: the profiles are kept in the target directory under a key of the `dep`
+/// binary and the client it loads (sizes and modification times), so tests that only read
+/// a corpus recording share one. Callers must not change the files.
+#[allow(dead_code)] // not every test binary records the corpus so
+pub fn shared_recording(prog: &str) -> Vec<PathBuf> {
+    let stamp = |p: &Path| {
+        std::fs::metadata(p).ok().map_or((0, 0), |m| {
+            let t = m.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+            (m.len(), t.map_or(0, |t| t.as_nanos()))
+        })
+    };
+    let bin = Path::new(dep());
+    let ((a, b), (c, d)) = (stamp(bin), stamp(&bin.parent().unwrap().join("libdep_client.so")));
+    let key = format!("{a:x}-{b:x}-{c:x}-{d:x}");
+    let root = corpus().parent().unwrap().join("corpus-recordings");
+    // The program's build and arguments name its recording.
+    let (e, f) = stamp(&corpus().join(prog));
+    let args: String = export_args(prog).iter().map(|a| format!("-{a}")).collect();
+    let dir = root.join(&key).join(format!("{prog}{args}-{e:x}-{f:x}"));
+    if !dir.join("done").exists() {
+        // Recordings of earlier builds go.
+        for e in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+            if e.file_name().to_string_lossy() != key {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        let tmp = root.join(&key).join(format!("{prog}.{}.{:?}", std::process::id(), std::thread::current().id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).unwrap();
+        record_processes(&tmp, prog, export_args(prog));
+        std::fs::write(tmp.join("done"), b"").unwrap();
+        // The first recording in place wins; one made beside it at the same time goes.
+        if std::fs::rename(&tmp, &dir).is_err() {
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+    }
+    let mut all = vec![dir.join(format!("{prog}.dep"))];
+    all.extend((1..).map(|n| dir.join(format!("{prog}.dep.{n}"))).take_while(|p| p.exists()));
     all
 }
 
