@@ -4,6 +4,7 @@
 pub mod adapters;
 pub mod counts;
 pub mod driver;
+pub mod edge_counts;
 pub mod edges;
 pub mod error;
 pub mod events;

@@ -169,8 +169,23 @@ fn check_simulated(seed: u64, threads: usize, len: usize, events: bool) {
     assert_eq!(tot.dep_c.unwrap().raw, sizes.iter().map(|s| s.dep_c.raw).sum::<u64>());
     assert_eq!(tot.dep_m.unwrap().compressed, Some(sizes.iter().map(|s| s.dep_m.compressed.unwrap()).sum::<u64>()));
 
-    // The convenience entry point agrees.
+    // The entry point, which counts chunk by chunk and merges, agrees, on one worker or
+    // several; without compression it gives the same raw sizes.
     assert_eq!(stats::compute(&rec, Source::Dep, true).unwrap(), got, "seed {seed}");
+    let parallel = Recovery::new(&p, 3);
+    assert_eq!(stats::compute(&parallel, Source::Dep, true).unwrap(), got, "seed {seed}, 3 workers");
+    let raw = stats::compute(&parallel, Source::Dep, false).unwrap();
+    for (r, g) in raw.threads.iter().zip(&got.threads) {
+        let plain = |s: Size| Size { raw: s.raw, compressed: None };
+        let strip = |t: &stats::ThreadStats| stats::ThreadStats {
+            bb_pc: plain(t.bb_pc),
+            cf_bit: plain(t.cf_bit),
+            mem_addr: plain(t.mem_addr),
+            ratios: Default::default(),
+            ..t.clone()
+        };
+        assert_eq!(strip(r), strip(g), "seed {seed}: without compression");
+    }
 }
 
 #[test]
@@ -273,6 +288,13 @@ fn cf_bit_taken_and_not_taken() {
     // the same 8 words first, then A, signal (3), T, sigreturn (2), F, A, interruption (3),
     // signal (3), T, sigreturn (2), T: 19 words; thread end (2): 29 words, 58 bytes.
     let sized = stats::compute(&rec, Source::Dep, false).unwrap();
+    // The chunk-parallel counts give the hand-worked figures above too.
+    let t = &sized.threads[0];
+    assert_eq!((t.conditional_branches, t.taken_branches, t.indirect_branches, t.unresolved_branches), (7, 4, 6, 1));
+    assert_eq!((t.cf_bit.raw, t.blocks, t.bb_pc.raw), (1 + 6 * 8, 15, 15 * 8));
+    let t = &sized.threads[1];
+    assert_eq!((t.conditional_branches, t.taken_branches, t.indirect_branches, t.unresolved_branches), (1, 0, 4, 3));
+    assert_eq!((t.blocks, t.interrupted_blocks, t.signals, t.instructions, t.cf_bit.raw), (6, 1, 2, 8, 1 + 4 * 8));
     assert_eq!(sized.threads[0].dep_c.unwrap().raw, 50);
     assert_eq!(sized.threads[1].dep_c.unwrap().raw, 58);
     assert_eq!(sized.threads[0].ratios.dep_c_to_bb_pc.unwrap().raw, 50.0 / 120.0);

@@ -2,9 +2,7 @@
 //! and the routines it joins, plus the thread's totals and call depth; as text or JSON.
 //! Counted chunk-parallel ([`Events::merged`](dep_recover::Events::merged)), so it uses every core.
 
-mod count;
-
-pub use count::{Depth, EdgeCounts};
+pub use dep_recover::edge_counts::{Depth, EdgeCounts};
 
 use crate::program::symbols::Symbolizer;
 use dep_recover::edges::Edge;

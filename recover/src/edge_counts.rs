@@ -8,10 +8,10 @@
 //! direct-mapped table and classified once at the end: a few nanoseconds a block, where
 //! the general tracker and a hash map per block cost several times recovery itself.
 
+use crate::edges::{exit_of, flow_kind, BlockExit, Edge, EdgeKind, Edges};
+use crate::plans::Plans;
+use crate::{Begin, BlockEvent, Marker, Merge, Part, RecoverError, Run, Sink};
 use dep_profile::semantics::Flow;
-use dep_recover::edges::{exit_of, flow_kind, BlockExit, Edge, EdgeKind, Edges};
-use dep_recover::plans::Plans;
-use dep_recover::{Begin, BlockEvent, Marker, Merge, Part, RecoverError, Run, Sink};
 use rustc_hash::FxHashMap;
 
 /// Call depth over a stream of edges: calls and signal deliveries go in, returns and signal
@@ -149,7 +149,7 @@ fn flow_depth(exit: (Flow, bool)) -> i64 {
 }
 
 /// Edge counts, block and instruction totals and call depth of one thread (a [`Merge`]
-/// sink; with [`Part::All`] wrap it in [`ByThread`](dep_recover::ByThread)), for the profile
+/// sink; with [`Part::All`] wrap it in [`ByThread`](crate::ByThread)), for the profile
 /// whose plans it is given.
 #[derive(Clone)]
 pub struct EdgeCounts<'p> {

@@ -3,7 +3,9 @@
 //!
 //! [`StatsSink`] consumes the recovered event stream and encodes, per thread, the three
 //! baselines the paper compares DEP against, counting their bytes raw and through a
-//! streaming zstd (level [`ZSTD_LEVEL`]) that keeps nothing but its window in memory:
+//! streaming zstd (level [`ZSTD_LEVEL`], multithreaded: its workers compress the stream's
+//! jobs on every core, and the size is the same for any number of them) that keeps only
+//! its window and jobs in memory:
 //!
 //! - **BB_pc**: the start address of every executed block, one address each (8 bytes on
 //!   64-bit, 4 on 32-bit);
@@ -19,6 +21,11 @@
 //! by side with the ratios the paper reports. Each DEP section is compressed per chunk by
 //! the collector, each baseline as one stream per thread here.
 //!
+//! [`compute`], behind `dep stats`, takes the counts chunk-parallel from [`Tally`], whose
+//! branch counts come from the edge tracker `dep edges` uses, and only the compressed sizes
+//! from a [`StatsSink`] per thread (threads in parallel), which must give the same raw
+//! sizes.
+//!
 //! Branch outcomes need the block's last instruction: recovered events carry the block
 //! plan; truth replay does not, so give the sink the profile's plans
 //! ([`StatsSink::with_plans`]). A branch is resolved by the next block of its thread at the
@@ -27,6 +34,10 @@
 //! costs its bit or address, written as not taken or address 0, and is counted as
 //! unresolved. Truth replay has no signal markers, so there a handler's first block
 //! resolves the branch it interrupted.
+
+mod tally;
+
+pub use tally::Tally;
 
 use crate::driver::Recovery;
 use crate::edges::{Edge, EdgeKind, Edges};
@@ -71,14 +82,17 @@ struct Stream {
     raw: u64,
     compressed: u64,
     compress: bool,
+    /// zstd's worker threads: at least one, so the size is the same for any number (zstd's
+    /// multithreaded format depends on its job size, not on its workers).
+    workers: u32,
     stage: Vec<u8>,
     enc: Option<zstd::stream::Encoder<'static, CountingWriter>>,
     keep: Option<Vec<u8>>,
 }
 
 impl Stream {
-    fn new(compress: bool, keep: bool) -> Stream {
-        Stream { raw: 0, compressed: 0, compress, stage: Vec::new(), enc: None, keep: keep.then(Vec::new) }
+    fn new(compress: bool, keep: bool, workers: u32) -> Stream {
+        Stream { raw: 0, compressed: 0, compress, workers: workers.max(1), stage: Vec::new(), enc: None, keep: keep.then(Vec::new) }
     }
 
     #[inline]
@@ -101,7 +115,9 @@ impl Stream {
             return Ok(());
         }
         if self.enc.is_none() {
-            self.enc = Some(zstd::stream::Encoder::new(CountingWriter::default(), ZSTD_LEVEL)?);
+            let mut enc = zstd::stream::Encoder::new(CountingWriter::default(), ZSTD_LEVEL)?;
+            enc.multithread(self.workers)?;
+            self.enc = Some(enc);
         }
         self.enc.as_mut().unwrap().write_all(&self.stage)?;
         self.stage.clear();
@@ -142,13 +158,13 @@ struct ThreadState {
 }
 
 impl ThreadState {
-    fn new(thread: u32, compress: bool, keep: bool) -> ThreadState {
+    fn new(thread: u32, compress: bool, keep: bool, workers: u32) -> ThreadState {
         ThreadState {
             thread,
             counts: ThreadStats { thread: Some(thread), ..Default::default() },
-            bb_pc: Stream::new(compress, keep),
-            cf_bit: Stream::new(compress, keep),
-            mem_addr: Stream::new(compress, keep),
+            bb_pc: Stream::new(compress, keep, workers),
+            cf_bit: Stream::new(compress, keep, workers),
+            mem_addr: Stream::new(compress, keep, workers),
             bits: 0,
             nbits: 0,
             edges: Edges::default(),
@@ -236,6 +252,8 @@ pub struct RawStreams<'a> {
 pub struct StatsSink<'p> {
     width: Width,
     compress: bool,
+    /// zstd's worker threads per stream.
+    workers: u32,
     keep: bool,
     plans: Option<&'p Plans>,
     threads: Vec<ThreadState>,
@@ -246,7 +264,15 @@ pub struct StatsSink<'p> {
 impl<'p> StatsSink<'p> {
     /// A sink for a program of this address width, compressing the baselines.
     pub fn new(width: Width) -> StatsSink<'p> {
-        StatsSink { width, compress: true, keep: false, plans: None, threads: Vec::new(), last: 0 }
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        StatsSink { width, compress: true, workers, keep: false, plans: None, threads: Vec::new(), last: 0 }
+    }
+
+    /// zstd's worker threads for each stream (at least one; the sizes are the same for
+    /// any number): all cores by default.
+    pub fn compress_workers(mut self, n: u32) -> Self {
+        self.workers = n.max(1);
+        self
     }
 
     /// Whether to compress the baselines (without, only raw sizes are known, much faster).
@@ -280,12 +306,28 @@ impl<'p> StatsSink<'p> {
             self.last = match self.threads.iter().position(|t| t.thread == thread) {
                 Some(i) => i,
                 None => {
-                    self.threads.push(ThreadState::new(thread, self.compress, self.keep));
+                    self.threads.push(ThreadState::new(thread, self.compress, self.keep, self.workers));
                     self.threads.len() - 1
                 }
             };
         }
         &mut self.threads[self.last]
+    }
+
+    /// Closes thread `thread`'s streams and gives their sizes (BB_pc, CF_bit, Mem_addr):
+    /// nothing for a thread that had no event.
+    fn sizes(&mut self, thread: u32) -> io::Result<(Size, Size, Size)> {
+        let wb = self.width.bytes();
+        match self.threads.iter_mut().find(|t| t.thread == thread) {
+            Some(t) => {
+                t.close(wb)?;
+                Ok((t.bb_pc.size(), t.cf_bit.size(), t.mem_addr.size()))
+            }
+            None => {
+                let none = Size { raw: 0, compressed: self.compress.then_some(0) };
+                Ok((none, none, none))
+            }
+        }
     }
 
     /// Closes every thread's streams and returns the statistics, threads in index order.
@@ -631,11 +673,68 @@ impl Stats {
     }
 }
 
-/// Runs the whole profile through a [`StatsSink`] and adds the stored DEP sizes.
+/// The statistics of a whole profile, with the stored DEP sizes: the counts chunk-parallel
+/// ([`Tally`]); with `compress`, the baselines' compressed sizes from each thread's streams
+/// in order ([`StatsSink`]), threads in parallel and each stream compressed on all cores.
 pub fn compute(rec: &Recovery, source: Source, compress: bool) -> Result<Stats, RecoverError> {
-    let mut sink = StatsSink::new(rec.profile.width).compress(compress).with_plans(&rec.plans);
-    rec.events(source).run(&mut sink)?;
-    let mut stats = sink.into_stats().map_err(RecoverError::Output)?;
+    let width = rec.profile.width;
+    let wb = width.bytes() as u64;
+    let tallies = rec.events(source).merged(|_| Tally::new(&rec.plans))?;
+    let mut streams = match compress {
+        true => Some(rec.events(source).per_thread(|_| StatsSink::new(width).with_plans(&rec.plans))?),
+        false => None,
+    };
+    let mut threads = Vec::new();
+    for (t, tally) in tallies.iter().enumerate() {
+        // As a sequential count lists them: the threads with any event.
+        if !tally.seen {
+            continue;
+        }
+        let (blocks, instructions) = tally.blocks();
+        let (unrecorded, windows) = tally.windows();
+        let (conditional_branches, taken_branches, indirect_branches, unresolved_branches) = tally.branches();
+        let refs = tally.reads + tally.writes;
+        let raw = |n: u64| Size { raw: n, compressed: None };
+        let mut s = ThreadStats {
+            thread: Some(t as u32),
+            instructions,
+            blocks,
+            interrupted_blocks: tally.interrupted_blocks,
+            refs,
+            reads: tally.reads,
+            writes: tally.writes,
+            signals: tally.signals,
+            unrecorded,
+            windows,
+            conditional_branches,
+            taken_branches,
+            indirect_branches,
+            unresolved_branches,
+            blocks_without_plan: tally.blocks_without_plan,
+            // A bit per conditional branch (bytes filled in turn, the last one partly) and an
+            // address per indirect one.
+            bb_pc: raw(blocks * wb),
+            cf_bit: raw(conditional_branches.div_ceil(8) + indirect_branches * wb),
+            mem_addr: raw(refs * wb),
+            ..Default::default()
+        };
+        if let Some(streams) = &mut streams {
+            let sizes = streams[t].sizes(t as u32).map_err(RecoverError::Output)?;
+            if [sizes.0.raw, sizes.1.raw, sizes.2.raw] != [s.bb_pc.raw, s.cf_bit.raw, s.mem_addr.raw] {
+                return Err(RecoverError::Output(io::Error::other(format!(
+                    "thread {t}: the baseline streams hold {:?} raw bytes, the counts make {:?}",
+                    [sizes.0.raw, sizes.1.raw, sizes.2.raw],
+                    [s.bb_pc.raw, s.cf_bit.raw, s.mem_addr.raw]
+                ))));
+            }
+            (s.bb_pc, s.cf_bit, s.mem_addr) = sizes;
+        }
+        s.compute_ratios();
+        threads.push(s);
+    }
+    let mut stats =
+        Stats { width: width.bits(), zstd_level: ZSTD_LEVEL, threads, total: ThreadStats::default(), paper: PaperAverages::default() };
+    stats.compute_total();
     stats.add_profile_sizes(&profile_sizes(rec.profile)?);
     Ok(stats)
 }
@@ -766,7 +865,7 @@ mod tests {
 
     #[test]
     fn stream_counts_raw_and_compresses_repetition() {
-        let mut s = Stream::new(true, false);
+        let mut s = Stream::new(true, false, 1);
         for i in 0..100_000u64 {
             s.push(&(0x40_0000 + (i % 16) * 8).to_le_bytes()).unwrap();
         }
@@ -774,10 +873,35 @@ mod tests {
         assert_eq!(s.raw, 800_000);
         assert!(s.compressed > 0 && s.compressed < s.raw / 10, "{}", s.compressed);
         // An empty stream has no frame at all.
-        let mut e = Stream::new(true, false);
+        let mut e = Stream::new(true, false, 1);
         e.finish().unwrap();
         assert_eq!(e.size(), Size { raw: 0, compressed: Some(0) });
-        assert_eq!(Stream::new(false, false).size(), Size { raw: 0, compressed: None });
+        assert_eq!(Stream::new(false, false, 1).size(), Size { raw: 0, compressed: None });
+    }
+
+    /// The compressed size does not depend on how many workers zstd has: `dep stats` gives
+    /// the same figures on any machine. 24 MB is several of zstd's jobs at this level.
+    #[test]
+    fn compressed_size_is_the_same_for_any_number_of_workers() {
+        let sizes: Vec<u64> = [1, 2, 3, 8]
+            .iter()
+            .map(|&workers| {
+                let mut s = Stream::new(true, false, workers);
+                let mut x = 0x9e37_79b9_7f4a_7c15u64;
+                for _ in 0..3 << 20 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    // Addresses in a few pages: compressible, but not trivially.
+                    s.push(&(0x7f00_0000_0000 + (x & 0x3fff8)).to_le_bytes()).unwrap();
+                }
+                s.finish().unwrap();
+                assert_eq!(s.raw, 24 << 20);
+                s.compressed
+            })
+            .collect();
+        assert!(sizes.windows(2).all(|w| w[0] == w[1]), "{sizes:?}");
+        assert!(sizes[0] < 24 << 20);
     }
 
     #[test]
