@@ -19,10 +19,17 @@
 //! when its turn comes.
 //!
 //! The mechanism is here too: each thread is recovered by a producer of its own (started
-//! when the merge first reaches the thread, ended with its stream) into a bounded channel
-//! of batches, and a heap keyed by (turn number, thread) picks whose turn is next. Where a
+//! when the merge first reaches the thread, ended with its stream) into a channel of
+//! batches, and a heap keyed by (turn number, thread) picks whose turn is next. Where a
 //! turn ends is the consumer's, as it alone knows its batches: it reads a batch from its
 //! own cursor and answers [`Turn::Yield`] with the number the thread's next turn starts at.
+//!
+//! A producer may always be [`AHEAD`] batches ahead of the merge, and further on a budget
+//! of batches all producers share, which the consumer sets. A turn often runs far longer
+//! than a few batches (xz's compressing threads take turns of 100,000 events and more), and
+//! while one thread's turn is read the others' producers would otherwise wait after their
+//! first few batches: where the producers' work is most of it (the race detector's), two
+//! threads of equal work then took turns on one core, not two.
 
 use crate::driver::{Buffers, Events};
 use crate::error::RecoverError;
@@ -30,9 +37,10 @@ use crate::sink::Sink;
 use dep_profile::container::ThreadInfo;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::{Arc, Condvar, Mutex};
 
-/// Batches a producer may have sent ahead of the merge.
-const AHEAD: usize = 4;
+/// Batches a producer may always have sent ahead of the merge.
+pub const AHEAD: usize = 4;
 
 /// What the consumer says after reading from a thread's batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,12 +85,103 @@ impl Turns {
 }
 
 /// A producer's end of a thread's channel: what a thread's sink sends its batches to.
-pub struct Sender<B>(crossbeam::channel::Sender<B>);
+pub struct Sender<B> {
+    tx: crossbeam::channel::Sender<B>,
+    thread: usize,
+    ahead: Arc<Ahead>,
+}
 
 impl<B> Sender<B> {
-    /// Sends a batch; false when the merge is gone (it failed, and reports why).
+    /// Sends a batch, once the thread may be that far ahead of the merge; false when the
+    /// merge is gone (it failed, and reports why).
     pub fn send(&self, b: B) -> bool {
-        self.0.send(b).is_ok()
+        self.ahead.reserve(self.thread) && self.tx.send(b).is_ok()
+    }
+}
+
+/// How far each producer is ahead of the merge, and the budget they share.
+pub struct Ahead {
+    state: Mutex<AheadState>,
+    /// Signalled when a batch is taken, and when the merge ends.
+    taken: Condvar,
+    own: usize,
+}
+
+struct AheadState {
+    /// Per thread: batches sent and not yet taken, and how many of them hold a unit of the
+    /// shared budget.
+    queued: Vec<usize>,
+    extra: Vec<usize>,
+    /// Units of the shared budget free.
+    spare: usize,
+    /// The merge is over: nothing more is taken.
+    closed: bool,
+}
+
+impl Ahead {
+    /// `threads` producers, each `own` batches ahead at any time and `shared` more among
+    /// them all.
+    pub fn new(threads: usize, own: usize, shared: usize) -> Ahead {
+        let state = AheadState { queued: vec![0; threads], extra: vec![0; threads], spare: shared, closed: false };
+        Ahead { state: Mutex::new(state), taken: Condvar::new(), own: own.max(1) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, AheadState> {
+        // (The state is counts, consistent after every statement: a panic elsewhere that
+        // poisoned the lock left nothing half-done.)
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until thread `t` may send one more batch, and counts it; false when the merge
+    /// is over. Within its own allowance at once; beyond it, on a unit of the shared budget,
+    /// or once the merge takes enough of its batches.
+    pub fn reserve(&self, t: usize) -> bool {
+        let mut s = self.lock();
+        loop {
+            if s.closed {
+                return false;
+            }
+            if s.queued[t] < self.own {
+                break;
+            }
+            if s.spare > 0 {
+                s.spare -= 1;
+                s.extra[t] += 1;
+                break;
+            }
+            s = self.taken.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        s.queued[t] += 1;
+        true
+    }
+
+    /// The merge took one of thread `t`'s batches: a unit of the shared budget it held goes
+    /// back.
+    pub fn took(&self, t: usize) {
+        let mut s = self.lock();
+        s.queued[t] = s.queued[t].saturating_sub(1);
+        if s.extra[t] > 0 {
+            s.extra[t] -= 1;
+            s.spare += 1;
+        }
+        drop(s);
+        self.taken.notify_all();
+    }
+
+    /// The merge is over: producers waiting give up.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.taken.notify_all();
+    }
+
+    /// Batches thread `t` has sent and the merge has not taken.
+    pub fn queued(&self, t: usize) -> usize {
+        self.lock().queued[t]
+    }
+
+    /// Units of the shared budget free.
+    pub fn spare(&self) -> usize {
+        self.lock().spare
     }
 }
 
@@ -93,8 +192,8 @@ impl Events<'_> {
     /// wants (classified events, say) and sends what it holds at `finish`.
     /// `consume(t, turn, batch)` reads from the batch and says whether the turn goes on
     /// ([`Turn`]). Memory stays bounded however long a turn: a thread holds at most a few
-    /// batches ahead of the merge.
-    pub fn interleaved<S, B, M, C>(&self, make: M, mut consume: C) -> Result<(), S::Error>
+    /// batches ahead of the merge ([`AHEAD`]), and all of them together `shared` more.
+    pub fn interleaved<S, B, M, C>(&self, shared: usize, make: M, mut consume: C) -> Result<(), S::Error>
     where
         S: Sink,
         S::Error: Send,
@@ -105,18 +204,21 @@ impl Events<'_> {
         self.check()?;
         let threads = &self.recovery().profile.threads;
         let make = &make;
+        let ahead = Arc::new(Ahead::new(threads.len(), AHEAD, shared));
+        let ahead = &ahead;
         std::thread::scope(|s| -> Result<(), S::Error> {
             // A thread's producer starts when the merge first reaches it and ends when its
             // stream does, so the OS threads and batches alive follow the threads alive in
             // the run, not all the threads it ever had.
             let producer = |t: usize| -> Result<_, RecoverError> {
-                let (tx, rx) = crossbeam::channel::bounded::<B>(AHEAD);
+                // (Bounded by `ahead`, which the producer waits on before each send.)
+                let (tx, rx) = crossbeam::channel::unbounded::<B>();
                 let chunks = self.recovery().thread_chunks(t as u32);
                 let events = *self;
                 let handle = std::thread::Builder::new()
                     .name(format!("dep-thread-{t}"))
                     .spawn_scoped(s, move || -> Result<(), S::Error> {
-                        let mut sink = make(t as u32, Sender(tx));
+                        let mut sink = make(t as u32, Sender { tx, thread: t, ahead: Arc::clone(ahead) });
                         // One set of decompression buffers for all the thread's chunks.
                         let mut buf = Buffers::default();
                         for c in chunks {
@@ -153,7 +255,10 @@ impl Events<'_> {
                     let Some((rx, cur)) = &mut inputs[t] else { continue 'turns };
                     if cur.is_none() {
                         match rx.recv() {
-                            Ok(b) => *cur = Some(b),
+                            Ok(b) => {
+                                ahead.took(t);
+                                *cur = Some(b)
+                            }
                             Err(_) => {
                                 // The thread is done: its channel goes.
                                 inputs[t] = None;
@@ -176,11 +281,60 @@ impl Events<'_> {
                 }
             }
             // Unblock producers still sending (after an error), then collect theirs.
+            ahead.close();
             drop(inputs);
             for p in producers {
                 p.join().expect("a recovery producer panicked")?;
             }
             result
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Ahead;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    /// Each producer runs its own allowance ahead at once; beyond it, on the shared units,
+    /// which go back as the merge takes its batches; a producer out of both waits until the
+    /// merge takes one of its own batches or a unit comes back, or gives up when the merge
+    /// closes.
+    #[test]
+    fn producers_run_ahead_on_their_own_allowance_then_on_the_shared_one() {
+        let a = Ahead::new(2, 2, 3);
+        assert!(a.reserve(0) && a.reserve(0));
+        assert_eq!(a.spare(), 3, "a thread's own allowance takes no shared unit");
+        assert!(a.reserve(0) && a.reserve(0) && a.reserve(0));
+        assert_eq!((a.queued(0), a.spare()), (5, 0));
+        assert!(a.reserve(1) && a.reserve(1), "the other thread keeps its own allowance");
+        // Thread 1 is out of room: it waits until thread 0's batch is taken.
+        let sent = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                assert!(a.reserve(1));
+                sent.fetch_add(1, Ordering::SeqCst);
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            assert_eq!(sent.load(Ordering::SeqCst), 0, "sent beyond the budget");
+            a.took(0);
+        });
+        assert_eq!(sent.load(Ordering::SeqCst), 1);
+        assert_eq!((a.queued(0), a.queued(1), a.spare()), (4, 3, 0));
+        // The merge taking a thread's own batches lets it send again without a unit.
+        a.took(1);
+        a.took(1);
+        assert_eq!(a.spare(), 1, "thread 1's unit went back with its first batch taken");
+        assert!(a.reserve(1) && a.reserve(1));
+        assert_eq!((a.queued(1), a.spare()), (3, 0));
+        // Closing wakes a waiting producer, which gives up.
+        std::thread::scope(|s| {
+            let waiting = s.spawn(|| a.reserve(0));
+            std::thread::sleep(Duration::from_millis(50));
+            a.close();
+            assert!(!waiting.join().unwrap(), "a producer sent after the merge closed");
+        });
+        assert!(!a.reserve(1));
     }
 }

@@ -67,12 +67,14 @@ impl Sink for Collect {
     }
 }
 
-/// Runs the interleaver with turns opened by their sync records, stopping after `stop`
-/// items if given: (thread, turn, item) in the order consumed.
-fn interleave(rec: &Recovery, batch: usize, stop: Option<usize>) -> Vec<(u32, u64, Item)> {
+/// Runs the interleaver with turns opened by their sync records, batches of `batch` items
+/// and `shared` batches ahead among the producers, stopping after `stop` items if given:
+/// (thread, turn, item) in the order consumed.
+fn interleave(rec: &Recovery, batch: usize, shared: usize, stop: Option<usize>) -> Vec<(u32, u64, Item)> {
     let mut got = Vec::new();
     rec.events(Source::Dep)
         .interleaved(
+            shared,
             |_, tx| Send { items: Vec::new(), batch, send: move |b| tx.send((b, 0)) },
             |t, turn, b: &mut (Vec<Item>, usize)| {
                 while let Some(&i) = b.0.get(b.1) {
@@ -108,8 +110,8 @@ fn turns_follow_the_sync_records() {
         let syncs: usize = want.iter().map(|w| w.iter().filter(|i| matches!(i, Item::Sync(_))).count()).sum();
         assert!(syncs > 0, "seed {seed}: no sync records to interleave by");
 
-        for batch in [1, 7, 1000] {
-            let got = interleave(&rec, batch, None);
+        for (batch, shared) in [(1, 0), (1, 3), (7, 0), (7, 100), (1000, 0)] {
+            let got = interleave(&rec, batch, shared, None);
             // Every thread's items, whole and in order.
             for (t, w) in want.iter().enumerate() {
                 let mine: Vec<Item> = got.iter().filter(|g| g.0 == t as u32).map(|g| g.2).collect();
@@ -139,8 +141,11 @@ fn turns_follow_the_sync_records() {
 fn a_consumer_that_stops_ends_the_merge() {
     let (_dir, p) = program_profile(5, 3, 400, true);
     let rec = Recovery::new(&p, 2);
-    let all = interleave(&rec, 3, None);
+    let all = interleave(&rec, 3, 0, None);
     assert!(all.len() > 50);
-    let some = interleave(&rec, 3, Some(50));
-    assert_eq!(some[..], all[..50]);
+    // Producers waiting for room ahead (none shared, or a little) give up when it stops.
+    for shared in [0, 2] {
+        let some = interleave(&rec, 3, shared, Some(50));
+        assert_eq!(some[..], all[..50]);
+    }
 }

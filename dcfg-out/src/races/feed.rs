@@ -353,7 +353,8 @@ pub type Sent = Result<(), Gone>;
 #[derive(Debug)]
 pub struct Gone;
 
-const BATCH: usize = 4096;
+/// Events a batch holds (when sent full; a thread's last one holds fewer).
+pub const BATCH: usize = 4096;
 
 impl<'f, L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Feed<'f, L, F> {
     /// A feed putting its events into batches through `lower`, and sending them to `out`.

@@ -349,7 +349,13 @@ impl Input {
 /// a flag's reader reads after the other threads' stores of that stretch.
 fn interleave(rec: &Recovery, facts: &Facts, known: &Known, syncs: Vec<Vec<u64>>, engine: &mut Engine) -> Result<(), RacesError> {
     let mut inputs: Vec<Input> = syncs.into_iter().map(|syncs| Input { syncs, ..Default::default() }).collect();
+    // Producers run ahead of the merge on 128 MiB of batches among them: the producers'
+    // work is most of the analysis, and a thread's turn is often longer than a few batches
+    // (xz's compressing threads' run to 500,000 events), while which the other threads'
+    // producers would otherwise wait.
+    let shared = (128 << 20) / (feed::BATCH * std::mem::size_of::<Act>());
     rec.events(Source::Dep).interleaved(
+        shared,
         |t, tx| Feed::new(facts, Local::new(known, t), move |acts| if tx.send(Stretch { acts, at: 0 }) { Ok(()) } else { Err(feed::Gone) }),
         |t, key, batch: &mut Stretch| {
             let input = &mut inputs[t as usize];

@@ -352,6 +352,9 @@ impl<F: FnMut(Batch) -> bool> Sink for Forward<F> {
 /// threads one after another.
 fn linearize<F: FnMut(Batch) -> bool>(rec: &Recovery, fwd: &mut Forward<F>) -> Result<(), RecoverError> {
     rec.events(Source::Dep).interleaved(
+        // (No batches ahead beyond each producer's own: the engine, not the recovery, is
+        // what the run waits on.)
+        0,
         // (No recycled batches come back to a producer. Recovery gives each sync record
         // where it stands among its block's references, so a segment ends exactly there.)
         |_, tx| Forward { batch: Batch::default(), send: move |b| tx.send(b), free: crossbeam::channel::never() },
