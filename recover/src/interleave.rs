@@ -102,8 +102,11 @@ impl<B> Sender<B> {
 /// How far each producer is ahead of the merge, and the budget they share.
 pub struct Ahead {
     state: Mutex<AheadState>,
-    /// Signalled when a batch is taken, and when the merge ends.
-    taken: Condvar,
+    /// Per thread: signalled when the merge takes one of its batches while it is at its
+    /// own allowance, when a unit comes back for it to take, and when the merge ends. (One
+    /// for all would wake every waiting producer at every batch taken: with thousands of
+    /// threads, most of the merge's time.)
+    wake: Box<[Condvar]>,
     own: usize,
 }
 
@@ -114,16 +117,40 @@ struct AheadState {
     extra: Vec<usize>,
     /// Units of the shared budget free.
     spare: usize,
+    /// Threads waiting for a unit, first come first; an entry is stale where `waiting` no
+    /// longer says so.
+    queue: std::collections::VecDeque<usize>,
+    waiting: Vec<bool>,
     /// The merge is over: nothing more is taken.
     closed: bool,
+}
+
+impl AheadState {
+    /// Wakes the first thread still waiting for a unit, if a unit is free.
+    fn hand_on(&mut self, wake: &[Condvar]) {
+        while self.spare > 0 {
+            let Some(w) = self.queue.pop_front() else { return };
+            if std::mem::replace(&mut self.waiting[w], false) {
+                wake[w].notify_one();
+                return;
+            }
+        }
+    }
 }
 
 impl Ahead {
     /// `threads` producers, each `own` batches ahead at any time and `shared` more among
     /// them all.
     pub fn new(threads: usize, own: usize, shared: usize) -> Ahead {
-        let state = AheadState { queued: vec![0; threads], extra: vec![0; threads], spare: shared, closed: false };
-        Ahead { state: Mutex::new(state), taken: Condvar::new(), own: own.max(1) }
+        let state = AheadState {
+            queued: vec![0; threads],
+            extra: vec![0; threads],
+            spare: shared,
+            queue: Default::default(),
+            waiting: vec![false; threads],
+            closed: false,
+        };
+        Ahead { state: Mutex::new(state), wake: (0..threads).map(|_| Condvar::new()).collect(), own: own.max(1) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, AheadState> {
@@ -149,9 +176,16 @@ impl Ahead {
                 s.extra[t] += 1;
                 break;
             }
-            s = self.taken.wait(s).unwrap_or_else(|e| e.into_inner());
+            if !std::mem::replace(&mut s.waiting[t], true) {
+                s.queue.push_back(t);
+            }
+            s = self.wake[t].wait(s).unwrap_or_else(|e| e.into_inner());
         }
+        s.waiting[t] = false;
         s.queued[t] += 1;
+        // Woken for a unit it did not need (the merge took its own batch meanwhile): the
+        // next in line may take it.
+        s.hand_on(&self.wake);
         true
     }
 
@@ -163,15 +197,19 @@ impl Ahead {
         if s.extra[t] > 0 {
             s.extra[t] -= 1;
             s.spare += 1;
+            s.hand_on(&self.wake);
         }
-        drop(s);
-        self.taken.notify_all();
+        if s.waiting[t] && s.queued[t] < self.own {
+            self.wake[t].notify_one();
+        }
     }
 
     /// The merge is over: producers waiting give up.
     pub fn close(&self) {
         self.lock().closed = true;
-        self.taken.notify_all();
+        for w in self.wake.iter() {
+            w.notify_all();
+        }
     }
 
     /// Batches thread `t` has sent and the merge has not taken.
@@ -294,8 +332,24 @@ impl Events<'_> {
 #[cfg(test)]
 mod tests {
     use super::Ahead;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
+
+    /// Runs `wait` (a reserve that must wait) on another thread, checks that it waits, runs
+    /// `free`, and answers what the reserve answered; a reserve still waiting after 30 s
+    /// fails the test (closing `a` to end it) instead of hanging it.
+    fn waits_until(a: &Ahead, wait: impl FnOnce() -> bool + Send, free: impl FnOnce()) -> bool {
+        std::thread::scope(|s| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            s.spawn(move || tx.send(wait()));
+            assert!(rx.recv_timeout(Duration::from_millis(100)).is_err(), "sent beyond the budget");
+            free();
+            let got = rx.recv_timeout(Duration::from_secs(30));
+            if got.is_err() {
+                a.close();
+            }
+            got.expect("a waiting producer was not woken")
+        })
+    }
 
     /// Each producer runs its own allowance ahead at once; beyond it, on the shared units,
     /// which go back as the merge takes its batches; a producer out of both waits until the
@@ -309,18 +363,9 @@ mod tests {
         assert!(a.reserve(0) && a.reserve(0) && a.reserve(0));
         assert_eq!((a.queued(0), a.spare()), (5, 0));
         assert!(a.reserve(1) && a.reserve(1), "the other thread keeps its own allowance");
-        // Thread 1 is out of room: it waits until thread 0's batch is taken.
-        let sent = AtomicUsize::new(0);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                assert!(a.reserve(1));
-                sent.fetch_add(1, Ordering::SeqCst);
-            });
-            std::thread::sleep(Duration::from_millis(100));
-            assert_eq!(sent.load(Ordering::SeqCst), 0, "sent beyond the budget");
-            a.took(0);
-        });
-        assert_eq!(sent.load(Ordering::SeqCst), 1);
+        // Thread 1 is out of room: it waits until thread 0's batch is taken and its unit
+        // comes back.
+        assert!(waits_until(&a, || a.reserve(1), || a.took(0)));
         assert_eq!((a.queued(0), a.queued(1), a.spare()), (4, 3, 0));
         // The merge taking a thread's own batches lets it send again without a unit.
         a.took(1);
@@ -328,13 +373,14 @@ mod tests {
         assert_eq!(a.spare(), 1, "thread 1's unit went back with its first batch taken");
         assert!(a.reserve(1) && a.reserve(1));
         assert_eq!((a.queued(1), a.spare()), (3, 0));
+        // With no shared budget, a producer at its own allowance waits until the merge
+        // takes one of its batches.
+        let b = Ahead::new(1, 2, 0);
+        assert!(b.reserve(0) && b.reserve(0));
+        assert!(waits_until(&b, || b.reserve(0), || b.took(0)));
+        assert_eq!((b.queued(0), b.spare()), (2, 0));
         // Closing wakes a waiting producer, which gives up.
-        std::thread::scope(|s| {
-            let waiting = s.spawn(|| a.reserve(0));
-            std::thread::sleep(Duration::from_millis(50));
-            a.close();
-            assert!(!waiting.join().unwrap(), "a producer sent after the merge closed");
-        });
+        assert!(!waits_until(&a, || a.reserve(0), || a.close()), "a producer sent after the merge closed");
         assert!(!a.reserve(1));
     }
 }
