@@ -171,6 +171,16 @@ pub struct EdgeCounts<'p> {
 }
 
 impl<'p> EdgeCounts<'p> {
+    /// The thread's stream ended, with or without its end marker (a profile cut short
+    /// stops after its last whole chunk): an exit still waiting is given up, as a sink
+    /// reading the thread in order gives it up when the stream ends. (Nothing is waiting
+    /// after the end marker: a second end adds nothing.) For a whole thread's summary,
+    /// its chunks merged.
+    pub fn end_of_stream(&mut self) {
+        self.materialize();
+        self.event(Ev::End);
+    }
+
     /// A summary of a thread from its start.
     pub fn new(plans: &'p Plans) -> Self {
         EdgeCounts {

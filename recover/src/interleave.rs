@@ -100,7 +100,7 @@ impl<B> Sender<B> {
 }
 
 /// How far each producer is ahead of the merge, and the budget they share.
-pub struct Ahead {
+pub(crate) struct Ahead {
     state: Mutex<AheadState>,
     /// Per thread: signalled when the merge takes one of its batches while it is at its
     /// own allowance, when a unit comes back for it to take, and when the merge ends. (One
@@ -141,7 +141,7 @@ impl AheadState {
 impl Ahead {
     /// `threads` producers, each `own` batches ahead at any time and `shared` more among
     /// them all.
-    pub fn new(threads: usize, own: usize, shared: usize) -> Ahead {
+    fn new(threads: usize, own: usize, shared: usize) -> Ahead {
         let state = AheadState {
             queued: vec![0; threads],
             extra: vec![0; threads],
@@ -162,7 +162,7 @@ impl Ahead {
     /// Waits until thread `t` may send one more batch, and counts it; false when the merge
     /// is over. Within its own allowance at once; beyond it, on a unit of the shared budget,
     /// or once the merge takes enough of its batches.
-    pub fn reserve(&self, t: usize) -> bool {
+    fn reserve(&self, t: usize) -> bool {
         let mut s = self.lock();
         loop {
             if s.closed {
@@ -191,7 +191,7 @@ impl Ahead {
 
     /// The merge took one of thread `t`'s batches: a unit of the shared budget it held goes
     /// back.
-    pub fn took(&self, t: usize) {
+    fn took(&self, t: usize) {
         let mut s = self.lock();
         s.queued[t] = s.queued[t].saturating_sub(1);
         if s.extra[t] > 0 {
@@ -205,7 +205,7 @@ impl Ahead {
     }
 
     /// The merge is over: producers waiting give up.
-    pub fn close(&self) {
+    fn close(&self) {
         self.lock().closed = true;
         for w in self.wake.iter() {
             w.notify_all();
@@ -213,12 +213,14 @@ impl Ahead {
     }
 
     /// Batches thread `t` has sent and the merge has not taken.
-    pub fn queued(&self, t: usize) -> usize {
+    #[cfg(test)]
+    fn queued(&self, t: usize) -> usize {
         self.lock().queued[t]
     }
 
     /// Units of the shared budget free.
-    pub fn spare(&self) -> usize {
+    #[cfg(test)]
+    fn spare(&self) -> usize {
         self.lock().spare
     }
 }

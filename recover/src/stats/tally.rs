@@ -66,12 +66,9 @@ impl<'p> Tally<'p> {
         self.reads += refs.len() as u64 - writes;
     }
 
-    /// The thread's stream ended, with or without its end marker (a profile cut short
-    /// stops after its last whole chunk): an exit still waiting is given up, as a sink
-    /// reading the thread in order gives it up when the stream ends. (Nothing is waiting
-    /// after the end marker: the second end adds nothing.)
-    pub(crate) fn end_of_stream(&mut self) -> Result<(), RecoverError> {
-        self.edges.marker(0, Marker::ThreadEnd).map(drop)
+    /// The thread's stream ended ([`EdgeCounts::end_of_stream`]).
+    pub(crate) fn end_of_stream(&mut self) {
+        self.edges.end_of_stream()
     }
 
     /// Blocks and instructions.
