@@ -10,9 +10,16 @@ use dep_recover::{RecoverError, Recovery, Source};
 use serde_json::json;
 use std::io::{self, Write};
 
-/// Each thread's edge counts, in thread order.
+/// Each thread's edge counts, in thread order. A thread whose stream stops without its
+/// end marker (a profile cut short, a killed recording) ends where it stops: its last
+/// block's exit is given up and the thread's end follows it, as `dep stats` and the DCFG
+/// count it.
 pub fn count<'r>(rec: &'r Recovery, source: Source, progress: &(dyn Fn(u64) + Sync)) -> Result<Vec<EdgeCounts<'r>>, RecoverError> {
-    rec.events(source).progress(progress).merged(|_| EdgeCounts::new(&rec.plans))
+    let mut threads = rec.events(source).progress(progress).merged(|_| EdgeCounts::new(&rec.plans))?;
+    for t in &mut threads {
+        t.end_of_stream();
+    }
+    Ok(threads)
 }
 
 fn addr(a: Option<u64>) -> String {
