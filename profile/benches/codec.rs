@@ -1,9 +1,11 @@
 //! Throughput of the profile codecs: DEP_c tag encoding and decoding on realistic block
-//! address sequences, the DEP_m value stream, and block pre-decoding (`BlockPlan::build`).
+//! address sequences, the DEP_m value stream and its word packing, and block pre-decoding
+//! (`BlockPlan::build`).
 //!
 //! Run with `cargo bench -p dep-profile --bench codec` (add `-- --quick` for a fast pass).
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use dep_profile::packing;
 use dep_profile::simulate::{random_code, Rng};
 use dep_profile::tags::{TagDecoder, TagEncoder, TagItem};
 use dep_profile::values::{ValueReader, ValueWriter};
@@ -111,6 +113,45 @@ fn values(c: &mut Criterion) {
     g.finish();
 }
 
+/// DEP_m words of every class mixed at random, as an interpreter's stream holds them: small
+/// loaded integers, pointers near the one before, and far ones.
+fn packing(c: &mut Criterion) {
+    let mut rng = Rng::new(3);
+    let n = 1 << 20;
+    let vals: Vec<u64> = (0..n)
+        .map(|_| match rng.below(8) {
+            0..=1 => rng.below(1 << 8),
+            2 => rng.below(1 << 16),
+            3..=5 => 0x7ffc_a000_0000 + rng.below(1 << 16) * 8,
+            6 => 0x5555_5600_0000 + rng.below(1 << 30),
+            _ => rng.next(),
+        })
+        .collect();
+    let raw: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut packed = Vec::new();
+    packing::pack(&raw, 8, &mut packed).unwrap();
+    let mut g = c.benchmark_group("packing");
+    g.throughput(Throughput::Elements(n as u64));
+    g.measurement_time(Duration::from_secs(4)).sample_size(20);
+    g.bench_function("pack", |b| {
+        let mut out = Vec::with_capacity(packed.len() + 64);
+        b.iter(|| {
+            out.clear();
+            packing::pack(&raw, 8, &mut out).unwrap();
+            black_box(out.len())
+        })
+    });
+    g.bench_function("unpack", |b| {
+        let mut out = Vec::with_capacity(raw.len() + 64);
+        b.iter(|| {
+            out.clear();
+            packing::unpack(&packed, 8, raw.len(), &mut out).unwrap();
+            black_box(out.len())
+        })
+    });
+    g.finish();
+}
+
 fn plans(c: &mut Criterion) {
     let mut rng = Rng::new(3);
     let code = random_code(&mut rng, 4096);
@@ -134,5 +175,5 @@ fn plans(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, tags, values, plans);
+criterion_group!(benches, tags, values, packing, plans);
 criterion_main!(benches);
