@@ -59,6 +59,8 @@ pub struct ProfileSink {
     carry_ends: Vec<usize>,
     /// Room for a batch at a block-aligned address within it.
     aligned: Vec<u8>,
+    /// The buffer of the last batch staged, emptied: the next batch's.
+    spare: Vec<u8>,
     /// The first write error; after it, only the end record is tried.
     failed: Option<std::io::Error>,
     /// Bytes of records not written because of `failed`.
@@ -116,6 +118,7 @@ impl ProfileSink {
             carry: Vec::new(),
             carry_ends: Vec::new(),
             aligned: Vec::new(),
+            spare: Vec::new(),
             failed: None,
             lost: 0,
             ends: Vec::new(),
@@ -151,7 +154,18 @@ impl ProfileSink {
     /// O_DIRECT) up to the last whole block; on an error, cuts the file back to the end of
     /// the last record written whole.
     fn write_staged(&mut self, last: bool) {
-        let buf = std::mem::take(&mut *self.staged.0.lock().unwrap());
+        // The staging buffer changes places with the last batch's, emptied: a chunk is
+        // megabytes, and staging each in a new buffer cost its growth, page faults and
+        // zeroing.
+        let mut buf = std::mem::take(&mut self.spare);
+        std::mem::swap(&mut buf, &mut *self.staged.0.lock().unwrap());
+        self.write_batch(&buf, last);
+        buf.clear();
+        self.spare = buf;
+    }
+
+    /// [`write_staged`](Self::write_staged) with the staged bytes `buf`.
+    fn write_batch(&mut self, buf: &[u8], last: bool) {
         let ends = std::mem::take(&mut self.ends);
         if self.failed.is_some() {
             self.lost += (self.carry.len() + buf.len()) as u64;
@@ -171,7 +185,7 @@ impl ProfileSink {
             }
             let at = aligned.as_ptr().align_offset(BLOCK);
             aligned[at..at + held].copy_from_slice(&self.carry);
-            aligned[at + held..at + total].copy_from_slice(&buf);
+            aligned[at + held..at + total].copy_from_slice(buf);
             let whole = total / BLOCK * BLOCK;
             let a = &aligned[at..at + total];
             let r = write_at(&self.file, &a[..whole], self.written).or_else(|(e, done)| {
@@ -196,7 +210,7 @@ impl ProfileSink {
             return self.fail(e, total, &pending_ends, 0);
         }
         let mut pending = std::mem::take(&mut self.carry);
-        pending.extend_from_slice(&buf);
+        pending.extend_from_slice(buf);
         match write_at(&self.file, &pending, self.written) {
             Ok(()) => self.settle(&pending_ends, total),
             Err((e, done)) => self.fail(e, total, &pending_ends, done),
