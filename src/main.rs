@@ -64,10 +64,11 @@ enum Cmd {
         /// costs; race analysis and cross-thread dependences need it.
         #[arg(long)]
         no_sync: bool,
-        /// How DEP_m is compressed: auto (zstd while compression keeps up with the program,
-        /// packed only for chunks that arrive while it is behind), small (always zstd: the
+        /// How DEP_m is compressed: auto (zstd where it shrinks a chunk's packed words to a
+        /// quarter or less, which pays for its time in recording and recovery; to a
+        /// sixteenth while compression is behind the program), small (always zstd: the
         /// smallest profile), fast (zstd only where it shrinks a chunk to a sixteenth or
-        /// less: the least work, about twice the bytes).
+        /// less: the least work).
         #[arg(long, value_enum, default_value = "auto")]
         compression: CompressionArg,
         /// After the program ends, add the seek index (`dep index`): one recovery of the

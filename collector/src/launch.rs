@@ -59,10 +59,10 @@ pub struct RecordOptions {
 /// How the launcher stores DEP_m.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Compression {
-    /// Packed and zstd-compressed while the compression pool keeps up with the program;
-    /// packed only (a fifth of the work, about twice the bytes) for chunks that arrive
-    /// while it is behind (unless zstd is cheap on them), so that compressing does not
-    /// slow the program down further.
+    /// Packed, and zstd-compressed where that pays for its time (it quarters the packed
+    /// words) while the compression pool keeps up with the program; while it is behind,
+    /// only where zstd is cheap (shrinks them to a sixteenth or less), so that compressing
+    /// does not slow the program down further.
     #[default]
     Auto,
     /// Always packed and zstd-compressed: the smallest profile.

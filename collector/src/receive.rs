@@ -10,7 +10,7 @@ use crate::launch::Compression;
 use crate::sink::{ProfileSink, SinkError};
 use crate::slab::{Conn, Slab, SlabError};
 use crate::wire::{self, ChunkHeader};
-use dep_profile::container::{ChunkData, ChunkEncoder, Metadata, RecordKind};
+use dep_profile::container::{ChunkData, ChunkEncoder, Metadata, RecordKind, ValuesZstd};
 use dep_profile::Width;
 use std::fs::File;
 use std::io::Read;
@@ -67,8 +67,8 @@ pub struct ConnResult {
 struct Job {
     thread: u32,
     width: Width,
-    /// DEP_m packed only, unless zstd is cheap on it.
-    fast: bool,
+    /// Where DEP_m gets zstd on top of packing.
+    values: ValuesZstd,
     chunk: Chunk,
     done: crossbeam::channel::Sender<std::io::Result<Vec<u8>>>,
 }
@@ -129,7 +129,7 @@ impl Receiver {
                 let mut enc = ChunkEncoder::new(level);
                 for job in rx {
                     let r = match &mut enc {
-                        Ok(enc) => encode_chunk(enc, job.thread, job.width, job.fast, &job.chunk),
+                        Ok(enc) => encode_chunk(enc, job.thread, job.width, job.values, &job.chunk),
                         Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
                     };
                     let _ = job.done.send(r);
@@ -359,12 +359,13 @@ impl Receiver {
         let (done, r) = crossbeam::channel::bounded(1);
         // Behind: as many chunks wait as there are threads to compress them, or (`behind`)
         // the chunk's thread has another slot waiting.
-        let fast = match self.compression {
-            Compression::Small => false,
-            Compression::Fast => true,
-            Compression::Auto => behind || self.jobs.len() >= self.workers,
+        let values = match self.compression {
+            Compression::Small => ValuesZstd::Always,
+            Compression::Fast => ValuesZstd::CHEAP,
+            Compression::Auto if behind || self.jobs.len() >= self.workers => ValuesZstd::CHEAP,
+            Compression::Auto => ValuesZstd::PAYS,
         };
-        self.jobs.send(Job { thread, width: w.width, fast, chunk, done }).map_err(|_| ReceiveError::PoolStopped)?;
+        self.jobs.send(Job { thread, width: w.width, values, chunk, done }).map_err(|_| ReceiveError::PoolStopped)?;
         // Chunks are written in the order they came, so that a thread's chunks in any
         // prefix of the file are consecutive (a full disk cuts the file anywhere).
         let _ = w.items.send(Item::Chunk(r));
@@ -440,12 +441,12 @@ fn prepend_truth(payload: &[u8], ahead: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-fn encode_chunk(enc: &mut ChunkEncoder, thread: u32, width: Width, fast: bool, chunk: &Chunk) -> std::io::Result<Vec<u8>> {
+fn encode_chunk(enc: &mut ChunkEncoder, thread: u32, width: Width, zstd: ValuesZstd, chunk: &Chunk) -> std::io::Result<Vec<u8>> {
     let encode = |enc: &mut ChunkEncoder, h: &ChunkHeader, tags, values, truth| {
         enc.encode(
             &ChunkData { thread, seq: h.seq, hi: h.hi, status: h.status, last: h.last, regs: h.regs, tags, values, truth },
             width,
-            fast,
+            zstd,
         )
     };
     match chunk {

@@ -351,8 +351,8 @@ fn values_packed_without_zstd_read_alike() {
     let values: Vec<u8> = [7u64, 0x7ffc_0000_1000, 0x7ffc_0000_1010, 65535, 1 << 40, 3].iter().flat_map(|v| v.to_le_bytes()).collect();
     let data = ChunkData { thread: 1, seq: 0, hi: 0x40, status: 0, last: false, regs: [0; 18], tags: &[1, 0], values: &values, truth: &[] };
     let mut enc = ChunkEncoder::new(1).unwrap();
-    let small = enc.encode(&data, Width::W64, false).unwrap();
-    let fast = enc.encode(&data, Width::W64, true).unwrap();
+    let small = enc.encode(&data, Width::W64, ValuesZstd::Always).unwrap();
+    let fast = enc.encode(&data, Width::W64, ValuesZstd::CHEAP).unwrap();
     assert_eq!(small, data.encode(Width::W64, 1).unwrap(), "a kept encoder writes what a new one does");
     let (s, f) = (ChunkView::parse(&small, Width::W64).unwrap(), ChunkView::parse(&fast, Width::W64).unwrap());
     assert_eq!(f.codec(Section::Values), Ok(Codec::Packed));
@@ -403,9 +403,64 @@ fn fast_encoding_compresses_values_zstd_is_cheap_on() {
     let mut enc = ChunkEncoder::new(1).unwrap();
     for (values, codec) in [(&random, Codec::Packed), (&repeating, Codec::PackedZstd)] {
         let data = ChunkData { thread: 0, seq: 0, hi: 0, status: 0, last: false, regs: [0; 18], tags: &[1, 0], values, truth: &[] };
-        let fast = enc.encode(&data, Width::W64, true).unwrap();
+        let fast = enc.encode(&data, Width::W64, ValuesZstd::CHEAP).unwrap();
         let v = ChunkView::parse(&fast, Width::W64).unwrap();
         assert_eq!(v.codec(Section::Values), Ok(codec));
         assert!(v.decompress(Section::Values).unwrap() == *values);
+    }
+}
+
+/// `ValuesZstd`: DEP_m gets zstd where it shrinks the packed words to `1/n` or less, judged
+/// on the chunk's first 64 KiB. Streams that zstd shrinks (as the `Always` frames show) to
+/// about a half, a fifth and a hundredth: halved words stay packed under `PAYS` (a quarter)
+/// and `CHEAP` (a sixteenth), a fifth gets zstd under `PAYS` only, a hundredth under both.
+#[test]
+fn values_get_zstd_where_it_shrinks_them_enough() {
+    use dep_profile::container::{ChunkData, ChunkEncoder, ChunkView, Codec};
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut random = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    // One word in `every` is a far pointer with random low bits, the others repeat a
+    // short pattern.
+    let mut stream = |every: u64| -> Vec<u8> {
+        (0..100_000u64)
+            .flat_map(|i| {
+                let v = if i % every == 0 {
+                    0x7f00_0000_0000 | (random() & 0xff_ffff_fff8)
+                } else {
+                    [17u64, 0x5555_0000_2040, 300][i as usize % 3]
+                };
+                v.to_le_bytes()
+            })
+            .collect()
+    };
+    let (half, fifth, hundredth) = (stream(2), stream(12), stream(400));
+    let mut enc = ChunkEncoder::new(1).unwrap();
+    let mut encode = |values: &[u8], zstd: ValuesZstd| {
+        let data = ChunkData { thread: 0, seq: 0, hi: 0, status: 0, last: false, regs: [0; 18], tags: &[1, 0], values, truth: &[] };
+        let bytes = enc.encode(&data, Width::W64, zstd).unwrap();
+        let v = ChunkView::parse(&bytes, Width::W64).unwrap();
+        assert!(v.decompress(Section::Values).unwrap() == values);
+        let codec = v.codec(Section::Values).unwrap();
+        let size = v.lens(Section::Values).1 as f64;
+        (codec, size)
+    };
+    for (values, shrinks, pays, cheap) in [
+        (&half, (0.3, 0.9), Codec::Packed, Codec::Packed),
+        (&fifth, (0.08, 0.22), Codec::PackedZstd, Codec::Packed),
+        (&hundredth, (0.0, 0.05), Codec::PackedZstd, Codec::PackedZstd),
+    ] {
+        let (always, zstd) = encode(values, ValuesZstd::Always);
+        let mut packed = Vec::new();
+        dep_profile::packing::pack(values, 8, &mut packed).unwrap();
+        let ratio = zstd / packed.len() as f64;
+        assert_eq!(always, Codec::PackedZstd);
+        assert!(shrinks.0 <= ratio && ratio <= shrinks.1, "the fixture: zstd makes {ratio:.3} of the packed words, want {shrinks:?}");
+        assert_eq!(encode(values, ValuesZstd::PAYS).0, pays, "{ratio:.3}");
+        assert_eq!(encode(values, ValuesZstd::CHEAP).0, cheap, "{ratio:.3}");
     }
 }

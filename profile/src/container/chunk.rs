@@ -146,7 +146,7 @@ impl ChunkData<'_> {
     /// [`PACKED_VALUES_LEVEL`], the other sections with zstd at `level`; a section longer
     /// than readers take ([`Section::max_raw_len`]) is an error.
     pub fn encode(&self, width: Width, level: i32) -> std::io::Result<Vec<u8>> {
-        Encoder::new(level)?.encode(self, width, false)
+        Encoder::new(level)?.encode(self, width, ValuesZstd::Always)
     }
 }
 
@@ -160,8 +160,31 @@ pub struct Encoder {
     probe: Vec<u8>,
 }
 
-/// Bytes of packed DEP_m compressed to judge whether zstd is cheap on the rest.
+/// Bytes of packed DEP_m compressed to judge whether zstd pays on the rest.
 const PROBE: usize = 64 << 10;
+
+/// Whether packed DEP_m gets zstd on top: always, or only where zstd shrinks the chunk's
+/// first [`PROBE`] bytes of packed words to `1/n` of them or less. Packed words are read
+/// straight from the map; zstd on them decompresses at 0.5-0.9 GB/s where it only halves
+/// them (compress, sort, strings, xz: a tenth to a quarter of one-core recovery), at 3-6
+/// GB/s where it shrinks them to a fifth or less (matrix, an interpreter's repeating
+/// values), and costs the collection 3.6 ns a byte either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValuesZstd {
+    /// Always: the smallest profile.
+    Always,
+    /// Where the probe shrinks to `1/n` or less.
+    ShrinksTo(u32),
+}
+
+impl ValuesZstd {
+    /// Where zstd pays for its time: it quarters the packed words.
+    pub const PAYS: ValuesZstd = ValuesZstd::ShrinksTo(4);
+    /// Where zstd is cheap, for compression that has fallen behind the program: zstd's
+    /// time grows with what it cannot match (an interpreter's values compressed at 25 GB/s
+    /// to 0.7% of their size, a sort's at 0.9 GB/s to 26%).
+    pub const CHEAP: ValuesZstd = ValuesZstd::ShrinksTo(16);
+}
 
 impl Encoder {
     /// An encoder compressing DEP_c and the truth stream at zstd `level`.
@@ -174,62 +197,79 @@ impl Encoder {
         })
     }
 
-    /// Whether zstd is cheap on the packed DEP_m: it shrinks the first [`PROBE`] bytes to a
-    /// sixteenth or less. zstd's time grows with what it cannot match: an interpreter's
-    /// values compressed at 25 GB/s to 0.7% of their size, a sort's at 0.9 GB/s to 26%.
-    fn cheap_to_compress(&mut self) -> std::io::Result<bool> {
-        let probe = &self.packed[..self.packed.len().min(PROBE)];
+    /// Whether zstd on the `packed` DEP_m is worth it, as `when` says.
+    fn zstd_pays(&mut self, packed: &[u8], when: ValuesZstd) -> std::io::Result<bool> {
+        let ValuesZstd::ShrinksTo(n) = when else { return Ok(true) };
+        let probe = &packed[..packed.len().min(PROBE)];
         self.probe.resize(zstd::zstd_safe::compress_bound(probe.len()), 0);
-        let n = self.packed_zstd.compress_to_buffer(probe, &mut self.probe[..])?;
-        Ok(n * 16 <= probe.len())
+        let got = self.packed_zstd.compress_to_buffer(probe, &mut self.probe[..])?;
+        Ok(got as u64 * n as u64 <= probe.len() as u64)
     }
 
-    /// The record payload of `c`, as [`ChunkData::encode`] gives it; with `fast`, DEP_m
-    /// packed and stored without zstd ([`Codec::Packed`]) unless zstd is cheap on it.
-    pub fn encode(&mut self, c: &ChunkData, width: Width, fast: bool) -> std::io::Result<Vec<u8>> {
+    /// The record payload of `c`, as [`ChunkData::encode`] gives it, except that DEP_m is
+    /// packed and stored without zstd ([`Codec::Packed`]) where `values` says zstd does
+    /// not pay.
+    pub fn encode(&mut self, c: &ChunkData, width: Width, values: ValuesZstd) -> std::io::Result<Vec<u8>> {
         let sections = [c.tags, c.values, c.truth];
-        let mut frames = Vec::with_capacity(3);
+        // Each section goes straight into the record after the header, which is filled in
+        // last: copying megabytes of frames into the record once more cost the launcher
+        // a tenth of its time beside zstd and packing (bench/compress).
+        // Room for each section's zstd frame, or its packed words (a control byte per four
+        // words of at least 4 bytes, and 8 bytes of room past them).
+        let bound: usize = sections.iter().map(|s| zstd::zstd_safe::compress_bound(s.len()) + s.len() / 16 + 8).sum();
+        let mut b = Vec::with_capacity(CHUNK_HEADER_LEN + bound + 8);
+        b.resize(CHUNK_HEADER_LEN, 0);
+        let mut lens = [(0u64, 0u64); 3];
         let mut flags = if c.last { FLAG_LAST } else { 0 };
-        for (s, bytes) in Section::ALL.into_iter().zip(sections) {
+        for ((s, bytes), len) in Section::ALL.into_iter().zip(sections).zip(&mut lens) {
             if bytes.len() as u64 > s.max_raw_len() {
                 let e = ChunkError::TooLarge { section: s, raw: bytes.len() as u64, max: s.max_raw_len() };
                 return Err(std::io::Error::other(e));
             }
+            let at = b.len();
             if bytes.is_empty() {
-                frames.push(Vec::new());
+                // Both lengths 0.
             } else if s == Section::Values && bytes.len().is_multiple_of(width.bytes()) {
                 // (A stream of partial words, which no collector writes, is stored plain.)
-                self.packed.clear();
-                packing::pack(bytes, width.bytes(), &mut self.packed).map_err(std::io::Error::other)?;
-                let codec = if fast && !self.cheap_to_compress()? {
-                    frames.push(self.packed.clone());
-                    Codec::Packed
-                } else {
-                    frames.push(self.packed_zstd.compress(&self.packed)?);
+                // Packed in place; where zstd pays, the packed words move out of the way
+                // of its frame (a copy, beside zstd's time).
+                packing::pack(bytes, width.bytes(), &mut b).map_err(std::io::Error::other)?;
+                let codec = if self.zstd_pays(&b[at..], values)? {
+                    self.packed.clear();
+                    self.packed.extend_from_slice(&b[at..]);
+                    b.truncate(at);
+                    b.reserve(zstd::zstd_safe::compress_bound(self.packed.len()));
+                    let mut end = std::io::Cursor::new(&mut b);
+                    end.set_position(at as u64);
+                    self.packed_zstd.compress_to_buffer(&self.packed, &mut end)?;
                     Codec::PackedZstd
+                } else {
+                    Codec::Packed
                 };
                 flags |= (codec as u32) << flag_shift(s);
             } else {
-                frames.push(self.zstd.compress(bytes)?);
+                b.reserve(zstd::zstd_safe::compress_bound(bytes.len()));
+                let mut end = std::io::Cursor::new(&mut b);
+                end.set_position(at as u64);
+                self.zstd.compress_to_buffer(bytes, &mut end)?;
             }
+            *len = (bytes.len() as u64, (b.len() - at) as u64);
         }
-        let mut b = Vec::with_capacity(CHUNK_HEADER_LEN + frames.iter().map(Vec::len).sum::<usize>());
-        b.extend_from_slice(&c.thread.to_le_bytes());
-        b.extend_from_slice(&c.seq.to_le_bytes());
-        b.extend_from_slice(&c.hi.to_le_bytes());
-        b.extend_from_slice(&c.status.to_le_bytes());
-        b.extend_from_slice(&flags.to_le_bytes());
+        let mut h = Vec::with_capacity(CHUNK_HEADER_LEN);
+        h.extend_from_slice(&c.thread.to_le_bytes());
+        h.extend_from_slice(&c.seq.to_le_bytes());
+        h.extend_from_slice(&c.hi.to_le_bytes());
+        h.extend_from_slice(&c.status.to_le_bytes());
+        h.extend_from_slice(&flags.to_le_bytes());
         for r in c.regs {
-            b.extend_from_slice(&r.to_le_bytes());
+            h.extend_from_slice(&r.to_le_bytes());
         }
-        for (s, f) in sections.iter().zip(&frames) {
-            b.extend_from_slice(&(s.len() as u64).to_le_bytes());
-            b.extend_from_slice(&(f.len() as u64).to_le_bytes());
+        for (raw, comp) in lens {
+            h.extend_from_slice(&raw.to_le_bytes());
+            h.extend_from_slice(&comp.to_le_bytes());
         }
-        debug_assert_eq!(b.len(), CHUNK_HEADER_LEN);
-        for f in frames {
-            b.extend_from_slice(&f);
-        }
+        debug_assert_eq!(h.len(), CHUNK_HEADER_LEN);
+        b[..CHUNK_HEADER_LEN].copy_from_slice(&h);
         Ok(b)
     }
 }

@@ -17,7 +17,7 @@ pub mod truncation;
 pub mod writer;
 
 pub use chunk::{
-    ChunkData, ChunkError, ChunkView, Codec, Decompression, Encoder as ChunkEncoder, Section, SectionError, CHUNK_HEADER_LEN,
+    ChunkData, ChunkError, ChunkView, Codec, Decompression, Encoder as ChunkEncoder, Section, SectionError, ValuesZstd, CHUNK_HEADER_LEN,
     PACKED_VALUES_LEVEL, ZSTD_MAX_RATIO,
 };
 pub use family::{family_paths, open_family};
