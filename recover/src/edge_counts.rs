@@ -171,16 +171,6 @@ pub struct EdgeCounts<'p> {
 }
 
 impl<'p> EdgeCounts<'p> {
-    /// The thread's stream ended, with or without its end marker (a profile cut short
-    /// stops after its last whole chunk): an exit still waiting is given up, as a sink
-    /// reading the thread in order gives it up when the stream ends. (Nothing is waiting
-    /// after the end marker: a second end adds nothing.) For a whole thread's summary,
-    /// its chunks merged.
-    pub fn end_of_stream(&mut self) {
-        self.materialize();
-        self.event(Ev::End);
-    }
-
     /// A summary of a thread from its start.
     pub fn new(plans: &'p Plans) -> Self {
         EdgeCounts {
@@ -344,6 +334,15 @@ impl Sink for EdgeCounts<'_> {
     }
 
     fn finish(&mut self) -> Result<(), Self::Error> {
+        // A summary from the thread's start (read in order, or its chunks merged) ends with
+        // the thread's stream, with or without its end marker (a profile cut short stops
+        // after its last whole chunk): an exit still waiting is given up. (Nothing is
+        // waiting after the end marker: a second end adds nothing.) A chunk's summary is
+        // not the end of its thread.
+        if self.mode == Mode::Closed {
+            self.materialize();
+            self.event(Ev::End);
+        }
         // A thread's summary is kept until every thread is done, a chunk's until its thread
         // merges it, perhaps behind hundreds of others: both hold what they counted only.
         self.pairs.compact();

@@ -15,11 +15,7 @@ use std::io::{self, Write};
 /// block's exit is given up and the thread's end follows it, as `dep stats` and the DCFG
 /// count it.
 pub fn count<'r>(rec: &'r Recovery, source: Source, progress: &(dyn Fn(u64) + Sync)) -> Result<Vec<EdgeCounts<'r>>, RecoverError> {
-    let mut threads = rec.events(source).progress(progress).merged(|_| EdgeCounts::new(&rec.plans))?;
-    for t in &mut threads {
-        t.end_of_stream();
-    }
-    Ok(threads)
+    rec.events(source).progress(progress).merged(|_| EdgeCounts::new(&rec.plans))
 }
 
 fn addr(a: Option<u64>) -> String {

@@ -687,10 +687,7 @@ impl Stats {
 pub fn compute(rec: &Recovery, source: Source, compress: bool) -> Result<Stats, RecoverError> {
     let width = rec.profile.width;
     let wb = width.bytes() as u64;
-    let mut tallies = rec.events(source).merged(|_| Tally::new(&rec.plans))?;
-    for t in &mut tallies {
-        t.end_of_stream();
-    }
+    let tallies = rec.events(source).merged(|_| Tally::new(&rec.plans))?;
     let mut streams = match compress {
         true => Some(rec.events(source).per_thread(|_| StatsSink::new(width).with_plans(&rec.plans))?),
         false => None,

@@ -66,11 +66,6 @@ impl<'p> Tally<'p> {
         self.reads += refs.len() as u64 - writes;
     }
 
-    /// The thread's stream ended ([`EdgeCounts::end_of_stream`]).
-    pub(crate) fn end_of_stream(&mut self) {
-        self.edges.end_of_stream()
-    }
-
     /// Blocks and instructions.
     pub fn blocks(&self) -> (u64, u64) {
         (self.edges.blocks, self.edges.instructions)
