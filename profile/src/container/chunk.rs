@@ -238,20 +238,14 @@ impl Encoder {
                     self.packed.clear();
                     self.packed.extend_from_slice(&b[at..]);
                     b.truncate(at);
-                    b.reserve(zstd::zstd_safe::compress_bound(self.packed.len()));
-                    let mut end = std::io::Cursor::new(&mut b);
-                    end.set_position(at as u64);
-                    self.packed_zstd.compress_to_buffer(&self.packed, &mut end)?;
+                    append_zstd(&mut self.packed_zstd, &self.packed, &mut b)?;
                     Codec::PackedZstd
                 } else {
                     Codec::Packed
                 };
                 flags |= (codec as u32) << flag_shift(s);
             } else {
-                b.reserve(zstd::zstd_safe::compress_bound(bytes.len()));
-                let mut end = std::io::Cursor::new(&mut b);
-                end.set_position(at as u64);
-                self.zstd.compress_to_buffer(bytes, &mut end)?;
+                append_zstd(&mut self.zstd, bytes, &mut b)?;
             }
             *len = (bytes.len() as u64, (b.len() - at) as u64);
         }
@@ -272,6 +266,15 @@ impl Encoder {
         b[..CHUNK_HEADER_LEN].copy_from_slice(&h);
         Ok(b)
     }
+}
+
+/// Appends one zstd frame of `src` to `out`.
+fn append_zstd(z: &mut zstd::bulk::Compressor<'static>, src: &[u8], out: &mut Vec<u8>) -> std::io::Result<()> {
+    out.reserve(zstd::zstd_safe::compress_bound(src.len()));
+    let mut end = std::io::Cursor::new(out);
+    end.set_position(end.get_ref().len() as u64);
+    z.compress_to_buffer(src, &mut end)?;
+    Ok(())
 }
 
 /// What decompressing sections needs, kept from chunk to chunk: a zstd context (making one
