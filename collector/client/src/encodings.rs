@@ -83,13 +83,14 @@ unsafe fn operand_key(o: opnd_t, key: &mut Key) -> Option<()> {
 }
 
 /// The shape of `i`: opcode and every operand, or None if it must not be cached. Explicit
-/// prefixes are not in it (libdynamorio does not export instr_get_prefixes): the builders
-/// of codegen.rs, the only callers, set none.
+/// prefixes are not in it (libdynamorio does not export instr_get_prefixes): an
+/// instruction with any prefix flag set is not cached. The builders of codegen.rs set
+/// none, nor do drreg's spills and restores or a clean call's set-up.
 ///
 /// # Safety
 /// `i` is a valid, fully built instruction; exercised by tests/collector.rs hello.
 unsafe fn shape(i: *mut instr_t) -> Option<Key> {
-    if instr_is_label(i) != 0 || instr_is_cti(i) != 0 {
+    if instr_is_label(i) != 0 || instr_is_cti(i) != 0 || instr_get_prefix_flag(i, uint::MAX) != 0 {
         return None;
     }
     let (ns, nd) = (instr_num_srcs(i), instr_num_dsts(i));
@@ -135,4 +136,22 @@ pub unsafe fn attach(dc: *mut c_void, i: *mut instr_t) {
     // operands stay valid for whoever reads them.
     instr_set_raw_bits(i, bytes.as_ptr() as *mut byte, bytes.len() as uint);
     instr_set_operands_valid(i, 1);
+}
+
+/// Attaches machine code to every inserted instruction of `bb` that has none yet and whose
+/// shape may be cached: what drreg (spills, restores, the arithmetic flags' save) and
+/// DynamoRIO's clean calls insert, which [`Emit`](crate::codegen::Emit) did not build.
+/// Run after every insertion (drmgr's instru2instru phase).
+///
+/// # Safety
+/// `dc` and `bb` are the live drcontext and instruction list of the block or trace event
+/// being handled; exercised by tests/collector.rs hello and tests/windows.rs.
+pub unsafe fn attach_all(dc: *mut c_void, bb: *mut instrlist_t) {
+    let mut i = instrlist_first(bb);
+    while !i.is_null() {
+        if instr_is_meta(i) != 0 && instr_raw_bits_valid(i) == 0 {
+            attach(dc, i);
+        }
+        i = instr_get_next(i);
+    }
 }

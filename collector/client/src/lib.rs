@@ -817,6 +817,8 @@ pub unsafe extern "C" fn dr_client_main(id: client_id_t, _argc: c_int, _argv: *c
     drmgr_register_restore_state_ex_event(Some(restore_event));
     drmgr_register_bb_app2app_event(Some(instrument::app2app), core::ptr::null_mut());
     drmgr_register_bb_instrumentation_event(Some(instrument::analysis), Some(instrument::insertion), core::ptr::null_mut());
+    // Last of all: machine code for what drreg and clean calls inserted.
+    drmgr_register_bb_instru2instru_event(Some(attach_event), core::ptr::null_mut());
     traces::init();
     handoff::start();
     // Debugging aid: DEP_DISASM=ADDR prints the instrumented code of blocks whose start
@@ -828,6 +830,14 @@ pub unsafe extern "C" fn dr_client_main(id: client_id_t, _argc: c_int, _argv: *c
 }
 
 static mut DISASM: u64 = 0;
+
+/// # Safety
+/// DynamoRIO calls it as a basic-block event after every insertion, with valid pointers for
+/// the duration of the call; exercised by tests/collector.rs hello and tests/windows.rs.
+unsafe extern "C" fn attach_event(dc: *mut c_void, _tag: *mut c_void, bb: *mut instrlist_t, _ft: bool_, _tr: bool_) -> dr_emit_flags_t {
+    encodings::attach_all(dc, bb);
+    dr_emit_flags_t::DR_EMIT_DEFAULT
+}
 
 /// # Safety
 /// DynamoRIO calls it as a basic-block event (disassembly debugging only), with valid pointers for

@@ -343,6 +343,74 @@ fn register_sets_agree_with_dynamorio() {
     assert_eq!(found, decided, "register sets disagree with DynamoRIO's, against the documented decisions");
 }
 
+/// `k` encoded by DynamoRIO (from its cached bytes if it has them), as iced-x86 decodes it.
+///
+/// # Safety
+/// `dc` is a standalone drcontext and `k` a valid instruction built with it; the buffer (32
+/// bytes) is larger than any x86 instruction.
+unsafe fn encoded_text(dc: *mut c_void, k: *mut instr_t) -> String {
+    let mut buf = [0u8; 32];
+    let end = instr_encode(dc, k, buf.as_mut_ptr());
+    assert!(!end.is_null());
+    let n = end.offset_from(buf.as_ptr()) as usize;
+    let i = Decoder::with_ip(64, &buf[..n], 0, DecoderOptions::NONE).decode();
+    assert_eq!(i.len(), n);
+    format!("{i}")
+}
+
+/// What drreg and DynamoRIO's clean calls insert gets machine code too, after the fact
+/// (`attach_all`), built as they build it (not through `Emit`): every inserted
+/// instruction with a cacheable shape gets bytes that decode (by iced-x86) to what was
+/// built; a locked `add`, whose shape is an unlocked one's that is cached already, keeps
+/// its lock; branches, labels and the application's own instructions are left alone.
+#[test]
+fn inserted_instructions_get_machine_code_after_the_fact() {
+    use crate::codegen::{imm, mem, reg};
+    let (rax, rcx, rdx, al) = (DR_REG_RAX as reg_id_t, DR_REG_RCX as reg_id_t, DR_REG_RDX as reg_id_t, DR_REG_AL as reg_id_t);
+    // SAFETY: standalone mode gives a drcontext for building and encoding instructions, and
+    // the list is destroyed.
+    with_dynamorio(|dc| unsafe {
+        let bb = instrlist_create(dc);
+        let meta = |i: *mut instr_t| instrlist_meta_append(bb, i);
+        let gs = opnd_create_far_base_disp(
+            DR_SEG_GS as reg_id_t,
+            DR_REG_NULL as reg_id_t,
+            DR_REG_NULL as reg_id_t,
+            0,
+            0x20,
+            OPSZ_8 as opnd_size_t,
+        );
+        meta(instr_create_1dst_1src(dc, OP_mov_st as i32, gs, reg(rax)));
+        meta(instr_create_1dst_0src(dc, OP_seto as i32, reg(al)));
+        meta(instr_create_1dst_2src(dc, OP_add as i32, reg(al), imm(0x7f, OPSZ_1), reg(al)));
+        meta(instr_create_1dst_2src(dc, OP_add as i32, mem(rax, 8, OPSZ_8), imm(1, OPSZ_1), mem(rax, 8, OPSZ_8)));
+        let locked = instr_create_1dst_2src(dc, OP_add as i32, mem(rax, 8, OPSZ_8), imm(1, OPSZ_1), mem(rax, 8, OPSZ_8));
+        // PREFIX_LOCK (core/ir/instr_api.h).
+        meta(instr_set_prefix_flag(locked, 0x01));
+        let l = instr_create_0dst_0src(dc, OP_LABEL as i32);
+        meta(instr_create_0dst_1src(dc, OP_jmp as i32, opnd_create_instr(l)));
+        meta(l);
+        instrlist_append(bb, instr_create_1dst_1src(dc, OP_mov_ld as i32, reg(rcx), reg(rdx)));
+        crate::encodings::attach_all(dc, bb);
+
+        let want = ["mov gs:[20h],rax", "seto al", "add al,7Fh", "add qword ptr [rax+8],1", "lock add qword ptr [rax+8],1"];
+        let (mut got, mut k) = (Vec::new(), instrlist_first(bb));
+        while !k.is_null() {
+            let raw = instr_raw_bits_valid(k) != 0;
+            if instr_is_cti(k) != 0 || instr_is_label(k) != 0 || instr_is_app(k) != 0 {
+                assert!(!raw, "instruction {} got cached bytes", got.len());
+            } else {
+                // Only the locked add, whose prefix is not in a shape, is encoded afresh.
+                assert_eq!(raw, k != locked, "instruction {}", got.len());
+                got.push(encoded_text(dc, k));
+            }
+            k = instr_get_next(k);
+        }
+        instrlist_clear_and_destroy(dc, bb);
+        assert_eq!(got, want);
+    });
+}
+
 /// The encoding cache (encodings.rs) attaches to each instruction the bytes of its own
 /// shape: built twice, the second time from the cache, every instruction decodes (by
 /// iced-x86, which shares nothing with DynamoRIO's encoder) to what the builder was asked
@@ -352,8 +420,8 @@ fn register_sets_agree_with_dynamorio() {
 fn cached_encodings_are_each_shapes_own() {
     use crate::codegen::{imm, mem, reg};
     let (rax, rcx, rdx) = (DR_REG_RAX as reg_id_t, DR_REG_RCX as reg_id_t, DR_REG_RDX as reg_id_t);
-    // SAFETY: standalone mode gives a drcontext for building and encoding instructions; the
-    // lists are destroyed, and the buffer (32 bytes) is larger than any x86 instruction.
+    // SAFETY: standalone mode gives a drcontext for building and encoding instructions, and the
+    // lists are destroyed.
     with_dynamorio(|dc| unsafe {
         let build = |bb: *mut instrlist_t| {
             let e = Emit::new(dc, bb, core::ptr::null_mut());
@@ -383,7 +451,6 @@ fn cached_encodings_are_each_shapes_own() {
             "cmp rcx,[rdx]",
             "mov rdx,7F0012345678h",
         ];
-        let mut buf = [0u8; 32];
         for round in 0..2 {
             let bb = instrlist_create(dc);
             build(bb);
@@ -394,12 +461,7 @@ fn cached_encodings_are_each_shapes_own() {
                     assert_eq!(instr_raw_bits_valid(k), 0, "round {round}: a branch has cached bytes");
                 } else if instr_is_label(k) == 0 {
                     assert_ne!(instr_raw_bits_valid(k), 0, "round {round}: instruction {} has no cached bytes", got.len());
-                    let end = instr_encode(dc, k, buf.as_mut_ptr());
-                    assert!(!end.is_null());
-                    let n = end.offset_from(buf.as_ptr()) as usize;
-                    let i = Decoder::with_ip(64, &buf[..n], 0, DecoderOptions::NONE).decode();
-                    assert_eq!(i.len(), n);
-                    got.push(format!("{i}"));
+                    got.push(encoded_text(dc, k));
                 }
                 k = instr_get_next(k);
             }
