@@ -148,24 +148,41 @@ impl Registers {
     }
 }
 
-/// RFLAGS bit by bit.
+/// RFLAGS bit by bit (iced-x86's `RflagsBits`). Most instructions that write a flag write
+/// all six arithmetic ones (its low six bits), so those are also held as one definition
+/// while one instance defined them all: a write of all six is one store, and a read of
+/// some of them one load.
 pub struct Flags {
+    /// Each flag's definition; the arithmetic ones' only while `arith` is [`MIXED`].
     slots: [Def; 32],
+    /// The definition of all six arithmetic flags, or [`MIXED`].
+    arith: Def,
 }
+
+/// The arithmetic flags OF, SF, ZF, AF, CF and PF in `RflagsBits`.
+const ARITH: u32 = 0x3f;
 
 impl Default for Flags {
     fn default() -> Self {
-        Flags { slots: [NONE; 32] }
+        Flags { slots: [NONE; 32], arith: NONE }
     }
 }
 
 impl Flags {
-    /// The definitions of the flags in `bits`, appended to `out`.
+    /// The definitions of the flags in `bits`, appended to `out` in bit order.
     #[inline]
     pub fn read(&self, mut bits: u32, out: &mut Vec<Def>) {
+        let arith = self.arith;
+        if arith != MIXED && bits & !ARITH == 0 {
+            if bits != 0 && arith != NONE && !out.contains(&arith) {
+                out.push(arith);
+            }
+            return;
+        }
         let mut last = NONE;
         while bits != 0 {
-            let d = self.slots[bits.trailing_zeros() as usize];
+            let k = bits.trailing_zeros();
+            let d = if arith != MIXED && (1 << k) & ARITH != 0 { arith } else { self.slots[k as usize] };
             if d != last && d != NONE && !out.contains(&d) {
                 out.push(d);
             }
@@ -177,6 +194,14 @@ impl Flags {
     /// `d` defines the flags in `bits`.
     #[inline]
     pub fn define(&mut self, mut bits: u32, d: Def) {
+        if bits & ARITH == ARITH {
+            self.arith = d;
+            bits &= !ARITH;
+        } else if bits & ARITH != 0 && self.arith != MIXED {
+            // The arithmetic flags part ways: from now on they are held one by one.
+            self.slots[..6].fill(self.arith);
+            self.arith = MIXED;
+        }
         while bits != 0 {
             self.slots[bits.trailing_zeros() as usize] = d;
             bits &= bits - 1;
@@ -361,6 +386,54 @@ mod tests {
         r.read(&rax(0, 8), &mut out);
         assert_eq!(out, vec![pack(3, 7), pack(4, 0)]);
         assert_eq!(r.whole(ArchReg::RAX), None);
+    }
+
+    /// Flags against one slot per flag, written and read in random masks (mostly all six
+    /// arithmetic flags, as most instructions write them, or some, or some with others): the
+    /// same definitions in the same order.
+    #[test]
+    fn flags_read_as_one_slot_per_flag_would() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rand = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mask = |r: u64| match r % 4 {
+            0 => ARITH,
+            1 => (r >> 8) as u32 & ARITH,
+            2 => (r >> 8) as u32 & 0x7ff,
+            _ => ARITH | (r >> 8) as u32 & 0x3c0,
+        };
+        for _ in 0..200 {
+            let (mut f, mut model) = (Flags::default(), [NONE; 32]);
+            for step in 0..200u64 {
+                let r = rand();
+                let bits = mask(r);
+                if r & 1 << 40 != 0 {
+                    let d = pack((r >> 44) as u32 % 5, step);
+                    f.define(bits, d);
+                    let mut b = bits;
+                    while b != 0 {
+                        model[b.trailing_zeros() as usize] = d;
+                        b &= b - 1;
+                    }
+                } else {
+                    let (mut got, mut want) = (vec![], vec![]);
+                    f.read(bits, &mut got);
+                    let mut b = bits;
+                    while b != 0 {
+                        let d = model[b.trailing_zeros() as usize];
+                        if d != NONE && !want.contains(&d) {
+                            want.push(d);
+                        }
+                        b &= b - 1;
+                    }
+                    assert_eq!(got, want, "step {step}, bits {bits:#x}");
+                }
+            }
+        }
     }
 
     #[test]
