@@ -306,8 +306,8 @@ fn first_pass(rec: &Recovery) -> Result<FirstPass, RecoverError> {
     Ok(FirstPass { atomic: all, syncs, refs, owners: Owners::owners(pages) })
 }
 
-/// A small deterministic generator for the analysis's randomised tests: each call gives a
-/// number below its argument.
+/// A small deterministic generator for the analyses' randomised tests (races, WET): each
+/// call gives a number below its argument.
 #[cfg(test)]
 pub(crate) fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);

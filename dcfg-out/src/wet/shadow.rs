@@ -199,7 +199,7 @@ impl Flags {
             bits &= !ARITH;
         } else if bits & ARITH != 0 && self.arith != MIXED {
             // The arithmetic flags part ways: from now on they are held one by one.
-            self.slots[..6].fill(self.arith);
+            self.slots[..ARITH.count_ones() as usize].fill(self.arith);
             self.arith = MIXED;
         }
         while bits != 0 {
@@ -393,26 +393,19 @@ mod tests {
     /// same definitions in the same order.
     #[test]
     fn flags_read_as_one_slot_per_flag_would() {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut rand = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        let mask = |r: u64| match r % 4 {
-            0 => ARITH,
-            1 => (r >> 8) as u32 & ARITH,
-            2 => (r >> 8) as u32 & 0x7ff,
-            _ => ARITH | (r >> 8) as u32 & 0x3c0,
-        };
+        let mut rand = crate::races::xorshift(40);
         for _ in 0..200 {
             let (mut f, mut model) = (Flags::default(), [NONE; 32]);
             for step in 0..200u64 {
-                let r = rand();
-                let bits = mask(r);
-                if r & 1 << 40 != 0 {
-                    let d = pack((r >> 44) as u32 % 5, step);
+                let some = rand(1 << 11) as u32;
+                let bits = match rand(4) {
+                    0 => ARITH,
+                    1 => some & ARITH,
+                    2 => some,
+                    _ => ARITH | some & 0x3c0,
+                };
+                if rand(2) == 0 {
+                    let d = pack(rand(5) as u32, step);
                     f.define(bits, d);
                     let mut b = bits;
                     while b != 0 {
