@@ -452,6 +452,24 @@ pub const INSN_POOL: &[&[u8]] = &[
     &[0x48, 0x8b, 0x04, 0xca],                      // mov rax, [rdx+rcx*8]
     &[0x89, 0xd0],                                  // mov eax, edx
     &[0x48, 0x8b, 0x0c, 0xd4],                      // mov rcx, [rsp+rdx*8]
+    // Derivations of every operation, with constant and register sources in either order
+    // (the recovery's compiled code keeps values in registers and reads constants as
+    // immediates where they fit).
+    &[0x48, 0xc1, 0xea, 0x05],             // shr rdx, 5
+    &[0xc1, 0xf8, 0x03],                   // sar eax, 3
+    &[0x48, 0xd3, 0xe0],                   // shl rax, cl
+    &[0x48, 0x01, 0xd1],                   // add rcx, rdx
+    &[0x48, 0x01, 0xca],                   // add rdx, rcx
+    &[0x48, 0x29, 0xc8],                   // sub rax, rcx
+    &[0x48, 0x31, 0xd1],                   // xor rcx, rdx
+    &[0x48, 0x83, 0xe1, 0xf0],             // and rcx, -16
+    &[0x25, 0xff, 0x00, 0x00, 0x80],       // and eax, 0x800000ff
+    &[0x48, 0x0d, 0x00, 0x10, 0x00, 0x00], // or rax, 0x1000
+    &[0x48, 0xf7, 0xda],                   // neg rdx
+    &[0x48, 0xf7, 0xd1],                   // not rcx
+    &[0x48, 0xba, 8, 7, 6, 5, 4, 3, 2, 1], // mov rdx, 0x0102030405060708
+    &[0x48, 0x0f, 0xaf, 0xca],             // imul rcx, rdx
+    &[0x48, 0x8d, 0x0c, 0x4a],             // lea rcx, [rdx+rcx*2]
 ];
 
 /// Generates `n` random blocks at addresses spread over H-tag boundaries, ending in `ret`.

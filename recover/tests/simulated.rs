@@ -137,7 +137,7 @@ fn generated_code_passes_shadows_on() {
     // registers against another's shadow and pass statuses on within a block (statuses
     // passed at a block's end: `interpreter_handlers_recover_exactly`).
     let mut rng = Rng::new(11);
-    let code = random_code(&mut rng, 200);
+    let code = random_code(&mut rng, 400);
     let mut sem = dep_profile::Semantics::new(Machine::x86_64(2696));
     let plans: Vec<_> = code.iter().map(|(a, b)| dep_profile::BlockPlan::build(&mut sem, *a, b, None).unwrap()).collect();
     let roots = plans.iter().flat_map(|p| &p.steps).filter(|s| !s.roots.is_empty()).count();

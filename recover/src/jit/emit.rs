@@ -2,9 +2,10 @@
 //!
 //! Registers, the same in every piece of code: rbx points at the [`JitState`], r12 at the next
 //! tag word, r13 at the next DEP_m word, r14 at the next reference to write, rbp at the next
-//! block record, r15 holds the CURRENT bits; r8, r9 and rdi hold the limits of r12, r14 and
-//! r13 (r8's also bounds rbp's), rsi the dispatch table, r10 the successor table and r11 the
-//! address bits above the L-tag ([`JitState::hi`] while the code runs). A block is entered with
+//! block record, r15 holds the CURRENT bits; r8 and r9 hold the limits of r12 and r14 (r8's
+//! also bounds rbp's; r13's is in the state), rsi the dispatch table, r10 the successor table
+//! and r11 the address bits above the L-tag ([`JitState::hi`] while the code runs). In a
+//! block, rcx and rdx hold register values ([`Code`]) and rdi is scratch. A block is entered with
 //! rax = its address and r12 at its L-tag; it leaves either into the next block or through
 //! the exit, with r12 at a tag word the general walk then reads.
 
@@ -12,7 +13,7 @@ use super::{BlockRec, JitState, Slot, EMPTY};
 use crate::flat::{FlatPlans, FlatRef, FlatStep, ZERO};
 use crate::records::MemEvent;
 use dep_profile::blocks::RegOp;
-use dep_profile::derive::{DeriveOp, Src};
+use dep_profile::derive::{Derive, DeriveOp, Src};
 use dep_profile::tags::{CTL_INTERRUPTED, CTL_SET_HI, CTL_SYNC, MAX_SHORT_H};
 use dep_profile::NUM_REGS;
 use iced_x86::code_asm::*;
@@ -208,7 +209,6 @@ pub(super) fn trampoline(a: &mut CodeAssembler, hash: Hash) -> Result<SharedLabe
     a.mov(r8, st(offset_of!(JitState, tags_last)))?;
     a.mov(r9, st(offset_of!(JitState, refs_limit)))?;
     a.mov(r10, st(offset_of!(JitState, succ)))?;
-    a.mov(rdi, st(offset_of!(JitState, values_end)))?;
     a.mov(rsi, st(offset_of!(JitState, table)))?;
     a.mov(r11, st(offset_of!(JitState, hi)))?;
     let mut labels = SharedLabels { exit: a.create_label(), set_hi: a.create_label() };
@@ -337,7 +337,7 @@ pub(super) fn block(
         } else {
             a.lea(rdx, qword_ptr(r13 + 8 * (always + on_entry.count_ones() as i32)))?;
         }
-        a.cmp(rdx, rdi)?;
+        a.cmp(rdx, st(offset_of!(JitState, values_end)))?;
         a.jbe(ok)?;
         exit(a)?;
         a.set_label(&mut ok)?;
@@ -351,27 +351,28 @@ pub(super) fn block(
     // Constant adjustments (push, pop, add rsp) are added to the register slots only where a
     // value is loaded or a masked address needs them, and at the end; references fold them
     // into their displacement. rax keeps the block's address, which pcs are taken from.
-    let mut pending = Pending([0; NUM_REGS]);
+    let mut c = Code { a, pending: [0; NUM_REGS], held: [None; 2], recent: RCX };
     // r15d keeps the CURRENT bits of the block's entry until its end.
     let mut k = Known::new();
     let mut n = 0i32;
     for s in steps {
         let (load, test) = k.step(s, flat.copies_in(s.copies));
-        pending.add(&flat.adjust[s.adjust.0 as usize..s.adjust.1 as usize]);
-        ops(a, &flat.ops[s.ops.0 as usize..s.ops.1 as usize], &mut pending)?;
-        load_values(a, load, &test, &mut pending)?;
+        c.add_pending(&flat.adjust[s.adjust.0 as usize..s.adjust.1 as usize]);
+        c.ops(&flat.ops[s.ops.0 as usize..s.ops.1 as usize])?;
+        c.load_values(load, &test)?;
         for r in &flat.refs[s.refs.0 as usize..s.refs.1 as usize] {
-            address(a, r, &mut pending)?;
+            c.address(r)?;
+            let a = &mut *c.a;
             let at = n * EVENT as i32;
             match r.event.pc.wrapping_sub(addr) {
                 0 => a.mov(qword_ptr(r14 + at), rax)?,
                 d if fits_i32(d) => {
-                    a.lea(rdx, qword_ptr(rax + d as i32))?;
-                    a.mov(qword_ptr(r14 + at), rdx)?;
+                    a.lea(rdi, qword_ptr(rax + d as i32))?;
+                    a.mov(qword_ptr(r14 + at), rdi)?;
                 }
                 _ => {
-                    a.mov(rdx, r.event.pc)?;
-                    a.mov(qword_ptr(r14 + at), rdx)?;
+                    a.mov(rdi, r.event.pc)?;
+                    a.mov(qword_ptr(r14 + at), rdi)?;
                 }
             }
             a.mov(qword_ptr(r14 + at + 8), rcx)?;
@@ -379,77 +380,244 @@ pub(super) fn block(
             // one store: references are written faster than anything else the code does, and
             // a store fewer each made interp's and CPython's recovery about 5% faster.
             let tail = r.event.access as u8 as u64 | (r.event.conditional as u64) << 8 | (r.event.insn as u64) << 16;
-            a.mov(rdx, r.event.size as u64 | tail << 32)?;
-            a.mov(qword_ptr(r14 + at + 16), rdx)?;
+            a.mov(rdi, r.event.size as u64 | tail << 32)?;
+            a.mov(qword_ptr(r14 + at + 16), rdi)?;
             n += 1;
         }
     }
     if n > 0 {
-        a.add(r14, n * EVENT as i32)?;
+        c.a.add(r14, n * EVENT as i32)?;
     }
     k.change(fb.tail_expired, fb.tail_derived, flat.copies_in(fb.tail_copies));
     let (keep, set) = k.end();
     if keep != (1 << NUM_REGS) - 1 {
-        a.and(r15d, keep as i32)?;
+        c.a.and(r15d, keep as i32)?;
     }
     if set != 0 {
-        a.or(r15d, set as i32)?;
+        c.a.or(r15d, set as i32)?;
     }
-    pending.add(&flat.adjust[fb.tail_adjust.0 as usize..fb.tail_adjust.1 as usize]);
-    ops(a, &flat.ops[fb.tail_ops.0 as usize..fb.tail_ops.1 as usize], &mut pending)?;
+    c.add_pending(&flat.adjust[fb.tail_adjust.0 as usize..fb.tail_adjust.1 as usize]);
+    c.ops(&flat.ops[fb.tail_ops.0 as usize..fb.tail_ops.1 as usize])?;
     for r in 0..NUM_REGS as u8 {
-        pending.flush(a, r)?;
+        c.flush(r, false)?;
     }
     let known: Vec<(u64, usize)> = (0..2).filter_map(|k| succ[k].map(|s| (s, 2 * nth + k))).collect();
     dispatch(a, hash, None, &known)
 }
 
-/// Loads the values of `regs` from DEP_m in ascending order, those with a `test` only if
-/// that register's CURRENT bit on entry (in r15d) is clear. A skipped load's label takes
-/// the next instruction: every block emits at least one after its loads.
-fn load_values(a: &mut CodeAssembler, mut regs: u32, test: &[Option<u8>; NUM_REGS], pending: &mut Pending) -> R {
-    while regs != 0 {
-        let r = regs.trailing_zeros();
-        regs &= regs - 1;
-        let mut skip = a.create_label();
-        let tested = test[r as usize];
-        if let Some(q) = tested {
-            // Not loaded, the register keeps its adjusted value.
-            pending.flush(a, r as u8)?;
-            a.bt(r15d, q as i32)?;
-            a.jc(skip)?;
-        } else {
-            pending.0[r as usize] = 0;
-        }
-        a.mov(rcx, qword_ptr(r13))?;
-        a.mov(val(r as u8), rcx)?;
-        a.add(r13, 8)?;
-        if tested.is_some() {
-            a.set_label(&mut skip)?;
-        }
-    }
-    Ok(())
+/// rcx and rdx, the two registers a block's code keeps register values in, by index.
+const RCX: usize = 0;
+const RDX: usize = 1;
+const HOST: [AsmRegister64; 2] = [rcx, rdx];
+const HOST32: [AsmRegister32; 2] = [ecx, edx];
+const HOST16: [AsmRegister16; 2] = [cx, dx];
+const HOST8: [AsmRegister8; 2] = [cl, dl];
+
+/// One block's code being written: the constants added to registers and not yet stored, and
+/// which value slots rcx and rdx hold.
+///
+/// The slots in [`JitState::vals`] always hold the values (less `pending`); rcx and rdx may
+/// also hold a slot's value, as the code stands at the current point, where one was just
+/// loaded, stored or derived. Reading it from there again costs no load: a load from a slot
+/// right after its store waits for the store to be forwarded, several cycles, on the path
+/// from one derivation or reference to the next. rdi is scratch that holds nothing.
+struct Code<'a> {
+    a: &'a mut CodeAssembler,
+    pending: [u64; NUM_REGS],
+    held: [Option<u8>; 2],
+    /// The host register set last; the other is the one to load into.
+    recent: usize,
 }
 
-/// A plan's ordered value changes: constant additions stay pending; a derivation is
-/// computed in rcx (rdx for its second source) from its sources' slots, as
-/// [`dep_profile::derive::Derive::eval`] defines, and stored in its destination's slot.
-fn ops(a: &mut CodeAssembler, ops: &[RegOp], pending: &mut Pending) -> R {
-    for op in ops {
-        let d = match *op {
-            RegOp::Add(r, c) => {
-                pending.add(&[(r.index() as u8, c as u64)]);
-                continue;
-            }
-            RegOp::Derive(d) => d,
-        };
-        for r in d.sources().iter() {
-            pending.flush(a, r.index() as u8)?;
+impl Code<'_> {
+    fn add_pending(&mut self, adjust: &[(u8, u64)]) {
+        for &(r, d) in adjust {
+            let p = &mut self.pending[r as usize];
+            *p = p.wrapping_add(d);
         }
-        pending.0[d.dst.index()] = 0;
+    }
+
+    /// The host register holding slot `r`, if one does.
+    fn find(&self, r: u8) -> Option<usize> {
+        (0..2).find(|&h| self.held[h] == Some(r))
+    }
+
+    /// The host register to load a slot into: an empty one, else the one set less recently.
+    fn victim(&self) -> usize {
+        match self.held {
+            [None, _] => RCX,
+            [_, None] => RDX,
+            _ => 1 - self.recent,
+        }
+    }
+
+    /// Host register `h` no longer holds any slot.
+    fn clobber(&mut self, h: usize) {
+        self.held[h] = None;
+    }
+
+    /// Host register `h` holds slot `r`'s value, which the slot itself has too (after a
+    /// store or load): the other host's copy of `r`, if any, is older.
+    fn set(&mut self, h: usize, r: u8) {
+        if self.held[1 - h] == Some(r) {
+            self.held[1 - h] = None;
+        }
+        self.held[h] = Some(r);
+        self.recent = h;
+    }
+
+    /// Puts slot `r`'s value into host register `h`.
+    fn fetch(&mut self, h: usize, r: u8) -> R {
+        if self.held[h] == Some(r) {
+            return Ok(());
+        }
+        if self.held[1 - h] == Some(r) {
+            self.a.mov(HOST[h], HOST[1 - h])?;
+        } else {
+            self.a.mov(HOST[h], val(r))?;
+        }
+        self.held[h] = Some(r);
+        self.recent = h;
+        Ok(())
+    }
+
+    /// Slot `r` in a host register: the one holding it, else loaded into the victim.
+    fn fetch_any(&mut self, r: u8) -> Result<usize, IcedError> {
+        let h = self.find(r).unwrap_or_else(|| self.victim());
+        self.fetch(h, r)?;
+        Ok(h)
+    }
+
+    /// Adds register `r`'s pending constant to its slot (64-bit: no mask). In a host
+    /// register (`keep`, or where one holds it), which holds the slot after, for the read
+    /// that comes next.
+    fn flush(&mut self, r: u8, keep: bool) -> R {
+        let d = std::mem::take(&mut self.pending[r as usize]);
+        if d == 0 {
+            return Ok(());
+        }
+        let h = match self.find(r) {
+            Some(h) => h,
+            None if keep => self.fetch_any(r)?,
+            None => {
+                if fits_i32(d) {
+                    self.a.add(val(r), d as i32)?;
+                } else {
+                    self.a.mov(rdi, d)?;
+                    self.a.add(val(r), rdi)?;
+                }
+                return Ok(());
+            }
+        };
+        if fits_i32(d) {
+            self.a.add(HOST[h], d as i32)?;
+        } else {
+            self.a.mov(rdi, d)?;
+            self.a.add(HOST[h], rdi)?;
+        }
+        self.a.mov(val(r), HOST[h])?;
+        self.set(h, r);
+        Ok(())
+    }
+
+    /// Loads the values of `regs` from DEP_m in ascending order, those with a `test` only
+    /// if that register's CURRENT bit on entry (in r15d) is clear. A skipped load's label
+    /// takes the next instruction: every block emits at least one after its loads.
+    fn load_values(&mut self, mut regs: u32, test: &[Option<u8>; NUM_REGS]) -> R {
+        while regs != 0 {
+            let r = regs.trailing_zeros() as u8;
+            regs &= regs - 1;
+            let h = match test[r as usize] {
+                Some(q) => {
+                    // Not loaded, the register keeps its adjusted value: the host register
+                    // takes it first, so that it holds the slot on both paths.
+                    self.flush(r, true)?;
+                    let h = self.fetch_any(r)?;
+                    let mut skip = self.a.create_label();
+                    self.a.bt(r15d, q as i32)?;
+                    self.a.jc(skip)?;
+                    self.a.mov(HOST[h], qword_ptr(r13))?;
+                    self.a.mov(val(r), HOST[h])?;
+                    self.a.add(r13, 8)?;
+                    self.a.set_label(&mut skip)?;
+                    h
+                }
+                None => {
+                    self.pending[r as usize] = 0;
+                    let h = self.victim();
+                    self.a.mov(HOST[h], qword_ptr(r13))?;
+                    self.a.mov(val(r), HOST[h])?;
+                    self.a.add(r13, 8)?;
+                    h
+                }
+            };
+            self.set(h, r);
+        }
+        Ok(())
+    }
+
+    /// A plan's ordered value changes: constant additions stay pending; a derivation is
+    /// computed in rcx (rdx holds its second source) from its sources' values, as
+    /// [`dep_profile::derive::Derive::eval`] defines, and stored in its destination's slot.
+    fn ops(&mut self, ops: &[RegOp]) -> R {
+        for op in ops {
+            let d = match *op {
+                RegOp::Add(r, c) => {
+                    self.add_pending(&[(r.index() as u8, c as u64)]);
+                    continue;
+                }
+                RegOp::Derive(d) => d,
+            };
+            for r in d.sources().iter() {
+                self.flush(r.index() as u8, true)?;
+            }
+            self.pending[d.dst.index()] = 0;
+            self.derive(&d)?;
+            if d.bits != 64 {
+                self.a.mov(ecx, ecx)?;
+            }
+            self.a.mov(val(d.dst.index() as u8), rcx)?;
+            self.set(RCX, d.dst.index() as u8);
+        }
+        Ok(())
+    }
+
+    /// Computes derivation `d`'s value into rcx (its upper half not yet cleared for a
+    /// 32-bit one).
+    fn derive(&mut self, d: &Derive) -> R {
         let wide = d.bits == 64;
-        load_src(a, d.a, rcx, ecx, cx, cl)?;
-        load_src(a, d.b, rdx, edx, dx, dl)?;
+        // Only these read the second source.
+        let binary = !matches!(d.op, DeriveOp::Mov | DeriveOp::Sext | DeriveOp::Neg | DeriveOp::Not);
+        let (ra, rb) = (d.a.reg().map(|r| r.index() as u8), if binary { d.b.reg().map(|r| r.index() as u8) } else { None });
+        // The sources into rcx and rdx, each from where it is held: the second first where
+        // only rcx has it.
+        if let (Some(x), Some(y)) = (ra, rb) {
+            if x != y && self.held == [Some(y), Some(x)] {
+                self.a.xchg(rcx, rdx)?;
+                self.held = [Some(x), Some(y)];
+            } else if x != y && self.held[RCX] == Some(y) {
+                self.fetch(RDX, y)?;
+            }
+        }
+        self.source(d.a, RCX)?;
+        if let (DeriveOp::Lea { disp, addr_bits, .. }, Src::Imm(0)) = (d.op, d.b) {
+            // No index (`lea rax, [rbx+8]`): nothing of rdx is needed.
+            add_to_rcx(self.a, disp)?;
+            if addr_bits == 32 {
+                self.a.mov(ecx, ecx)?;
+            }
+            self.clobber(RCX);
+            return Ok(());
+        }
+        if binary {
+            if let Src::Imm(v) = d.b {
+                if self.immediate(d.op, wide, v)? {
+                    return Ok(());
+                }
+            }
+            self.source(d.b, RDX)?;
+        }
+        let a = &mut *self.a;
         match d.op {
             DeriveOp::Mov => {}
             DeriveOp::Sext => match d.a {
@@ -476,6 +644,7 @@ fn ops(a: &mut CodeAssembler, ops: &[RegOp], pending: &mut Pending) -> R {
                     (_, false) => a.sar(edx, cl)?,
                 }
                 a.mov(rcx, rdx)?;
+                self.clobber(RDX);
             }
             DeriveOp::Neg => a.neg(rcx)?,
             DeriveOp::Not => a.not(rcx)?,
@@ -486,8 +655,8 @@ fn ops(a: &mut CodeAssembler, ops: &[RegOp], pending: &mut Pending) -> R {
                     4 => a.lea(rcx, qword_ptr(rcx + rdx * 4))?,
                     8 => a.lea(rcx, qword_ptr(rcx + rdx * 8))?,
                     _ => {
-                        a.imul_3(rdx, rdx, scale as i32)?;
-                        a.add(rcx, rdx)?;
+                        a.imul_3(rdi, rdx, scale as i32)?;
+                        a.add(rcx, rdi)?;
                     }
                 }
                 add_to_rcx(a, disp)?;
@@ -496,52 +665,160 @@ fn ops(a: &mut CodeAssembler, ops: &[RegOp], pending: &mut Pending) -> R {
                 }
             }
         }
-        if !wide {
-            a.mov(ecx, ecx)?;
-        }
-        a.mov(val(d.dst.index() as u8), rcx)?;
+        self.clobber(RCX);
+        Ok(())
     }
-    Ok(())
-}
 
-/// Loads a derivation's source into `r64`, read at its width.
-fn load_src(a: &mut CodeAssembler, s: Src, q: AsmRegister64, d: AsmRegister32, w: AsmRegister16, b: AsmRegister8) -> R {
-    match s {
-        Src::Imm(v) => a.mov(q, v),
-        Src::Reg(r, bits) => {
-            a.mov(q, val(r.index() as u8))?;
-            match bits {
-                32 => a.mov(d, d),
-                16 => a.movzx(d, w),
-                8 => a.movzx(d, b),
-                _ => Ok(()),
+    /// Computes `rcx op v` for a constant second source, where an instruction takes it as an
+    /// immediate: a 32-bit operation needs only its low half (its result's upper half is
+    /// cleared after), a 64-bit one a sign-extended 32-bit value. Whether it did.
+    fn immediate(&mut self, op: DeriveOp, wide: bool, v: u64) -> Result<bool, IcedError> {
+        let i = if wide && fits_i32(v) {
+            v as i32
+        } else if !wide {
+            v as u32 as i32
+        } else {
+            return Ok(false);
+        };
+        let a = &mut *self.a;
+        match op {
+            DeriveOp::Add => a.add(rcx, i)?,
+            DeriveOp::Sub => a.sub(rcx, i)?,
+            DeriveOp::And => a.and(rcx, i)?,
+            DeriveOp::Or => a.or(rcx, i)?,
+            DeriveOp::Xor => a.xor(rcx, i)?,
+            DeriveOp::Imul => a.imul_3(rcx, rcx, i)?,
+            // The count as the machine masks it (`Derive::eval` too).
+            DeriveOp::Shl | DeriveOp::Shr | DeriveOp::Sar => {
+                let n = (v & if wide { 63 } else { 31 }) as u32;
+                match (op, wide) {
+                    (DeriveOp::Shl, true) => a.shl(rcx, n)?,
+                    (DeriveOp::Shl, false) => a.shl(ecx, n)?,
+                    (DeriveOp::Shr, true) => a.shr(rcx, n)?,
+                    (DeriveOp::Shr, false) => a.shr(ecx, n)?,
+                    (_, true) => a.sar(rcx, n)?,
+                    (_, false) => a.sar(ecx, n)?,
+                }
+            }
+            _ => return Ok(false),
+        }
+        self.clobber(RCX);
+        Ok(true)
+    }
+
+    /// Puts a derivation's source, read at its width, into host register `h`.
+    fn source(&mut self, s: Src, h: usize) -> R {
+        match s {
+            Src::Imm(v) => {
+                self.a.mov(HOST[h], v)?;
+                self.clobber(h);
+            }
+            Src::Reg(r, bits) => {
+                self.fetch(h, r.index() as u8)?;
+                match bits {
+                    32 => self.a.mov(HOST32[h], HOST32[h])?,
+                    16 => self.a.movzx(HOST32[h], HOST16[h])?,
+                    8 => self.a.movzx(HOST32[h], HOST8[h])?,
+                    _ => return Ok(()),
+                }
+                self.clobber(h);
             }
         }
+        Ok(())
     }
-}
 
-/// Constants a block has added to registers (push, pop, add rsp, ...) and not yet stored.
-struct Pending([u64; NUM_REGS]);
-
-impl Pending {
-    fn add(&mut self, adjust: &[(u8, u64)]) {
-        for &(r, d) in adjust {
-            let p = &mut self.0[r as usize];
-            *p = p.wrapping_add(d);
+    /// Computes a reference's address into rcx, with the registers' pending constants
+    /// folded into a simple one's displacement and stored first for any other.
+    fn address(&mut self, r: &FlatRef) -> R {
+        let base = r.base as usize != ZERO;
+        let index = r.index as usize != ZERO;
+        if r.simple {
+            let scale = 1u32 << r.shift;
+            let pend = |reg: u8, on: bool| if on { self.pending[reg as usize] } else { 0 };
+            let disp = r.disp.wrapping_add(pend(r.base, base)).wrapping_add(pend(r.index, index) << r.shift);
+            let small = fits_i32(disp);
+            match (base, index) {
+                (true, true) => {
+                    let hb = self.fetch_any(r.base)?;
+                    let hi = match self.find(r.index) {
+                        Some(h) => h,
+                        None => {
+                            // Not into the base's register.
+                            let h = if r.base == r.index { hb } else { 1 - hb };
+                            self.fetch(h, r.index)?;
+                            h
+                        }
+                    };
+                    let (b, i) = (HOST[hb], HOST[hi]);
+                    let a = &mut *self.a;
+                    if small {
+                        a.lea(rcx, qword_ptr(b + i * scale + disp as i32))?;
+                    } else {
+                        a.lea(rcx, qword_ptr(b + i * scale))?;
+                        add_to_rcx(a, disp)?;
+                    }
+                }
+                (true, false) => {
+                    let hb = self.fetch_any(r.base)?;
+                    if disp == 0 && hb == RCX {
+                        // rcx is the address and still holds the base.
+                        return Ok(());
+                    }
+                    if small {
+                        self.a.lea(rcx, qword_ptr(HOST[hb] + disp as i32))?;
+                    } else {
+                        if hb != RCX {
+                            self.a.mov(rcx, HOST[hb])?;
+                        }
+                        add_to_rcx(self.a, disp)?;
+                    }
+                }
+                (false, true) => {
+                    let hi = self.fetch_any(r.index)?;
+                    let a = &mut *self.a;
+                    if small {
+                        a.lea(rcx, qword_ptr(HOST[hi] * scale + disp as i32))?;
+                    } else {
+                        a.lea(rcx, qword_ptr(HOST[hi] * scale))?;
+                        add_to_rcx(a, disp)?;
+                    }
+                }
+                (false, false) => self.a.mov(rcx, disp)?,
+            }
+            self.clobber(RCX);
+            return Ok(());
         }
-    }
-
-    /// Adds register `r`'s pending constant to its slot (64-bit: no mask).
-    fn flush(&mut self, a: &mut CodeAssembler, r: u8) -> R {
-        let d = std::mem::take(&mut self.0[r as usize]);
-        if d == 0 {
-            Ok(())
-        } else if fits_i32(d) {
-            a.add(val(r), d as i32)
+        // ((disp + base & mask + (index & mask) * scale) & addr_mask) + segment base
+        for (reg, on) in [(r.base, base), (r.index, index), (r.seg, r.seg as usize != ZERO)] {
+            if on {
+                self.flush(reg, false)?;
+            }
+        }
+        if base {
+            self.fetch(RCX, r.base)?;
+            self.clobber(RCX);
+            mask(self.a, rcx, ecx, r.base_mask)?;
         } else {
-            a.mov(rcx, d)?;
-            a.add(val(r), rcx)
+            self.a.xor(ecx, ecx)?;
+            self.clobber(RCX);
         }
+        if index {
+            self.fetch(RDX, r.index)?;
+            self.clobber(RDX);
+            let a = &mut *self.a;
+            mask(a, rdx, edx, r.index_mask)?;
+            if r.scale != 1 {
+                a.imul_3(rdx, rdx, r.scale as i32)?;
+            }
+            a.add(rcx, rdx)?;
+        }
+        let a = &mut *self.a;
+        add_to_rcx(a, r.disp)?;
+        mask(a, rcx, ecx, r.addr_mask)?;
+        if r.seg as usize != ZERO {
+            a.add(rcx, val(r.seg))?;
+        }
+        Ok(())
     }
 }
 
@@ -553,88 +830,20 @@ fn mask(a: &mut CodeAssembler, reg: AsmRegister64, reg32: AsmRegister32, mask: u
         // A 32-bit `and` clears the upper half as well.
         a.and(reg32, mask as u32)
     } else {
-        // No register width gives such a mask; rax holds the block's address, so it is kept.
-        a.push(rax)?;
-        a.mov(rax, mask)?;
-        a.and(reg, rax)?;
-        a.pop(rax)
+        // No register width gives such a mask.
+        a.mov(rdi, mask)?;
+        a.and(reg, rdi)
     }
 }
 
-/// Adds a constant to rcx (through rdx when it needs all 64 bits).
+/// Adds a constant to rcx (through rdi when it needs all 64 bits).
 fn add_to_rcx(a: &mut CodeAssembler, v: u64) -> R {
     if v == 0 {
         Ok(())
     } else if fits_i32(v) {
         a.add(rcx, v as i32)
     } else {
-        a.mov(rdx, v)?;
-        a.add(rcx, rdx)
+        a.mov(rdi, v)?;
+        a.add(rcx, rdi)
     }
-}
-
-/// Computes a reference's address into rcx (rdx is scratch), with the registers' pending
-/// constants folded into a simple one's displacement and stored first for any other.
-fn address(a: &mut CodeAssembler, r: &FlatRef, pending: &mut Pending) -> R {
-    let base = r.base as usize != ZERO;
-    let index = r.index as usize != ZERO;
-    if r.simple {
-        let scale = 1u32 << r.shift;
-        let pend = |reg: u8, on: bool| if on { pending.0[reg as usize] } else { 0 };
-        let disp = r.disp.wrapping_add(pend(r.base, base)).wrapping_add(pend(r.index, index) << r.shift);
-        let r = &FlatRef { disp, ..*r };
-        match (base, index) {
-            (true, true) => {
-                a.mov(rcx, val(r.base))?;
-                a.mov(rdx, val(r.index))?;
-                if fits_i32(r.disp) {
-                    a.lea(rcx, qword_ptr(rcx + rdx * scale + r.disp as i32))?;
-                } else {
-                    a.lea(rcx, qword_ptr(rcx + rdx * scale))?;
-                    add_to_rcx(a, r.disp)?;
-                }
-            }
-            (true, false) => {
-                a.mov(rcx, val(r.base))?;
-                add_to_rcx(a, r.disp)?;
-            }
-            (false, true) => {
-                a.mov(rdx, val(r.index))?;
-                if fits_i32(r.disp) {
-                    a.lea(rcx, qword_ptr(rdx * scale + r.disp as i32))?;
-                } else {
-                    a.lea(rcx, qword_ptr(rdx * scale))?;
-                    add_to_rcx(a, r.disp)?;
-                }
-            }
-            (false, false) => a.mov(rcx, r.disp)?,
-        }
-        return Ok(());
-    }
-    // ((disp + base & mask + (index & mask) * scale) & addr_mask) + segment base
-    for (reg, on) in [(r.base, base), (r.index, index), (r.seg, r.seg as usize != ZERO)] {
-        if on {
-            pending.flush(a, reg)?;
-        }
-    }
-    if base {
-        a.mov(rcx, val(r.base))?;
-        mask(a, rcx, ecx, r.base_mask)?;
-    } else {
-        a.xor(ecx, ecx)?;
-    }
-    if index {
-        a.mov(rdx, val(r.index))?;
-        mask(a, rdx, edx, r.index_mask)?;
-        if r.scale != 1 {
-            a.imul_3(rdx, rdx, r.scale as i32)?;
-        }
-        a.add(rcx, rdx)?;
-    }
-    add_to_rcx(a, r.disp)?;
-    mask(a, rcx, ecx, r.addr_mask)?;
-    if r.seg as usize != ZERO {
-        a.add(rcx, val(r.seg))?;
-    }
-    Ok(())
 }
