@@ -308,6 +308,21 @@ fn avx_and_gathers() {
     corpus_check("avx", &[]);
 }
 
+/// Registers only AVX-512 has survive the client (corpora/evexstr.c): glibc's EVEX string
+/// functions keep state in ymm16-31, which DynamoRIO saved across the client's code only
+/// after the first zmm or opmask write; the program's short name (strrchr) came out as an
+/// environment string under `dep record` until the client turned that saving on from the
+/// first block (`avx512_state_kept` in collector/client/src/lib.rs). Where the CPU lacks
+/// AVX-512 the string functions checked are AVX2's.
+#[test]
+fn avx512_registers_survive_the_client() {
+    let out = corpus_check_all_modes("evexstr");
+    assert!(out.contains("evexstr: 0 wrong string results"), "{out}");
+    if out.contains("lacks AVX-512VL") {
+        println!("evexstr: the ymm16 check NOT RUN on this CPU (no AVX-512VL)");
+    }
+}
+
 /// Every AVX-512 memory form (corpora/avx512.c). Where the CPU lacks AVX-512 the program
 /// runs only its scalar reference and says so; `avx512_forms_encode` in the client crate
 /// covers the instrumentation of those forms on any CPU.

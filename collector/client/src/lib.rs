@@ -22,6 +22,7 @@ mod watch;
 mod window;
 
 use core::ffi::{c_char, c_int, c_void};
+use core::sync::atomic::{AtomicUsize, Ordering};
 use dep_collector::wire;
 use dep_profile::container::{Metadata, ModuleEvent, ModuleEventKind, ParentLink, ThreadEvent, ThreadEventKind, VERSION};
 use dep_profile::syscalls;
@@ -834,9 +835,58 @@ static mut DISASM: u64 = 0;
 /// # Safety
 /// DynamoRIO calls it as a basic-block event after every insertion, with valid pointers for
 /// the duration of the call; exercised by tests/collector.rs hello and tests/windows.rs.
-unsafe extern "C" fn attach_event(dc: *mut c_void, _tag: *mut c_void, bb: *mut instrlist_t, _ft: bool_, _tr: bool_) -> dr_emit_flags_t {
+unsafe extern "C" fn attach_event(dc: *mut c_void, tag: *mut c_void, bb: *mut instrlist_t, _ft: bool_, _tr: bool_) -> dr_emit_flags_t {
+    avx512_state_kept(dc, tag, bb);
     encodings::attach_all(dc, bb);
     dr_emit_flags_t::DR_EMIT_DEFAULT
+}
+
+/// The tag of the first block built, where [`avx512_state_kept`] turns AVX-512 state
+/// saving on (0 before it; `usize::MAX` on a CPU without AVX-512).
+static FIRST_TAG: AtomicUsize = AtomicUsize::new(0);
+
+/// DynamoRIO saves the AVX-512 state (zmm16-31, the opmask registers) across its own code
+/// only once it has seen an application instruction write a zmm or opmask register, and
+/// writes to xmm16-31 and ymm16-31 do not count (its issue #7511, fixed after the version
+/// the dynamorio-sys crate bundles). glibc's EVEX string functions write ymm16+ before any
+/// opmask, and the client's code (its private libc's memcpy) ran between two of their
+/// blocks and overwrote them: programs computed wrong results under `dep record` (strrchr
+/// ran past the end of its string: `program_invocation_short_name` was an environment
+/// string). So the process's first block gets an application instruction that copies an
+/// opmask register to itself, a no-op (all 64 bits with AVX512BW, else the 16 there are),
+/// and DynamoRIO saves that state from the start. Built again (to translate a fault), the
+/// first block gets it again: the block is a function of its tag.
+///
+/// # Safety
+/// `dc`, `tag` and `bb` are those of the current basic-block event; exercised by
+/// tests/collector.rs avx512_registers_survive_the_client.
+unsafe fn avx512_state_kept(dc: *mut c_void, tag: *mut c_void, bb: *mut instrlist_t) {
+    let first = match FIRST_TAG.compare_exchange(0, tag as usize, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => tag as usize,
+        Err(t) => t,
+    };
+    if first != tag as usize {
+        return;
+    }
+    let op = if std::arch::is_x86_feature_detected!("avx512bw") {
+        OP_kmovq
+    } else if std::arch::is_x86_feature_detected!("avx512f") {
+        OP_kmovw
+    } else {
+        FIRST_TAG.store(usize::MAX, Ordering::Release);
+        return;
+    };
+    let mut at = instrlist_first(bb);
+    while !at.is_null() && instr_is_app(at) == 0 {
+        at = instr_get_next(at);
+    }
+    if at.is_null() {
+        return;
+    }
+    let k7 = opnd_create_reg(DR_REG_K7 as reg_id_t);
+    let i = instr_create_1dst_1src(dc, op as c_int, k7, k7);
+    instr_set_translation(i, instr_get_app_pc(at));
+    instrlist_preinsert(bb, at, i);
 }
 
 /// # Safety
