@@ -174,6 +174,27 @@ fn faults_do_not_move_windows() {
     }
 }
 
+/// Recordings with other options run the same instructions: corpora/siglongjmp (whose
+/// libc string functions take paths by their arguments' alignment) recorded whole, with a
+/// window and with none counts as many instructions each time, recorded or not.
+#[test]
+fn options_do_not_change_what_the_program_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let runs: [&[&str]; 4] = [&[], &["--skip-instrs", "0"], &["--skip-instrs", "1"], &["--skip-instrs", "100000", "--instrs", "4000"]];
+    let totals: Vec<u64> = runs
+        .iter()
+        .enumerate()
+        .map(|(k, opts)| {
+            let w = windows(&record(d, &format!("run{k}"), opts, "siglongjmp", &[]));
+            let v: serde_json::Value =
+                serde_json::from_str(&ok(Command::new(dep()).args(["stats", "--json"]).arg(d.join(format!("run{k}.dep"))))).unwrap();
+            v["threads"][0]["instructions"].as_u64().unwrap() + w[0].1
+        })
+        .collect();
+    assert!(totals.iter().all(|&t| t == totals[0] && t > 100_000), "instructions run by options {runs:?}: {totals:?}");
+}
+
 #[test]
 fn a_window_past_the_end_counts_every_instruction() {
     let dir = tempfile::tempdir().unwrap();

@@ -365,6 +365,10 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
     Ok(RecordOutcome { status, profiles, counts, warnings })
 }
 
+/// The length DYNAMORIO_OPTIONS is padded to, with spaces (which DynamoRIO's option parser
+/// skips), below its limit of 2048 bytes ([`launch`]).
+const OPTIONS_LEN: usize = 1536;
+
 /// Starts the program under DynamoRIO (`dr_opts` with the client) and waits for it: its
 /// exit status as a shell reports it.
 fn launch(install: &Install, app: &Path, args: &[String], dr_opts: &str) -> Result<i32, RecordError> {
@@ -373,8 +377,16 @@ fn launch(install: &Install, app: &Path, args: &[String], dr_opts: &str) -> Resu
         Some(old) if !old.is_empty() => format!("{}:{}", ext.display(), old.to_string_lossy()),
         _ => ext.display().to_string(),
     };
+    // The program finds DYNAMORIO_OPTIONS among its environment strings, which the kernel
+    // puts at the top of its stack: options of another length (a window's `--skip-instrs
+    // N`, the connection's name) would move its argv and stack by as much, and code whose
+    // path depends on alignment (libc's vector string functions) would run other
+    // instructions (corpora/siglongjmp ran 130,426 instructions with no options, 130,445
+    // with `--skip-instrs`). Padded to one length, two recordings of a deterministic program run the same
+    // instructions, which comparing a window with a whole run needs.
+    let padded = format!("{dr_opts:<OPTIONS_LEN$}");
     let mut cmd = Command::new(install.dynamorio.join("lib64/release/libdynamorio.so"));
-    cmd.arg0(app).args(args).env("DYNAMORIO_EXE_PATH", app).env("DYNAMORIO_OPTIONS", dr_opts).env("LD_LIBRARY_PATH", ld);
+    cmd.arg0(app).args(args).env("DYNAMORIO_EXE_PATH", app).env("DYNAMORIO_OPTIONS", padded).env("LD_LIBRARY_PATH", ld);
     // The terminal's interrupt goes to the program; dep waits for it and reports its status.
     // SAFETY: the pre_exec closure only calls signal(2), async-signal-safe, in the forked child;
     // exercised by tests/collector.rs killed_program_status_and_readable_profile.
