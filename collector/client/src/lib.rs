@@ -868,11 +868,7 @@ unsafe fn avx512_state_kept(dc: *mut c_void, tag: *mut c_void, bb: *mut instrlis
     if first != tag as usize {
         return;
     }
-    let op = if std::arch::is_x86_feature_detected!("avx512bw") {
-        OP_kmovq
-    } else if std::arch::is_x86_feature_detected!("avx512f") {
-        OP_kmovw
-    } else {
+    let Some(op) = avx512_marker_op(std::arch::is_x86_feature_detected!("avx512bw"), std::arch::is_x86_feature_detected!("avx512f")) else {
         FIRST_TAG.store(usize::MAX, Ordering::Release);
         return;
     };
@@ -883,10 +879,28 @@ unsafe fn avx512_state_kept(dc: *mut c_void, tag: *mut c_void, bb: *mut instrlis
     if at.is_null() {
         return;
     }
-    let k7 = opnd_create_reg(DR_REG_K7 as reg_id_t);
-    let i = instr_create_1dst_1src(dc, op as c_int, k7, k7);
+    let i = avx512_marker(dc, op);
     instr_set_translation(i, instr_get_app_pc(at));
     instrlist_preinsert(bb, at, i);
+}
+
+/// The opcode of [`avx512_state_kept`]'s no-op on a CPU with AVX512BW (64-bit opmask
+/// registers) and AVX512F: none without AVX-512.
+pub(crate) fn avx512_marker_op(bw: bool, f: bool) -> Option<u32> {
+    match (bw, f) {
+        (true, _) => Some(OP_kmovq),
+        (false, true) => Some(OP_kmovw),
+        _ => None,
+    }
+}
+
+/// `op k7, k7`, not inserted.
+///
+/// # Safety
+/// `dc` is a live drcontext; exercised by standalone::avx512_marker_is_a_kmov_of_k7 on any CPU.
+pub(crate) unsafe fn avx512_marker(dc: *mut c_void, op: u32) -> *mut instr_t {
+    let k7 = opnd_create_reg(DR_REG_K7 as reg_id_t);
+    instr_create_1dst_1src(dc, op as c_int, k7, k7)
 }
 
 /// # Safety

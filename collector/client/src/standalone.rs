@@ -470,3 +470,23 @@ fn cached_encodings_are_each_shapes_own() {
         }
     });
 }
+
+/// The no-op that turns DynamoRIO's AVX-512 state saving on (lib.rs avx512_state_kept) is
+/// chosen for every CPU, and both forms encode (on any CPU: encoding needs no AVX-512) to a
+/// copy of k7 to itself, as iced-x86 decodes them.
+#[test]
+fn avx512_marker_is_a_kmov_of_k7() {
+    use crate::{avx512_marker, avx512_marker_op};
+    assert_eq!(avx512_marker_op(true, true), Some(OP_kmovq));
+    assert_eq!(avx512_marker_op(false, true), Some(OP_kmovw));
+    assert_eq!(avx512_marker_op(false, false), None);
+    // SAFETY: standalone mode gives a drcontext for building and encoding instructions;
+    // each instruction is destroyed.
+    with_dynamorio(|dc| unsafe {
+        for (op, want) in [(OP_kmovq, "kmovq k7,k7"), (OP_kmovw, "kmovw k7,k7")] {
+            let i = avx512_marker(dc, op);
+            assert_eq!(encoded_text(dc, i), want);
+            instr_destroy(dc, i);
+        }
+    });
+}
