@@ -30,9 +30,6 @@ pub enum RecordError {
     Attach { pid: u32, why: String },
 }
 
-/// The client options of windows and bounds are padded to this many bytes.
-const PART_WIDTH: usize = 512;
-
 /// How to record.
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
@@ -234,7 +231,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
     }
 
     // One length whatever the pid and the time: the name is in the program's environment
-    // (the client's options), whose length moves the program's stack (see PART_WIDTH).
+    // (the client's options), whose length moves the program's stack (see OPTIONS_LEN).
     let sock = std::env::temp_dir().join(format!("dep-{:07}-{:06}.sock", std::process::id(), crate::receive::now_ns() % 1_000_000));
     let _ = std::fs::remove_file(&sock);
     let listener = std::os::unix::net::UnixListener::bind(&sock)
@@ -270,13 +267,9 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
         }
     }
     let window_opts = if part.is_empty() { "" } else { "-thread_private " };
-    if !part.is_empty() {
-        // Padded to one width: the options are in the program's environment, whose length
-        // changes what the loader and the C library run and where the stack starts, so
-        // runs of a program with any windows or bounds (set up alike, `setarch -R`) run
-        // the same instructions on the same stack addresses.
-        client_opts.push_str(&format!("{part:<PART_WIDTH$}"));
-    }
+    // (Their length does not move the program's stack: all of DynamoRIO's options are
+    // padded to one length, OPTIONS_LEN.)
+    client_opts.push_str(&part);
     // Code on writable pages is sandboxed from the start and stays so
     // (`-sandbox_writable -sandbox2ro_threshold 0`): otherwise DynamoRIO makes such pages
     // read-only and, when the program writes one, resumes at the write with only the pc
