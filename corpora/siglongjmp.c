@@ -1,4 +1,5 @@
-/* Synchronous faults: SIGSEGV on a PROT_NONE page and SIGFPE from integer divide-by-zero, each escaped via siglongjmp. */
+/* Synchronous faults: SIGSEGV on a PROT_NONE page, SIGFPE from integer divide-by-zero and
+ * SIGILL from ud2 (which dep's window checks fault on too), each escaped via siglongjmp. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,7 +22,9 @@ int main(void)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_fault;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGSEGV, &sa, NULL) != 0 || sigaction(SIGFPE, &sa, NULL) != 0) return 1;
+    if (sigaction(SIGSEGV, &sa, NULL) != 0 || sigaction(SIGFPE, &sa, NULL) != 0 ||
+        sigaction(SIGILL, &sa, NULL) != 0)
+        return 1;
 
     long pg = sysconf(_SC_PAGESIZE);
     unsigned char *mem = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -54,8 +57,18 @@ int main(void)
         }
     }
 
-    printf("siglongjmp: segv_caught=%d fpe_caught=%d sum=%lu\n", segv_caught, fpe_caught,
-           (unsigned long)sum);
+    volatile int ill_caught = 0;
+    for (volatile int i = 0; i < 3; i++) {
+        if (sigsetjmp(env, 1) == 0) {
+            __asm__ volatile("ud2");                            /* invalid opcode -> SIGILL */
+            printf("siglongjmp: ERROR no SIGILL at iteration %d\n", i);
+        } else if (last_sig == SIGILL) {
+            ill_caught++;
+        }
+    }
+
+    printf("siglongjmp: segv_caught=%d fpe_caught=%d ill_caught=%d sum=%lu\n", segv_caught,
+           fpe_caught, ill_caught, (unsigned long)sum);
     munmap(mem, 2 * pg);
-    return (segv_caught == 10 && fpe_caught == 3) ? 0 : 1;
+    return (segv_caught == 10 && fpe_caught == 3 && ill_caught == 3) ? 0 : 1;
 }

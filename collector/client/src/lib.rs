@@ -297,7 +297,7 @@ unsafe fn mark_interrupted(pt: &mut PerThread, mc: &dr_mcontext_t) {
 unsafe extern "C" fn restore_event(dc: *mut c_void, _restore_memory: bool_, info: *mut dr_restore_state_info_t) -> bool_ {
     let pt = get(dc);
     // (Outside a window the last block recorded is not the one running.)
-    if !pt.is_null() && !info.is_null() && !(*info).mcontext.is_null() {
+    if !pt.is_null() && !info.is_null() && !(*info).mcontext.is_null() && !crate::window::translating_check(dc, &*info) {
         if (*pt).recording {
             mark_interrupted(&mut *pt, &*(*info).mcontext);
         } else {
@@ -312,12 +312,18 @@ unsafe extern "C" fn restore_event(dc: *mut c_void, _restore_memory: bool_, info
 /// the duration of the call; exercised by tests/collector.rs signal_handler_interrupting_a_hot_loop
 /// and siglongjmp_out_of_faults.
 unsafe extern "C" fn signal_event(dc: *mut c_void, si: *mut dr_siginfo_t) -> dr_signal_action_t {
-    let si = &*si;
+    let si = &mut *si;
     let pt = get(dc);
     if pt.is_null() {
         return dr_signal_action_t_DR_SIGNAL_DELIVER;
     }
     let pt = &mut *pt;
+    // A window check come due faults; it is no signal of the program's.
+    if opts().partial() {
+        if let Some(action) = crate::window::due_signal(dc, pt, si) {
+            return action;
+        }
+    }
     if !pt.recording {
         // Outside the windows: nothing is recorded, and a signal that ends the process
         // finds nothing buffered but the thread's start.

@@ -12,7 +12,7 @@ use dynamorio_sys::*;
 
 extern "C" {
     // Exported by libdynamorio, outside the bindings' allowlist.
-    fn decode(dc: *mut c_void, pc: *mut u8, instr: *mut instr_t) -> *mut u8;
+    pub(crate) fn decode(dc: *mut c_void, pc: *mut u8, instr: *mut instr_t) -> *mut u8;
 }
 
 /// The application's machine context inside a clean call inserted with

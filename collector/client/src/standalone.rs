@@ -490,3 +490,55 @@ fn avx512_marker_is_a_kmov_of_k7() {
         }
     });
 }
+
+/// A window check (window.rs entry_check) encodes to `sub` of the count slot, `jnle` over
+/// the check, `ud2` and two `nop`s holding the block's address and count, as iced-x86
+/// decodes DynamoRIO's bytes; `check_at` reads back what the signal event needs from them,
+/// and refuses a `ud2` that is not followed by both.
+#[test]
+fn window_check_decodes() {
+    use crate::window::{check_at, entry_check, Check};
+    use iced_x86::Instruction;
+    // SAFETY: standalone mode gives a drcontext for building, encoding and decoding; the
+    // lists are destroyed, and `check_at` reads only inside the buffers (each padded well
+    // past the code it decodes).
+    with_dynamorio(|dc| unsafe {
+        for (insns, recorded, pc) in
+            [(7u32, true, 0x7f00_1234_5678u64), (1, false, 0x40_1000), ((1 << 31) - 1, false, 0xffff_ffff_8000_0000)]
+        {
+            let bb = instrlist_create(dc);
+            entry_check(&Emit::new(dc, bb, core::ptr::null_mut()), insns, recorded, pc);
+            // Where the block goes on after its check.
+            instrlist_meta_append(bb, instr_create_0dst_0src(dc, OP_nop as core::ffi::c_int));
+            let mut buf = vec![0u8; 256];
+            let end = instrlist_encode(dc, bb, buf.as_mut_ptr(), 1);
+            assert!(!end.is_null());
+            let n = end.offset_from(buf.as_ptr()) as usize;
+            let base = buf.as_ptr() as u64;
+            let got: Vec<Instruction> = Decoder::with_ip(64, &buf[..n], base, DecoderOptions::NONE).into_iter().collect();
+            let names: Vec<Mnemonic> = got.iter().map(|i| i.mnemonic()).collect();
+            assert_eq!(names, [Mnemonic::Sub, Mnemonic::Jg, Mnemonic::Ud2, Mnemonic::Nop, Mnemonic::Nop, Mnemonic::Nop]);
+            assert_eq!(got[1].near_branch_target(), got[5].ip(), "jnle goes past the check");
+            assert_eq!(got[3].memory_displacement64() as u32, pc as u32);
+            assert_eq!(got[4].memory_displacement64() as u32, insns | (recorded as u32) << 31);
+            let c = check_at(dc, buf.as_mut_ptr().add((got[2].ip() - base) as usize));
+            assert_eq!(c, Some(Check { pc_low: pc as u32, insns, recorded, next: got[5].ip() }));
+            // The same bytes from the sub or the second nop on are no check.
+            assert_eq!(check_at(dc, buf.as_mut_ptr()), None);
+            assert_eq!(check_at(dc, buf.as_mut_ptr().add((got[4].ip() - base) as usize)), None);
+            instrlist_clear_and_destroy(dc, bb);
+        }
+        // A ud2 followed by one-byte nops, by a nop with a base register, and by one data
+        // nop only: none is a check.
+        let not_checks: [&[u8]; 3] = [
+            &[0x0f, 0x0b, 0x90, 0x90],
+            &[0x0f, 0x0b, 0x0f, 0x1f, 0x40, 0x08, 0x0f, 0x1f, 0x40, 0x08],
+            &[0x0f, 0x0b, 0x0f, 0x1f, 0x04, 0x25, 0x78, 0x56, 0x34, 0x12, 0x90],
+        ];
+        for bytes in not_checks {
+            let mut buf = vec![0xccu8; 64];
+            buf[..bytes.len()].copy_from_slice(bytes);
+            assert_eq!(check_at(dc, buf.as_mut_ptr()), None, "{bytes:02x?}");
+        }
+    });
+}

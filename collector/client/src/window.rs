@@ -3,10 +3,11 @@
 //!
 //! Every block, of either kind, subtracts its instruction count at entry from one of the
 //! thread's [`COUNT_SLOTS`] count slots (which one, its address decides) and, left at zero
-//! or below, calls [`window_cc`]. The instructions left before the next check are the
-//! slots' sum, shared out among them: while every slot is above zero so is the sum, so the
-//! check never comes later than with one slot, and the call, which sums them, decides
-//! exactly. The call numbers the block (its first instruction) and:
+//! or below, faults on a `ud2` that the signal event takes ([`due_signal`]). The
+//! instructions left before the next check are the slots' sum, shared out among them: while
+//! every slot is above zero so is the sum, so the check never comes later than with one
+//! slot, and the handler, which sums them, decides exactly. It numbers the block (its first
+//! instruction) and:
 //! - moves the thread between recording and not where the block's number crosses a
 //!   window's bound: a recorded stretch ends its chunk, and one that starts after a gap
 //!   starts a chunk whose "unrecorded" thread event says how many instructions the gap held;
@@ -17,7 +18,9 @@
 //!   `--from-instr N --to-instr N+M` cuts them from a whole run's profile.
 
 use crate::codegen::{imm32, Emit};
+use crate::observe::decode;
 use crate::state::*;
+use core::ffi::c_int;
 use dep_profile::container::{ThreadEvent, ThreadEventKind};
 use dynamorio_sys::*;
 
@@ -66,25 +69,28 @@ fn shares(left: i64) -> [i64; COUNT_SLOTS as usize] {
     s
 }
 
-/// Clean-call target at the entry of a block whose check came due (its `insns`
-/// instructions already off the count); `recorded` is the block's kind and `pc` its
-/// address.
+/// What a due check does next: go on into the block, or run it again from its start.
+#[derive(Debug, PartialEq, Eq)]
+enum Then {
+    GoOn,
+    RunAgain,
+}
+
+/// A due check at the entry of a block of `insns` instructions (its count already off),
+/// `recorded` its kind: moves the thread into or out of a window where the block's number
+/// crosses a bound, and shares out the count to the next bound.
 ///
 /// # Safety
-/// Only called from a clean call inserted by this client (with the application context
-/// readable), on an application thread whose PerThread is set up; exercised by
-/// tests/windows.rs.
-pub unsafe extern "C" fn window_cc(recorded: u32, pc: u64, insns: u32) {
-    let dc = dr_get_current_drcontext();
-    let pt = get(dc);
-    if pt.is_null() {
-        return;
-    }
-    let pt = &mut *pt;
+/// `pt` is the calling thread's own set-up PerThread, in its signal event for the check's
+/// fault (where the code cache may be flushed); exercised by tests/windows.rs.
+unsafe fn due(pt: &mut PerThread, recorded: bool, insns: u32) -> Then {
     let insns = insns as u64;
     let at = at(pt).wrapping_sub(insns);
     // A function's bounds decide elsewhere ([`bound_cc`]): here the count only goes on.
-    let Some(plan) = opts().windows else { return check_in(pt, at, u64::MAX, insns) };
+    let Some(plan) = opts().windows else {
+        check_in(pt, at, u64::MAX, insns);
+        return Then::GoOn;
+    };
     let window = plan.around(at);
     let want = window.is_some_and(|(s, _)| s <= at);
     if want != pt.recording {
@@ -98,9 +104,10 @@ pub unsafe extern "C" fn window_cc(recorded: u32, pc: u64, insns: u32) {
         Some((s, e)) => (if s <= at { e } else { s }) - at,
         None => u64::MAX,
     };
-    if want == (recorded != 0) {
+    if want == recorded {
         // (A bound inside this block leaves the count due: the next block checks.)
-        return check_in(pt, at, distance, insns);
+        check_in(pt, at, distance, insns);
+        return Then::GoOn;
     }
     // Run again, the block counts itself again.
     check_in(pt, at, distance, 0);
@@ -109,7 +116,92 @@ pub unsafe extern "C" fn window_cc(recorded: u32, pc: u64, insns: u32) {
     // of it has run: the check is its first code.
     pt.build_recorded = want;
     dr_unlink_flush_region(core::ptr::null_mut(), usize::MAX);
-    resume_at(dc, pc);
+    Then::RunAgain
+}
+
+/// What a due check's code at `raw` in the code cache says: `ud2`, then two `nop`s (never
+/// run) whose displacements hold the low 32 bits of the block's address and
+/// `insns | recorded << 31`, as [`entry_check`] lays them out.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Check {
+    /// The low 32 bits of the block's address.
+    pub pc_low: u32,
+    pub insns: u32,
+    pub recorded: bool,
+    /// Where the block's code goes on, past the check's.
+    pub next: u64,
+}
+
+/// The due check whose `ud2` is at `raw`, decoded; None where the code there is not one.
+///
+/// # Safety
+/// `dc` is the calling thread's drcontext and `raw` an address in the code cache (readable
+/// for the 18 bytes a check's code takes; decoding stops at the first that is not the
+/// check's); exercised by tests/windows.rs and standalone::window_check_decodes.
+pub unsafe fn check_at(dc: *mut core::ffi::c_void, raw: *mut u8) -> Option<Check> {
+    let i = instr_create(dc);
+    let mut fields = [0u32; 2];
+    let mut at = decode(dc, raw, i);
+    let mut ok = !at.is_null() && instr_get_opcode(i) == OP_ud2 as c_int;
+    for f in fields.iter_mut() {
+        if !ok {
+            break;
+        }
+        instr_reset(dc, i);
+        at = decode(dc, at, i);
+        ok = !at.is_null() && instr_get_opcode(i) == OP_nop_modrm as c_int;
+        if ok {
+            let m = instr_get_src(i, 0);
+            ok = opnd_is_base_disp(m) != 0 && opnd_get_base(m) == DR_REG_NULL as reg_id_t && opnd_get_index(m) == DR_REG_NULL as reg_id_t;
+            *f = opnd_get_disp(m) as u32;
+        }
+    }
+    instr_destroy(dc, i);
+    ok.then(|| Check { pc_low: fields[0], insns: fields[1] & !(1 << 31), recorded: fields[1] >> 31 != 0, next: at as u64 })
+}
+
+/// The signal event's part: a SIGILL at a due check ([`entry_check`]'s `ud2`, its
+/// translation the block's start) is taken here; None for any other signal. Going on, the
+/// thread resumes in the code cache past the check; running the block again, at its start
+/// in the application's context (which DynamoRIO and drreg have translated the fault to).
+///
+/// # Safety
+/// `dc` and `si` are those of the current signal event, `pt` the thread's set-up
+/// PerThread; exercised by tests/windows.rs.
+pub unsafe fn due_signal(dc: *mut core::ffi::c_void, pt: &mut PerThread, si: &mut dr_siginfo_t) -> Option<dr_signal_action_t> {
+    if si.sig != libc::SIGILL || si.raw_mcontext_valid == 0 || si.raw_mcontext.is_null() || si.mcontext.is_null() {
+        return None;
+    }
+    if si.fault_fragment_info.cache_start_pc.is_null() {
+        return None;
+    }
+    let raw = &mut *si.raw_mcontext;
+    let c = check_at(dc, raw.__bindgen_anon_10.pc)?;
+    let app = &mut *si.mcontext;
+    if app.__bindgen_anon_10.pc as u32 != c.pc_low {
+        // An application's own ud2 followed by what looks like a check: not ours.
+        return None;
+    }
+    Some(match due(pt, c.recorded, c.insns) {
+        Then::GoOn => {
+            raw.__bindgen_anon_10.pc = c.next as *mut u8;
+            dr_signal_action_t_DR_SIGNAL_SUPPRESS
+        }
+        Then::RunAgain => dr_signal_action_t_DR_SIGNAL_REDIRECT,
+    })
+}
+
+/// Whether DynamoRIO is translating a due check's fault (the restore-state event before
+/// [`due_signal`]): the block has not started, nothing of it is interrupted.
+///
+/// # Safety
+/// `dc` and `info` are those of the current restore-state event; exercised by
+/// tests/windows.rs.
+pub unsafe fn translating_check(dc: *mut core::ffi::c_void, info: &dr_restore_state_info_t) -> bool {
+    if !opts().partial() || info.raw_mcontext.is_null() || info.fragment_info.cache_start_pc.is_null() {
+        return false;
+    }
+    check_at(dc, (*info.raw_mcontext).__bindgen_anon_10.pc).is_some()
 }
 
 /// The application's registers at the current clean call.
@@ -404,26 +496,40 @@ pub unsafe fn thread_ends(pt: &mut PerThread) {
 }
 
 /// The window check at a block's entry (aflags reserved by the caller): this block's
-/// instructions off its count slot, and the clean call when it is due (zero or below): one
-/// read-modify-write and a branch, the `sub`'s flags deciding (a `cmp` first was one more
-/// load per block). The call's state save is out of line: inline it put hundreds of bytes
-/// in every block (gzip: 3.99 to 4.42 s with them, 3.81 to 4.10 s with no call code at
-/// all, in interleaved runs).
+/// instructions off its count slot, and when that leaves it at zero or below, a fault that
+/// the signal event takes ([`due_signal`]): one read-modify-write and a branch, the `sub`'s
+/// flags deciding (a `cmp` first was one more load per block). The `ud2` is followed by
+/// what the handler needs, as `nop`s that never run: 18 bytes where a clean call put some
+/// 130 in every block (the stack switch, arguments and calls) and cost python3's start-up
+/// under `--skip-instrs` as much as the rest of the counting did (collector/README.md).
 ///
 /// # Safety
 /// `e` comes from the current basic-block event (see [`Emit`]); exercised by
-/// tests/windows.rs.
+/// tests/windows.rs and standalone::window_check_decodes.
 pub unsafe fn entry_check(e: &Emit, insns: u32, recorded: bool, pc: u64) {
     let go = e.label();
     e.sub(tls(count_slot(pc), 0, OPSZ_8), imm32(insns));
     e.jcc(OP_jnle, go);
-    // The call reads the application's context (to resume at `pc`) on one path of two.
-    let flags = dr_cleancall_save_t_DR_CLEANCALL_READS_APP_CONTEXT
-        | dr_cleancall_save_t_DR_CLEANCALL_MULTIPATH
-        | dr_cleancall_save_t_DR_CLEANCALL_ALWAYS_OUT_OF_LINE;
-    let pc = crate::codegen::imm(pc as i64, OPSZ_8);
-    let args = [imm32(recorded as u32), pc, imm32(insns)];
-    dr_insert_clean_call_ex(e.dc, e.bb, e.at, window_cc as *mut core::ffi::c_void, flags, 3, args[0], args[1], args[2]);
+    let put = |i: *mut instr_t| {
+        if e.at.is_null() {
+            instrlist_meta_append(e.bb, i);
+        } else {
+            instrlist_meta_preinsert(e.bb, e.at, i);
+        }
+    };
+    let fault = instr_create_0dst_0src(e.dc, OP_ud2 as c_int);
+    // The fault translates to the block's start: none of it has run.
+    instr_set_translation(fault, pc as *mut u8);
+    instr_set_meta_may_fault(fault, 1);
+    put(fault);
+    // Data as `nop [disp32]`, which names no register: as `mov`s into rdi, never run,
+    // DynamoRIO crashed emitting recorded blocks (a memcpy to 0; not understood). Not
+    // through `Emit::ins`: its encoding cache would keep one entry per block.
+    let data = insns | (recorded as u32) << 31;
+    for v in [pc as u32, data] {
+        let m = opnd_create_base_disp(DR_REG_NULL as reg_id_t, DR_REG_NULL as reg_id_t, 0, v as i32, OPSZ_4 as opnd_size_t);
+        put(instr_create_0dst_1src(e.dc, OP_nop_modrm as c_int, m));
+    }
     e.ins(go);
 }
 
