@@ -5,17 +5,13 @@
 
 use crate::codegen::Emit;
 use crate::instrument::record_gather;
+use crate::observe::decode;
 use core::ffi::c_void;
 use dep_profile::semantics::{Access, GatherMask, Special};
 use dep_profile::{Machine, Semantics};
 use dynamorio_sys::*;
 use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
 use std::sync::Mutex;
-
-extern "C" {
-    // Exported by libdynamorio, outside the bindings' allowlist.
-    fn decode(dc: *mut c_void, pc: *mut u8, instr: *mut instr_t) -> *mut u8;
-}
 
 /// Runs `f` with DynamoRIO's standalone drcontext; initialised once, used by one test at a
 /// time (the process ends without dr_standalone_exit).
