@@ -319,10 +319,8 @@ unsafe extern "C" fn signal_event(dc: *mut c_void, si: *mut dr_siginfo_t) -> dr_
     }
     let pt = &mut *pt;
     // A window check come due faults; it is no signal of the program's.
-    if opts().partial() {
-        if let Some(action) = crate::window::due_signal(dc, pt, si) {
-            return action;
-        }
+    if let Some(action) = crate::window::due_signal(dc, pt, si) {
+        return action;
     }
     if !pt.recording {
         // Outside the windows: nothing is recorded, and a signal that ends the process

@@ -160,7 +160,7 @@ pub unsafe fn check_at(dc: *mut core::ffi::c_void, raw: *mut u8) -> Option<Check
     ok.then(|| Check { pc_low: fields[0], insns: fields[1] & !(1 << 31), recorded: fields[1] >> 31 != 0, next: at as u64 })
 }
 
-/// The signal event's part: a SIGILL at a due check ([`entry_check`]'s `ud2`, its
+/// The signal event's part, with windows or bounds: a SIGILL at a due check ([`entry_check`]'s `ud2`, its
 /// translation the block's start) is taken here; None for any other signal. Going on, the
 /// thread resumes in the code cache past the check; running the block again, at its start
 /// in the application's context (which DynamoRIO and drreg have translated the fault to).
@@ -169,7 +169,7 @@ pub unsafe fn check_at(dc: *mut core::ffi::c_void, raw: *mut u8) -> Option<Check
 /// `dc` and `si` are those of the current signal event, `pt` the thread's set-up
 /// PerThread; exercised by tests/windows.rs.
 pub unsafe fn due_signal(dc: *mut core::ffi::c_void, pt: &mut PerThread, si: &mut dr_siginfo_t) -> Option<dr_signal_action_t> {
-    if si.sig != libc::SIGILL || si.raw_mcontext_valid == 0 || si.raw_mcontext.is_null() || si.mcontext.is_null() {
+    if !opts().partial() || si.sig != libc::SIGILL || si.raw_mcontext_valid == 0 || si.raw_mcontext.is_null() || si.mcontext.is_null() {
         return None;
     }
     if si.fault_fragment_info.cache_start_pc.is_null() {
@@ -510,25 +510,17 @@ pub unsafe fn entry_check(e: &Emit, insns: u32, recorded: bool, pc: u64) {
     let go = e.label();
     e.sub(tls(count_slot(pc), 0, OPSZ_8), imm32(insns));
     e.jcc(OP_jnle, go);
-    let put = |i: *mut instr_t| {
-        if e.at.is_null() {
-            instrlist_meta_append(e.bb, i);
-        } else {
-            instrlist_meta_preinsert(e.bb, e.at, i);
-        }
-    };
     let fault = instr_create_0dst_0src(e.dc, OP_ud2 as c_int);
     // The fault translates to the block's start: none of it has run.
     instr_set_translation(fault, pc as *mut u8);
     instr_set_meta_may_fault(fault, 1);
-    put(fault);
+    e.ins(fault);
     // Data as `nop [disp32]`, which names no register: as `mov`s into rdi, never run,
-    // DynamoRIO crashed emitting recorded blocks (a memcpy to 0; not understood). Not
-    // through `Emit::ins`: its encoding cache would keep one entry per block.
+    // DynamoRIO crashed emitting recorded blocks (a memcpy to 0; not understood).
     let data = insns | (recorded as u32) << 31;
     for v in [pc as u32, data] {
         let m = opnd_create_base_disp(DR_REG_NULL as reg_id_t, DR_REG_NULL as reg_id_t, 0, v as i32, OPSZ_4 as opnd_size_t);
-        put(instr_create_0dst_1src(e.dc, OP_nop_modrm as c_int, m));
+        e.ins(instr_create_0dst_1src(e.dc, OP_nop_modrm as c_int, m));
     }
     e.ins(go);
 }
