@@ -133,12 +133,13 @@ COLUMNS = [
     ("lackey", "lackey/t", "lackey_s", "native_tiny_s"),
     # The peer, DynamoRIO's drmemtrace (issue 24): printed in their own table beside dep's.
     ("dr_null", "dr null", "dr_null_s", "native_s"),
+    ("drm_skip", "drm skip", "drm_skip_s", "native_s"),
     ("drmemtrace", "drmemtr", "drmemtrace_s", "native_s"),
     ("raw2trace", "raw2tr", "raw2trace_s", "native_s"),
     ("drmemtrace_small", "drmemt/s", "drmemtrace_small_s", "native_small_s"),
     ("raw2trace_small", "raw2tr/s", "raw2trace_small_s", "native_small_s"),
 ]
-PEER_COLUMNS = ("dr_null", "drmemtrace", "raw2trace", "drmemtrace_small", "raw2trace_small")
+PEER_COLUMNS = ("dr_null", "drm_skip", "drmemtrace", "raw2trace", "drmemtrace_small", "raw2trace_small")
 ANALYSIS_COLUMNS = ("races", "wet_deps", "wet", "dcfg_check")   # only in the analyses table
 # The analyses table: key in the JSON "analysis_ratios", header, time key; each divided by
 # recover_null_s of the same program and run (callgrind and dcfg run on every program).
@@ -181,6 +182,8 @@ LEGEND = {
     "recover_binary_small": "dep recover --format binary -o F (small size)",
     "lackey": "valgrind lackey --trace-mem=yes (tiny size)",
     "dr_null": "drrun -- prog (DynamoRIO, no client)",
+    "drm_skip": "drrun -t drmemtrace -offline -outdir D -trace_after_instrs 10^18 -- prog (its "
+                "untraced phase: counting only; compare skip)",
     "drmemtrace": "drrun -t drmemtrace -offline -outdir D -- prog (raw, lz4)",
     "raw2trace": "drraw2trace -indir D (main size, --raw2trace-main only)",
     "drmemtrace_small": "drrun -t drmemtrace -offline (small size)",
@@ -916,6 +919,13 @@ def measure(name, spec, args, workdir, result, save):
     def peer_main():
         step("dr_null", "drrun -- prog (DynamoRIO, no client)",
              lambda: timed("dr_null", [peer["drrun"], "--"] + argv))
+        # Its untraced phase beside dep's --skip-instrs past the end (issue 30): counting
+        # instructions, as a window's start needs, and nothing written.
+        step("drm_skip", "drrun -t drmemtrace -offline -trace_after_instrs 10^18",
+             lambda: timed("drm_skip", [peer["drrun"], "-t", "drmemtrace", "-offline", "-outdir",
+                                        dr_out, "-trace_after_instrs", str(10**18), "--"] + argv,
+                           before=lambda: (shutil.rmtree(dr_out, ignore_errors=True),
+                                           os.makedirs(dr_out))))
         step("drmemtrace", "drrun -t drmemtrace -offline -outdir D",
              lambda: drmemtrace("drmemtrace", dr_out, argv,
                                 (result.get("recovered") or {}).get("reads", 0)
@@ -1283,7 +1293,8 @@ def peer_tables(results, names, peer, w0):
     lines = []
     gm = results["__geomean__"]
     have_main_r2t = any((results[n].get("ratios") or {}).get("raw2trace") for n in names)
-    main = [("discard", "dep disc"), ("dr_null", "dr null"), ("skip", "dep skip"), ("record", "dep rec"),
+    main = [("discard", "dep disc"), ("dr_null", "dr null"), ("skip", "dep skip"),
+            ("drm_skip", "drm skip"), ("record", "dep rec"),
             ("drmemtrace", "drmemtr"), ("recover_null", "rec null")]
     if have_main_r2t:
         main.append(("raw2trace", "raw2tr"))
@@ -1310,6 +1321,8 @@ def peer_tables(results, names, peer, w0):
     lines.append(row("geomean", None, None, gm))
     lines.append("  dep disc = dep record --discard; dr null = drrun -- prog (DynamoRIO, no "
                  "client); dep rec = dep record -o P;")
+    lines.append("  dep skip = dep record --discard --skip-instrs 10^18, drm skip = drmemtrace "
+                 "-trace_after_instrs 10^18 (each one's untraced phase: counting only);")
     lines.append("  drmemtr = drrun -t drmemtrace -offline -outdir D -- prog; rec null = dep "
                  "recover P --format null"
                  + ("; raw2tr = drraw2trace -indir D" if have_main_r2t else "") + ";")
