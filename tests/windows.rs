@@ -29,8 +29,17 @@ fn ok(cmd: &mut Command) -> String {
 /// `dep record` of corpus program `prog` with `args`, address randomisation off, into
 /// `dir/name.dep`, with `--truth` and the window options `opts`.
 fn record(dir: &Path, name: &str, opts: &[&str], prog: &str, args: &[&str]) -> PathBuf {
+    record_with(None, dir, name, opts, prog, args)
+}
+
+/// [`record`], with every counting block's check in `form` (`DEP_CHECK_FORM`: `load` or
+/// `flags`) where given, instead of each block's by whether its flags are live.
+fn record_with(form: Option<&str>, dir: &Path, name: &str, opts: &[&str], prog: &str, args: &[&str]) -> PathBuf {
     let p = dir.join(format!("{name}.dep"));
     let mut cmd = Command::new("setarch");
+    if let Some(f) = form {
+        cmd.env("DEP_CHECK_FORM", f);
+    }
     cmd.args(["-R", dep(), "record", "--truth", "-o"]).arg(&p).args(opts).arg("--").arg(corpus().join(prog)).args(args);
     let o = run(&mut cmd);
     assert!(o.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
@@ -105,9 +114,24 @@ fn first_start(whole: &[(String, u64, String)], thread: &str, n: u64) -> u64 {
 
 #[test]
 fn windows_hold_exactly_the_whole_runs_instructions_there() {
+    windows_hold_exactly(None);
+}
+
+/// The same with every counting block checking by a load (SIGSEGV in the guard pages when
+/// due) and with every one checking by `sub`/`jnle` (SIGILL): each form alone keeps the
+/// windows exact, whichever blocks the bounds fall in.
+#[test]
+fn both_forms_of_check_hold_windows_exactly() {
+    windows_hold_exactly(Some("load"));
+    windows_hold_exactly(Some("flags"));
+}
+
+fn windows_hold_exactly(form: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let whole = record(d, "whole", &["--skip-instrs", "0"], "longtrace", &["2000"]);
+    // With the same environment as the windows (its size moves the stack, and what libc's
+    // start-up runs).
+    let whole = record_with(form, d, "whole", &["--skip-instrs", "0"], "longtrace", &["2000"]);
     let blocks = numbered_whole(&whole, d, "blocks");
     let text = numbered_whole(&whole, d, "text");
     let total: u64 = blocks.last().map(|(_, s, l)| s + l.rsplit(' ').next().unwrap().parse::<u64>().unwrap()).unwrap();
@@ -121,14 +145,14 @@ fn windows_hold_exactly_the_whole_runs_instructions_there() {
             vec![(200_000, 100_000), (700_000, 100_000), (1_200_000, 100_000)],
         ),
     ] {
-        let p = record(d, name, &opts, "longtrace", &["2000"]);
+        let p = record_with(form, d, name, &opts, "longtrace", &["2000"]);
         let w = windows(&p);
         assert_eq!(w.len(), 1, "{name}: one thread");
         let (got, unrecorded) = &w[0];
         // Each window starts at the first block starting at or after N and ends before
         // the first block starting at or after N+M, as the whole run numbers them.
         let want: Vec<(u64, u64)> = starts.iter().map(|&(n, m)| (first_start(&blocks, "0", n), first_start(&blocks, "0", n + m))).collect();
-        assert_eq!(got, &want, "{name}: windows");
+        assert_eq!(got, &want, "{name} ({form:?}): windows");
         let recorded: u64 = want.iter().map(|(a, b)| b - a).sum();
         assert_eq!(recorded + unrecorded, total, "{name}: recorded and unrecorded instructions are the whole run's");
 
@@ -154,9 +178,20 @@ fn windows_hold_exactly_the_whole_runs_instructions_there() {
 /// them (an interrupted block up to and including the instruction it stopped at).
 #[test]
 fn faults_do_not_move_windows() {
+    faults_keep_windows(None);
+}
+
+/// The program's own SIGSEGVs and SIGILLs reach it past load-form checks, which fault with
+/// SIGSEGV themselves, and windows stay exact.
+#[test]
+fn faults_do_not_move_windows_of_load_checks() {
+    faults_keep_windows(Some("load"));
+}
+
+fn faults_keep_windows(form: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let whole = record(d, "whole", &["--skip-instrs", "0"], "siglongjmp", &[]);
+    let whole = record_with(form, d, "whole", &["--skip-instrs", "0"], "siglongjmp", &[]);
     let blocks = numbered_whole(&whole, d, "blocks");
     let text = numbered_whole(&whole, d, "text");
     let total: u64 = blocks.last().map(|(_, s, l)| s + l.rsplit(' ').next().unwrap().parse::<u64>().unwrap()).unwrap();
@@ -164,7 +199,7 @@ fn faults_do_not_move_windows() {
     for k in 0..12 {
         let n = total * 60 / 100 + k * total / 35;
         let name = format!("at{n}");
-        let p = record(d, &name, &["--skip-instrs", &n.to_string(), "--instrs", &len.to_string()], "siglongjmp", &[]);
+        let p = record_with(form, d, &name, &["--skip-instrs", &n.to_string(), "--instrs", &len.to_string()], "siglongjmp", &[]);
         let want = (first_start(&blocks, "0", n), first_start(&blocks, "0", (n + len).min(total)));
         let w = windows(&p);
         assert_eq!(w[0].0, vec![want], "{name}: the window");

@@ -109,7 +109,7 @@ unsafe fn is_rep_at(pc: u64) -> bool {
 
 pub static mut MACHINE: Machine = Machine { width: dep_profile::Width::W64, xsave_size: 0, derive: true, roots: true };
 
-fn check(st: drreg_status_t, what: &str) {
+pub(crate) fn check(st: drreg_status_t, what: &str) {
     if st != drreg_status_t_DRREG_SUCCESS {
         say(&format!("internal error: drreg failed ({st}) in {what}"));
         // SAFETY: dr_abort takes no arguments and ends the process; it is always allowed in a
@@ -440,9 +440,7 @@ pub unsafe extern "C" fn insertion(
                 }
                 // Where the block starts, for giving back what a fault leaves unrun.
                 e.ins(traces::mark(dc, Mark::CountStart, [*insns as usize, 0, 0, 0]));
-                check(drreg_reserve_aflags(dc, bb, inst), "aflags");
-                crate::window::entry_check(&e, *insns, false, *pc);
-                check(drreg_unreserve_aflags(dc, bb, inst), "unreserve aflags");
+                crate::window::counting_check(&e, *insns, *pc);
             }
             if last {
                 drop(Box::from_raw(ud as *mut Built));

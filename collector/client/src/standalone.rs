@@ -487,14 +487,33 @@ fn avx512_marker_is_a_kmov_of_k7() {
     });
 }
 
+/// The code `emit` puts in a new list, then a `nop` where the block goes on after it, as
+/// DynamoRIO encodes it into a buffer (256 bytes, the rest zero) and iced-x86 decodes it
+/// there; the list, for the caller to destroy.
+///
+/// # Safety
+/// `dc` is standalone DynamoRIO's; `emit` only inserts through the `Emit` it is given.
+unsafe fn check_code(dc: *mut c_void, emit: impl FnOnce(&Emit)) -> (Vec<u8>, Vec<iced_x86::Instruction>, *mut instrlist_t) {
+    let bb = instrlist_create(dc);
+    emit(&Emit::new(dc, bb, core::ptr::null_mut()));
+    instrlist_meta_append(bb, instr_create_0dst_0src(dc, OP_nop as core::ffi::c_int));
+    let mut buf = vec![0u8; 256];
+    let end = instrlist_encode(dc, bb, buf.as_mut_ptr(), 1);
+    assert!(!end.is_null());
+    let n = end.offset_from(buf.as_ptr()) as usize;
+    let got = Decoder::with_ip(64, &buf[..n], buf.as_ptr() as u64, DecoderOptions::NONE).into_iter().collect();
+    (buf, got, bb)
+}
+
 /// A window check (window.rs entry_check) encodes to `sub` of the count slot, `jnle` over
 /// the check, `ud2` and two `nop`s holding the block's address and count, as iced-x86
 /// decodes DynamoRIO's bytes; `check_at` reads back what the signal event needs from them,
-/// and refuses a `ud2` that is not followed by both.
+/// and refuses a `ud2` that is not followed by both. The load form (load_check) counts
+/// through a register with no instruction that writes a flag, and loads from the region's
+/// address less one plus the count; it is a check only with the region where it says.
 #[test]
 fn window_check_decodes() {
-    use crate::window::{check_at, entry_check, Check};
-    use iced_x86::Instruction;
+    use crate::window::{check_at, decode_check, entry_check, Check};
     // SAFETY: standalone mode gives a drcontext for building, encoding and decoding; the
     // lists are destroyed, and `check_at` reads only inside the buffers (each padded well
     // past the code it decodes).
@@ -502,26 +521,48 @@ fn window_check_decodes() {
         for (insns, recorded, pc) in
             [(7u32, true, 0x7f00_1234_5678u64), (1, false, 0x40_1000), ((1 << 31) - 1, false, 0xffff_ffff_8000_0000)]
         {
-            let bb = instrlist_create(dc);
-            entry_check(&Emit::new(dc, bb, core::ptr::null_mut()), insns, recorded, pc);
-            // Where the block goes on after its check.
-            instrlist_meta_append(bb, instr_create_0dst_0src(dc, OP_nop as core::ffi::c_int));
-            let mut buf = vec![0u8; 256];
-            let end = instrlist_encode(dc, bb, buf.as_mut_ptr(), 1);
-            assert!(!end.is_null());
-            let n = end.offset_from(buf.as_ptr()) as usize;
+            let (mut buf, got, bb) = check_code(dc, |e| entry_check(e, insns, recorded, pc));
             let base = buf.as_ptr() as u64;
-            let got: Vec<Instruction> = Decoder::with_ip(64, &buf[..n], base, DecoderOptions::NONE).into_iter().collect();
             let names: Vec<Mnemonic> = got.iter().map(|i| i.mnemonic()).collect();
             assert_eq!(names, [Mnemonic::Sub, Mnemonic::Jg, Mnemonic::Ud2, Mnemonic::Nop, Mnemonic::Nop, Mnemonic::Nop]);
             assert_eq!(got[1].near_branch_target(), got[5].ip(), "jnle goes past the check");
             assert_eq!(got[3].memory_displacement64() as u32, pc as u32);
             assert_eq!(got[4].memory_displacement64() as u32, insns | (recorded as u32) << 31);
             let c = check_at(dc, buf.as_mut_ptr().add((got[2].ip() - base) as usize));
-            assert_eq!(c, Some(Check { pc_low: pc as u32, insns, recorded, next: got[5].ip() }));
+            assert_eq!(c, Some(Check { pc_low: pc as u32, insns, recorded, next: got[5].ip(), sig: libc::SIGILL }));
             // The same bytes from the sub or the second nop on are no check.
             assert_eq!(check_at(dc, buf.as_mut_ptr()), None);
             assert_eq!(check_at(dc, buf.as_mut_ptr().add((got[4].ip() - base) as usize)), None);
+            instrlist_clear_and_destroy(dc, bb);
+        }
+        // The load form, with the region at `region`: the count through rdx and `lea`, a
+        // load from `[rdx + region - 1]` into rdx, the same data.
+        let region = 0x4000_0000u64;
+        for (insns, pc) in [(5u32, 0x7f00_1234_5678u64), ((1 << 31) - 1, 0x40_1000)] {
+            let r = DR_REG_RDX as reg_id_t;
+            let (mut buf, got, bb) = check_code(dc, |e| crate::window::load_check(e, r, region, insns, false, pc));
+            let base = buf.as_ptr() as u64;
+            let names: Vec<Mnemonic> = got.iter().map(|i| i.mnemonic()).collect();
+            assert_eq!(names, [Mnemonic::Mov, Mnemonic::Lea, Mnemonic::Mov, Mnemonic::Mov, Mnemonic::Nop, Mnemonic::Nop, Mnemonic::Nop]);
+            // The slot is read and written back, the count goes down without flags, and the
+            // load reads region - 1 + count into its own base.
+            assert_eq!(got[0].op0_register(), Register::RDX);
+            assert_eq!((got[1].memory_base(), got[1].memory_displacement64() as i64), (Register::RDX, -(insns as i64)));
+            assert_eq!(got[2].memory_displacement64(), got[0].memory_displacement64());
+            assert_eq!(
+                (got[3].op0_register(), got[3].memory_base(), got[3].memory_index()),
+                (Register::RDX, Register::RDX, Register::None)
+            );
+            assert_eq!(got[3].memory_displacement64(), region - 1);
+            assert_eq!(iced_x86::RflagsBits::NONE, got[..4].iter().fold(0, |a, i| a | i.rflags_modified()));
+            assert_eq!(got[4].memory_displacement64() as u32, pc as u32);
+            assert_eq!(got[5].memory_displacement64() as u32, insns);
+            let at = buf.as_mut_ptr().add((got[3].ip() - base) as usize);
+            let c = decode_check(dc, at, region);
+            assert_eq!(c, Some(Check { pc_low: pc as u32, insns, recorded: false, next: got[6].ip(), sig: libc::SIGSEGV }));
+            // With the region elsewhere, or none, the load is no check.
+            assert_eq!(decode_check(dc, at, region + 4096), None);
+            assert_eq!(decode_check(dc, at, 0), None);
             instrlist_clear_and_destroy(dc, bb);
         }
         // A ud2 followed by one-byte nops, by a nop with a base register, and by one data

@@ -16,13 +16,78 @@
 //!   application at the block's start, which now runs as the kind wanted. So a window holds
 //!   exactly the blocks whose first instruction is numbered N to N+M-1, as
 //!   `--from-instr N --to-instr N+M` cuts them from a whole run's profile.
+//!
+//! A check has two forms. Where the arithmetic flags are dead at the block's start, `sub
+//! [slot], n; jnle` and a `ud2` (SIGILL). Where they are live, saving and restoring them
+//! around the `sub` cost more than the count itself (python3's workload counted in 5.1-5.5 s
+//! with every check, 3.9-4.3 s with those of live-flag blocks left out, 3.5 s with none),
+//! so the count goes through a scratch register with `lea`, which writes no flags, and the
+//! test is a load from [`LOAD_BASE`]` - 1 + ` the count: a count at zero or below reads the
+//! guard pages under the region and faults (SIGSEGV). Both forms keep the same count in the
+//! same slots, and the signal event takes either fault.
 
-use crate::codegen::{imm32, Emit};
+use crate::codegen::{imm32, mem, reg, Emit};
+use crate::instrument::check;
 use crate::observe::decode;
 use crate::state::*;
 use core::ffi::c_int;
 use dep_profile::container::{ThreadEvent, ThreadEventKind};
 use dynamorio_sys::*;
+
+/// Readable bytes a load-form check reads in: a count slot never holds more (see
+/// [`MAX_DISTANCE`]), so the load of a count above zero stays inside.
+const REGION: u64 = 32 << 20;
+/// Inaccessible bytes under the region, which a count at zero or below reads in: a count
+/// is never lower than minus two blocks' instructions (its share, at worst zero less the
+/// block that made it due, less the next block's).
+const GUARD: u64 = 64 << 10;
+/// The farthest a thread's next check is set, over all its slots: each slot's share stays
+/// under [`REGION`] less the 8 bytes a check reads. A check that comes due short of a bound
+/// only sets the next (one fault every few tens of millions of a slot's instructions).
+const MAX_DISTANCE: u64 = (REGION - 64) * COUNT_SLOTS as u64;
+/// Where the readable region starts, in the low 2 GiB (a check's load reaches it with a
+/// 32-bit displacement); 0 where it could not be had: every check then takes the flags form.
+static LOAD_BASE: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// Which form of check counting blocks take: where the flags are live, the load (the
+/// default); `DEP_CHECK_FORM=flags` or `load` takes one everywhere (for the tests).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Form {
+    Auto,
+    Flags,
+    Load,
+}
+
+static mut FORM: Form = Form::Auto;
+
+/// Maps the region load-form checks read and its guard, with windows or bounds; once, in
+/// dr_client_main before any block is built.
+///
+/// # Safety
+/// Called once from dr_client_main before any thread runs application code; exercised by
+/// tests/windows.rs.
+pub unsafe fn init() {
+    FORM = match std::env::var("DEP_CHECK_FORM").as_deref() {
+        Ok("flags") => Form::Flags,
+        Ok("load") => Form::Load,
+        _ => Form::Auto,
+    };
+    if !opts().partial() || FORM == Form::Flags {
+        return;
+    }
+    let size = (GUARD + REGION + 4096) as usize;
+    let flags = dr_alloc_flags_t_DR_ALLOC_NON_HEAP | dr_alloc_flags_t_DR_ALLOC_LOW_2GB;
+    let p = dr_custom_alloc(core::ptr::null_mut(), flags, size, DR_MEMPROT_READ, core::ptr::null_mut());
+    if p.is_null() {
+        return;
+    }
+    let base = p as u64 + GUARD;
+    if dr_memory_protect(p, GUARD as usize, DR_MEMPROT_NONE) == 0 || base + REGION > i32::MAX as u64 {
+        dr_custom_free(core::ptr::null_mut(), flags, p, size);
+        return;
+    }
+    LOAD_BASE.store(base, core::sync::atomic::Ordering::Relaxed);
+}
 
 /// The calling thread's instruction count at the check: the first instruction of the block
 /// that made it.
@@ -46,7 +111,7 @@ fn count_slot(pc: u64) -> u32 {
 /// # Safety
 /// `pt` is the calling thread's own set-up PerThread; exercised by tests/windows.rs.
 unsafe fn check_in(pt: &mut PerThread, at: u64, distance: u64, ran: u64) {
-    let distance = distance.min(i64::MAX as u64) as i64;
+    let distance = distance.min(MAX_DISTANCE) as i64;
     pt.win_base = (at as i64).wrapping_add(distance);
     let left = distance.wrapping_sub(ran as i64);
     for (k, share) in shares(left).into_iter().enumerate() {
@@ -119,9 +184,9 @@ unsafe fn due(pt: &mut PerThread, recorded: bool, insns: u32) -> Then {
     Then::RunAgain
 }
 
-/// What a due check's code at `raw` in the code cache says: `ud2`, then two `nop`s (never
-/// run) whose displacements hold the low 32 bits of the block's address and
-/// `insns | recorded << 31`, as [`entry_check`] lays them out.
+/// What a due check's code at `raw` in the code cache says: `ud2` or the load form's load,
+/// then two `nop`s whose displacements hold the low 32 bits of the block's address and
+/// `insns | recorded << 31`, as [`entry_check`] and [`load_check`] lay them out.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Check {
     /// The low 32 bits of the block's address.
@@ -130,6 +195,8 @@ pub struct Check {
     pub recorded: bool,
     /// Where the block's code goes on, past the check's.
     pub next: u64,
+    /// The signal its fault raises: SIGILL (`ud2`) or SIGSEGV (the load form's load).
+    pub sig: i32,
 }
 
 /// The due check whose `ud2` is at `raw`, decoded; None where the code there is not one.
@@ -139,10 +206,31 @@ pub struct Check {
 /// for the 18 bytes a check's code takes; decoding stops at the first that is not the
 /// check's); exercised by tests/windows.rs and standalone::window_check_decodes.
 pub unsafe fn check_at(dc: *mut core::ffi::c_void, raw: *mut u8) -> Option<Check> {
+    decode_check(dc, raw, LOAD_BASE.load(core::sync::atomic::Ordering::Relaxed))
+}
+
+/// [`check_at`] with load-form checks reading the region at `base` (0: none).
+///
+/// # Safety
+/// As [`check_at`]; exercised by standalone::window_check_decodes.
+pub unsafe fn decode_check(dc: *mut core::ffi::c_void, raw: *mut u8, base: u64) -> Option<Check> {
     let i = instr_create(dc);
     let mut fields = [0u32; 2];
     let mut at = decode(dc, raw, i);
-    let mut ok = !at.is_null() && instr_get_opcode(i) == OP_ud2 as c_int;
+    let mut ok = !at.is_null();
+    let mut sig = libc::SIGILL;
+    if ok && instr_get_opcode(i) != OP_ud2 as c_int {
+        // The load form: `mov r, [r + base - 1]`, from the region, into its own base.
+        let m = instr_get_src(i, 0);
+        ok = base != 0
+            && instr_get_opcode(i) == OP_mov_ld as c_int
+            && opnd_is_base_disp(m) != 0
+            && opnd_get_index(m) == DR_REG_NULL as reg_id_t
+            && opnd_is_reg(instr_get_dst(i, 0)) != 0
+            && opnd_get_base(m) == opnd_get_reg(instr_get_dst(i, 0))
+            && opnd_get_disp(m) as i64 == base as i64 - 1;
+        sig = libc::SIGSEGV;
+    }
     for f in fields.iter_mut() {
         if !ok {
             break;
@@ -157,10 +245,11 @@ pub unsafe fn check_at(dc: *mut core::ffi::c_void, raw: *mut u8) -> Option<Check
         }
     }
     instr_destroy(dc, i);
-    ok.then(|| Check { pc_low: fields[0], insns: fields[1] & !(1 << 31), recorded: fields[1] >> 31 != 0, next: at as u64 })
+    ok.then(|| Check { pc_low: fields[0], insns: fields[1] & !(1 << 31), recorded: fields[1] >> 31 != 0, next: at as u64, sig })
 }
 
-/// The signal event's part, with windows or bounds: a SIGILL at a due check ([`entry_check`]'s `ud2`, its
+/// The signal event's part, with windows or bounds: a SIGILL or SIGSEGV at a due check
+/// ([`entry_check`]'s `ud2`, [`load_check`]'s load in the guard pages; its
 /// translation the block's start) is taken here; None for any other signal. Going on, the
 /// thread resumes in the code cache past the check; running the block again, at its start
 /// in the application's context (which DynamoRIO and drreg have translated the fault to).
@@ -169,7 +258,12 @@ pub unsafe fn check_at(dc: *mut core::ffi::c_void, raw: *mut u8) -> Option<Check
 /// `dc` and `si` are those of the current signal event, `pt` the thread's set-up
 /// PerThread; exercised by tests/windows.rs.
 pub unsafe fn due_signal(dc: *mut core::ffi::c_void, pt: &mut PerThread, si: &mut dr_siginfo_t) -> Option<dr_signal_action_t> {
-    if !opts().partial() || si.sig != libc::SIGILL || si.raw_mcontext_valid == 0 || si.raw_mcontext.is_null() || si.mcontext.is_null() {
+    if !opts().partial()
+        || !matches!(si.sig, libc::SIGILL | libc::SIGSEGV)
+        || si.raw_mcontext_valid == 0
+        || si.raw_mcontext.is_null()
+        || si.mcontext.is_null()
+    {
         return None;
     }
     if si.fault_fragment_info.cache_start_pc.is_null() {
@@ -177,6 +271,11 @@ pub unsafe fn due_signal(dc: *mut core::ffi::c_void, pt: &mut PerThread, si: &mu
     }
     let raw = &mut *si.raw_mcontext;
     let c = check_at(dc, raw.__bindgen_anon_10.pc)?;
+    let base = LOAD_BASE.load(core::sync::atomic::Ordering::Relaxed);
+    // A load-form check faults in the guard pages alone.
+    if c.sig != si.sig || (c.sig == libc::SIGSEGV && !(base - GUARD..base).contains(&(si.access_address as u64))) {
+        return None;
+    }
     let app = &mut *si.mcontext;
     if app.__bindgen_anon_10.pc as u32 != c.pc_low {
         // An application's own ud2 followed by what looks like a check: not ours.
@@ -511,18 +610,71 @@ pub unsafe fn entry_check(e: &Emit, insns: u32, recorded: bool, pc: u64) {
     e.sub(tls(count_slot(pc), 0, OPSZ_8), imm32(insns));
     e.jcc(OP_jnle, go);
     let fault = instr_create_0dst_0src(e.dc, OP_ud2 as c_int);
+    check_fault(e, fault, insns, recorded, pc);
+    e.ins(go);
+}
+
+/// The load form of the check at a counting block's entry: the count through a scratch
+/// register with `lea`, which writes no flags, and a load that faults where it left the
+/// count at zero or below; the flags form ([`entry_check`]) where the flags are dead there,
+/// where the region could not be had, or as `DEP_CHECK_FORM` says.
+///
+/// # Safety
+/// `e` comes from the current basic-block event (see [`Emit`]), at the block's first
+/// application instruction with nothing reserved; exercised by tests/windows.rs and
+/// standalone::window_check_decodes.
+pub unsafe fn counting_check(e: &Emit, insns: u32, pc: u64) {
+    let base = LOAD_BASE.load(core::sync::atomic::Ordering::Relaxed);
+    let mut dead: bool_ = 0;
+    let load = base != 0
+        && match FORM {
+            Form::Flags => false,
+            Form::Load => true,
+            Form::Auto => drreg_are_aflags_dead(e.dc, e.at, &mut dead) == drreg_status_t_DRREG_SUCCESS && dead == 0,
+        };
+    if !load {
+        check(drreg_reserve_aflags(e.dc, e.bb, e.at), "aflags");
+        entry_check(e, insns, false, pc);
+        check(drreg_unreserve_aflags(e.dc, e.bb, e.at), "unreserve aflags");
+        return;
+    }
+    let mut r: reg_id_t = 0;
+    check(drreg_reserve_register(e.dc, e.bb, e.at, core::ptr::null_mut(), &mut r), "reserve");
+    load_check(e, r, base, insns, false, pc);
+    check(drreg_unreserve_register(e.dc, e.bb, e.at, r), "unreserve");
+}
+
+/// The load form's code with `r` as scratch and the region at `base`.
+///
+/// # Safety
+/// As [`counting_check`], `r` reserved; exercised by standalone::window_check_decodes.
+pub unsafe fn load_check(e: &Emit, r: reg_id_t, base: u64, insns: u32, recorded: bool, pc: u64) {
+    let slot = tls(count_slot(pc), 0, OPSZ_8);
+    e.mov_ld(r, slot);
+    e.add_lea(r, (insns as i32).wrapping_neg());
+    e.mov_st(slot, reg(r));
+    let fault = instr_create_1dst_1src(e.dc, OP_mov_ld as c_int, reg(r), mem(r, (base - 1) as i32, OPSZ_8));
+    check_fault(e, fault, insns, recorded, pc);
+}
+
+/// Inserts a check's faulting instruction `fault` and, after it, what the signal event
+/// needs to know of the block.
+///
+/// # Safety
+/// As [`entry_check`]; `fault` is a new instruction.
+unsafe fn check_fault(e: &Emit, fault: *mut instr_t, insns: u32, recorded: bool, pc: u64) {
     // The fault translates to the block's start: none of it has run.
     instr_set_translation(fault, pc as *mut u8);
     instr_set_meta_may_fault(fault, 1);
     e.ins(fault);
     // Data as `nop [disp32]`, which names no register: as `mov`s into rdi, never run,
-    // DynamoRIO crashed emitting recorded blocks (a memcpy to 0; not understood).
+    // DynamoRIO crashed emitting recorded blocks (a memcpy to 0; not understood). (After a
+    // load-form check they do run: two nops.)
     let data = insns | (recorded as u32) << 31;
     for v in [pc as u32, data] {
         let m = opnd_create_base_disp(DR_REG_NULL as reg_id_t, DR_REG_NULL as reg_id_t, 0, v as i32, OPSZ_4 as opnd_size_t);
         e.ins(instr_create_0dst_1src(e.dc, OP_nop_modrm as c_int, m));
     }
-    e.ins(go);
 }
 
 #[cfg(test)]
