@@ -1044,14 +1044,16 @@ fn races(
             "thread-local, atomic, inside watched library calls"
         };
         eprintln!(
-            "dep races: {} threads, {} accesses checked, {} not ({why}), {} sync operations, {} watched calls, {} races; shadow {} MiB; {analysed:.2} s analysis, {:.2} s in all",
+            "dep races: {} threads, {} accesses checked ({} of them quiet: on pages one thread touches or none writes, or repeats), {} not ({why}), {} sync operations, {} watched calls, {} races; shadow {} MiB; {analysed:.2} s analysis ({:.2} s the first pass), {:.2} s in all",
             a.threads,
             s.checked,
+            s.quiet,
             s.skipped,
             s.syncs,
             s.calls,
             n,
             a.shadow_bytes >> 20,
+            a.first_pass_secs,
             started.elapsed().as_secs_f64()
         );
     }

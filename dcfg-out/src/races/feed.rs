@@ -608,7 +608,7 @@ impl<L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Sink for Feed<'_, L, F> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::races::local::Known;
+    use crate::races::local::{Known, Owner};
     use dep_profile::calls::Func;
 
     fn mem(insn: u16, addr: u64) -> MemEvent {
@@ -681,7 +681,7 @@ mod tests {
         assert_eq!(facts.blocks.iter().map(|b| b.plain).collect::<Vec<_>>(), [true, true, false, true]);
         // Pages 0x10, 0x11 and the stack's 0x7f are thread 0's own; 0x30 is its too but
         // holds an atomic location; 0x20 is shared, 0x40 thread 1's.
-        let owners = [(0x10, 0), (0x11, 0), (0x30, 0), (0x7f, 0), (0x40, 1)].into_iter().collect();
+        let owners = [(0x10, 0), (0x11, 0), (0x30, 0), (0x7f, 0), (0x40, 1)].into_iter().map(|(p, t)| (p, Owner::Thread(t))).collect();
         let known = Known::new([(0x30040, 0xff)].into_iter().collect(), Vec::new()).with_owners(owners);
         let (mut fast, mut all) = (0, 0);
         for seed in 1..=200u64 {

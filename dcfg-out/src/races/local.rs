@@ -32,9 +32,9 @@ pub struct Known {
     /// Pages holding such granules.
     atomic_pages: FxHashSet<u64>,
     runtime: Vec<(u64, u64)>,
-    /// The thread that alone touches each page, by page number: pages absent are touched
-    /// by none or by several (see [`Owners`]).
-    owners: FxHashMap<u64, u32>,
+    /// Whose accesses to each page need no check, by page number: pages absent are
+    /// written and touched by several threads, or by none (see [`Owners`]).
+    owners: FxHashMap<u64, Owner>,
     /// The region whose every access is counted (`--region`): its accesses always go to
     /// the engine.
     region: Option<(u64, u64)>,
@@ -47,8 +47,8 @@ impl Known {
         Known { atomic_pages: atomic.keys().map(|g| g >> 12).collect(), atomic, runtime, owners: FxHashMap::default(), region: None }
     }
 
-    /// The pages only one thread touches, from [`Owners::owners`].
-    pub fn with_owners(mut self, owners: FxHashMap<u64, u32>) -> Known {
+    /// The pages whose accesses need no check, from [`Owners::owners`].
+    pub fn with_owners(mut self, owners: FxHashMap<u64, Owner>) -> Known {
         self.owners = owners;
         self
     }
@@ -147,17 +147,30 @@ pub struct Local<'k> {
 /// bytes.)
 const SENT: u32 = 1 << 31;
 
-/// The pages each thread touches, gathered by the first pass: an access to a page that
-/// only its own thread touches in the whole run cannot race (a race needs another thread's
-/// access to a common byte), so it needs no check.
+/// The pages each thread touches and writes, gathered by the first pass: an access to a
+/// page that only its own thread touches in the whole run cannot race (a race needs
+/// another thread's access to a common byte), nor can one to a page no thread writes (a
+/// race needs a write), so neither needs a check.
 pub struct Owners {
     pages: FxHashSet<u64>,
+    written: FxHashSet<u64>,
     /// Pages some other thread may touch too: the engine checks a synchronisation object's
     /// and a freed block's memory as the caller's accesses.
     shared: FxHashSet<u64>,
     /// Pages noted lately, direct-mapped by page number (accesses go to a few pages at a
-    /// time: the stack, the data being walked).
+    /// time: the stack, the data being walked), and pages noted as written lately.
     recent: Box<[u64; 256]>,
+    recent_written: Box<[u64; 256]>,
+}
+
+/// Whose accesses to a page need no check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// The one thread that touches it.
+    Thread(u32),
+    /// Any thread's: no thread writes it (nor does the kernel, for a system call, nor the
+    /// analysis, for a watched call).
+    Unwritten,
 }
 
 /// The numbers of the pages `[addr, end)` touches (the first alone for an empty range).
@@ -168,32 +181,42 @@ fn page_numbers(addr: u64, end: u64) -> std::ops::RangeInclusive<u64> {
 
 impl Default for Owners {
     fn default() -> Self {
-        Owners { pages: FxHashSet::default(), shared: FxHashSet::default(), recent: Box::new([u64::MAX; 256]) }
+        Owners {
+            pages: FxHashSet::default(),
+            written: FxHashSet::default(),
+            shared: FxHashSet::default(),
+            recent: Box::new([u64::MAX; 256]),
+            recent_written: Box::new([u64::MAX; 256]),
+        }
     }
 }
 
 impl Owners {
-    /// Notes `[addr, end)`.
+    /// Notes `[addr, end)`, as written where `write`.
     #[inline]
-    pub fn touch(&mut self, addr: u64, end: u64) {
+    pub fn touch(&mut self, addr: u64, end: u64, write: bool) {
         let p = addr >> 12;
         // Most accesses lie in one page noted lately.
-        if end.saturating_sub(1) >> 12 <= p && self.recent[p as usize & 255] == p {
-            return;
+        let one = end.saturating_sub(1) >> 12 <= p;
+        if !(one && self.recent[p as usize & 255] == p) {
+            Self::note_pages(&mut self.recent, &mut self.pages, addr, end);
         }
-        self.touch_pages(addr, end);
+        if write && !(one && self.recent_written[p as usize & 255] == p) {
+            Self::note_pages(&mut self.recent_written, &mut self.written, addr, end);
+        }
     }
 
+    /// Adds the pages of `[addr, end)` not in `recent` to `set`, and to `recent`.
     #[cold]
     #[inline(never)]
-    fn touch_pages(&mut self, addr: u64, end: u64) {
+    fn note_pages(recent: &mut [u64; 256], set: &mut FxHashSet<u64>, addr: u64, end: u64) {
         // A huge range (the kernel's side of a large read) costs a page each, as the
         // shadow memory it is checked in does.
         for p in page_numbers(addr, end) {
-            let r = &mut self.recent[p as usize & 255];
+            let r = &mut recent[p as usize & 255];
             if *r != p {
                 *r = p;
-                self.pages.insert(p);
+                set.insert(p);
             }
         }
     }
@@ -206,25 +229,37 @@ impl Owners {
     /// Adds what `later` noted (of the same thread).
     pub fn merge(&mut self, later: Owners) {
         self.pages.extend(later.pages);
+        self.written.extend(later.written);
         self.shared.extend(later.shared);
     }
 
-    /// The one thread that touches each page, for the pages that have one and that no
-    /// thread shares: from each thread's notes.
-    pub fn owners(threads: Vec<Owners>) -> FxHashMap<u64, u32> {
-        let mut owner: FxHashMap<u64, u32> = FxHashMap::default();
+    /// Whose accesses to each page need no check, from each thread's notes: pages no
+    /// thread writes, and pages one thread alone touches; never a page some thread shares
+    /// (the analysis writes it for a watched call).
+    pub fn owners(threads: Vec<Owners>) -> FxHashMap<u64, Owner> {
+        // (None: several threads touch it.)
+        let mut owner: FxHashMap<u64, Option<u32>> = FxHashMap::default();
         let mut shared = FxHashSet::default();
+        let mut written = FxHashSet::default();
         for (t, o) in threads.into_iter().enumerate() {
             for p in o.pages {
-                let e = owner.entry(p).or_insert(t as u32);
-                if *e != t as u32 {
-                    *e = u32::MAX;
+                let e = owner.entry(p).or_insert(Some(t as u32));
+                if *e != Some(t as u32) {
+                    *e = None;
                 }
             }
             shared.extend(o.shared);
+            written.extend(o.written);
         }
-        owner.retain(|p, t| *t != u32::MAX && !shared.contains(p));
         owner
+            .into_iter()
+            .filter(|(p, _)| !shared.contains(p))
+            .filter_map(|(p, t)| match t {
+                _ if !written.contains(&p) => Some((p, Owner::Unwritten)),
+                Some(t) => Some((p, Owner::Thread(t))),
+                None => None,
+            })
+            .collect()
     }
 }
 
@@ -320,8 +355,8 @@ impl Repeats {
 /// Entries of a thread's cache of pages (a power of two).
 const PAGE_CACHE: usize = 1024;
 
-/// A page's flag: only this thread touches it in the whole run, it holds no location
-/// locked instructions use, and it is not in the region counted.
+/// A page's flag: only this thread touches it in the whole run, or no thread writes it;
+/// and it is not in the region counted.
 const OWN: u8 = 1;
 /// A page's flag: locked instructions use granules of it.
 const ATOMIC: u8 = 2;
@@ -431,7 +466,13 @@ impl<'k> Local<'k> {
         let k = self.known;
         let atomic = k.atomic_pages.contains(&p);
         let region = k.region.is_some_and(|(lo, hi)| lo >> 12 <= p && p <= hi.saturating_sub(1) >> 12);
-        let own = k.owners.get(&p) == Some(&self.thread) && !atomic && !region;
+        // (A page of the thread's own may hold atomic locations: [`own`](Self::own) tells
+        // its accesses to them from the others.)
+        let own = match k.owners.get(&p) {
+            Some(Owner::Unwritten) => true,
+            Some(&Owner::Thread(t)) => t == self.thread,
+            None => false,
+        } && !region;
         let flags = if own { OWN } else { 0 } | if atomic { ATOMIC } else { 0 };
         self.pages[p as usize & (PAGE_CACHE - 1)] = p << 2 | flags as u64;
         flags
@@ -511,10 +552,39 @@ impl<'k> Local<'k> {
         mask
     }
 
-    /// Whether `[addr, end)` lies in [`OWN`] pages.
+    /// Whether `[addr, end)` lies in [`OWN`] pages and holds no atomic location.
     #[inline]
     fn own(&mut self, addr: u64, end: u64) -> bool {
-        page_numbers(addr, end).all(|p| self.page(p) & OWN != 0)
+        let p = addr >> 12;
+        // Most accesses lie in one page, and one without atomic locations.
+        if end.saturating_sub(1) >> 12 <= p {
+            let f = self.page(p);
+            return f & OWN != 0 && (f & ATOMIC == 0 || self.no_atomic(addr, end));
+        }
+        self.own_pages(addr, end)
+    }
+
+    /// [`own`](Self::own) of a range across pages.
+    #[cold]
+    #[inline(never)]
+    fn own_pages(&mut self, addr: u64, end: u64) -> bool {
+        let mut atomic = false;
+        for p in page_numbers(addr, end) {
+            let f = self.page(p);
+            if f & OWN == 0 {
+                return false;
+            }
+            atomic |= f & ATOMIC != 0;
+        }
+        !atomic || self.no_atomic(addr, end)
+    }
+
+    /// Whether `[addr, end)` holds no atomic location. (An atomic location's accesses
+    /// release or acquire, which is not the thread's business alone even where no other
+    /// thread touches its page.)
+    #[inline(never)]
+    fn no_atomic(&mut self, addr: u64, end: u64) -> bool {
+        !self.is_atomic(addr, end.saturating_sub(addr).min(u32::MAX as u64) as u32)
     }
 
     /// Whether locked instructions use bytes `mask` of the granule at `g`.
@@ -794,21 +864,29 @@ mod tests {
     use super::*;
 
     /// A page is a thread's own when no other thread touches it and no watched call names
-    /// it: a range across pages notes each of them.
+    /// it, and every thread's when no thread writes it and no watched call names it: a
+    /// range across pages notes each of them.
     #[test]
     fn owners_are_the_only_thread_touching_a_page() {
         let mut a = Owners::default();
         let mut b = Owners::default();
-        a.touch(0x1000, 0x1008);
-        a.touch(0x2ffc, 0x3004); // pages 2 and 3
-        a.touch(0x5000, 0x5001);
-        a.touch(0x6000, 0x6001);
-        b.touch(0x3000, 0x3001);
-        b.touch(0x4000, 0x4000 + 3 * 4096); // pages 4, 5, 6
+        a.touch(0x1000, 0x1008, true);
+        a.touch(0x2ffc, 0x3004, true); // pages 2 and 3
+        a.touch(0x5000, 0x5001, true);
+        a.touch(0x6000, 0x6001, false);
+        a.touch(0x8000, 0x8001, false);
+        a.touch(0x9000, 0x9001, false);
+        b.touch(0x3000, 0x3001, false);
+        b.touch(0x4000, 0x4000 + 3 * 4096, false); // pages 4, 5, 6
+        b.touch(0x4ff0, 0x5010, true); // pages 4 and 5
+        b.touch(0x7000, 0x7001, true);
+        b.touch(0x8000, 0x8004, false);
+        b.touch(0x9000, 0x9004, false);
         b.share(0x1ff0, 0x2010); // pages 1 and 2
+        b.share(0x9000, 0x9001);
         let owners = Owners::owners(vec![a, b]);
-        let mut got: Vec<(u64, u32)> = owners.into_iter().collect();
-        got.sort();
-        assert_eq!(got, vec![(4, 1)]);
+        let mut got: Vec<(u64, Owner)> = owners.into_iter().collect();
+        got.sort_by_key(|x| x.0);
+        assert_eq!(got, vec![(4, Owner::Thread(1)), (6, Owner::Unwritten), (7, Owner::Thread(1)), (8, Owner::Unwritten)]);
     }
 }

@@ -83,6 +83,8 @@ pub struct Analysis {
     pub stats: engine::Stats,
     pub threads: usize,
     pub shadow_bytes: usize,
+    /// Seconds the first pass took (atomic locations, sync records, pages' owners).
+    pub first_pass_secs: f64,
 }
 
 /// Runs the analysis over `rec`'s profile; `region` is resolved against `symbols`.
@@ -109,7 +111,9 @@ pub fn analyse(rec: &Recovery, symbols: &crate::program::symbols::Symbolizer, re
         Some((path, _)) if feed::is_runtime(path) => Code::Runtime,
         _ => Code::Program,
     };
+    let started = std::time::Instant::now();
     let FirstPass { atomic, syncs, refs, owners } = first_pass(rec)?;
+    let first_pass_secs = started.elapsed().as_secs_f64();
     // One thread has no other to race with: the first pass read (and so checked) the whole
     // profile, and nothing more is done unless a region's accesses are to be listed.
     if threads.len() == 1 && region.is_none() {
@@ -121,6 +125,7 @@ pub fn analyse(rec: &Recovery, symbols: &crate::program::symbols::Symbolizer, re
             stats: engine::Stats { skipped: refs, ..Default::default() },
             threads: 1,
             shadow_bytes: 0,
+            first_pass_secs,
         });
     }
     let facts = Facts::new(&rec.plans, rec.profile.blocks().len(), &code, BlockExits::build(&rec.plans, symbols));
@@ -190,6 +195,7 @@ pub fn analyse(rec: &Recovery, symbols: &crate::program::symbols::Symbolizer, re
         stats: engine.stats,
         threads: threads.len(),
         shadow_bytes,
+        first_pass_secs,
     })
 }
 
@@ -201,8 +207,8 @@ struct FirstPass {
     syncs: Vec<Vec<u64>>,
     /// The references recovered.
     refs: u64,
-    /// The pages only one thread touches ([`Owners::owners`]).
-    owners: FxHashMap<u64, u32>,
+    /// The pages whose accesses need no check ([`Owners::owners`]).
+    owners: FxHashMap<u64, local::Owner>,
 }
 
 /// The first pass: chunks on all cores.
@@ -230,7 +236,7 @@ fn first_pass(rec: &Recovery) -> Result<FirstPass, RecoverError> {
             self.refs += refs.len() as u64;
             for r in refs {
                 let end = shadow::access_end(r.addr, r.size.max(1));
-                self.pages.touch(r.addr, end);
+                self.pages.touch(r.addr, end, r.access == dep_profile::semantics::Access::Write);
                 if self.flags.get(r.insn as usize).copied().unwrap_or(false) {
                     for (g, mask) in shadow::granules(r.addr, end) {
                         *self.locs.entry(g).or_insert(0) |= mask;
@@ -261,8 +267,8 @@ fn first_pass(rec: &Recovery) -> Result<FirstPass, RecoverError> {
             match m {
                 Marker::Sync { seq, .. } => self.syncs.push(seq),
                 // As much as the second pass checks of it.
-                Marker::Kernel { addr, size, .. } => {
-                    self.pages.touch(addr, shadow::access_end(addr, size.clamp(1, dep_profile::syscalls::SHADOWED)))
+                Marker::Kernel { addr, size, write, .. } => {
+                    self.pages.touch(addr, shadow::access_end(addr, size.clamp(1, dep_profile::syscalls::SHADOWED)), write)
                 }
                 // Any argument may be an object the engine checks: the first KiB of a block
                 // freed, a lock or condition variable.
