@@ -112,11 +112,12 @@ pub fn analyse(rec: &Recovery, symbols: &crate::program::symbols::Symbolizer, re
         _ => Code::Program,
     };
     let started = std::time::Instant::now();
-    let FirstPass { atomic, syncs, refs, owners } = first_pass(rec)?;
-    let first_pass_secs = started.elapsed().as_secs_f64();
-    // One thread has no other to race with: the first pass read (and so checked) the whole
-    // profile, and nothing more is done unless a region's accesses are to be listed.
+    // One thread has no other to race with: the profile is read whole (and so checked),
+    // counting its references, and nothing more is done unless a region's accesses are to
+    // be listed.
     if threads.len() == 1 && region.is_none() {
+        let refs: u64 = rec.events(Source::Dep).merged(|_| dep_recover::Counts::default())?.iter().map(|c| c.reads + c.writes).sum();
+        let first_pass_secs = started.elapsed().as_secs_f64();
         return Ok(Analysis {
             races: Vec::new(),
             sites: Vec::new(),
@@ -128,6 +129,8 @@ pub fn analyse(rec: &Recovery, symbols: &crate::program::symbols::Symbolizer, re
             first_pass_secs,
         });
     }
+    let FirstPass { atomic, syncs, owners } = first_pass(rec)?;
+    let first_pass_secs = started.elapsed().as_secs_f64();
     let facts = Facts::new(&rec.plans, rec.profile.blocks().len(), &code, BlockExits::build(&rec.plans, symbols));
     let spawns: Vec<Option<(u32, u64, u64)>> = threads.iter().map(|t| t.spawn.map(|s| (s.parent, s.seq, s.tls))).collect();
     let runtime: Vec<(u64, u64)> = rec
@@ -205,8 +208,6 @@ struct FirstPass {
     atomic: AtomicBytes,
     /// Each thread's sync record numbers, in order.
     syncs: Vec<Vec<u64>>,
-    /// The references recovered.
-    refs: u64,
     /// The pages whose accesses need no check ([`Owners::owners`]).
     owners: FxHashMap<u64, local::Owner>,
 }
@@ -220,12 +221,11 @@ fn first_pass(rec: &Recovery) -> Result<FirstPass, RecoverError> {
         flags: &'a [bool],
         locs: FxHashMap<u64, u8>,
         syncs: Vec<u64>,
-        refs: u64,
         pages: Owners,
     }
     impl<'a> Atomics<'a> {
         fn new(locked: &'a [Option<Box<[bool]>>]) -> Self {
-            Atomics { locked, flags: &[], locs: FxHashMap::default(), syncs: Vec::new(), refs: 0, pages: Owners::default() }
+            Atomics { locked, flags: &[], locs: FxHashMap::default(), syncs: Vec::new(), pages: Owners::default() }
         }
         #[inline]
         fn enter(&mut self, id: Option<u32>) {
@@ -233,7 +233,6 @@ fn first_pass(rec: &Recovery) -> Result<FirstPass, RecoverError> {
         }
         #[inline]
         fn note(&mut self, refs: &[MemEvent]) {
-            self.refs += refs.len() as u64;
             for r in refs {
                 let end = shadow::access_end(r.addr, r.size.max(1));
                 self.pages.touch(r.addr, end, r.access == dep_profile::semantics::Access::Write);
@@ -288,7 +287,6 @@ fn first_pass(rec: &Recovery) -> Result<FirstPass, RecoverError> {
                 *self.locs.entry(g).or_insert(0) |= m;
             }
             self.syncs.extend(later.syncs);
-            self.refs += later.refs;
             self.pages.merge(later.pages);
             Ok(true)
         }
@@ -299,17 +297,15 @@ fn first_pass(rec: &Recovery) -> Result<FirstPass, RecoverError> {
     let parts = rec.events(Source::Dep).merged(|_| Atomics::new(&locked))?;
     let mut all = FxHashMap::default();
     let mut syncs = Vec::with_capacity(parts.len());
-    let mut refs = 0;
     let mut pages = Vec::with_capacity(parts.len());
     for p in parts {
         for (g, m) in p.locs {
             *all.entry(g).or_insert(0) |= m;
         }
         syncs.push(p.syncs);
-        refs += p.refs;
         pages.push(p.pages);
     }
-    Ok(FirstPass { atomic: all, syncs, refs, owners: Owners::owners(pages) })
+    Ok(FirstPass { atomic: all, syncs, owners: Owners::owners(pages) })
 }
 
 /// A small deterministic generator for the analyses' randomised tests (races, WET): each
