@@ -88,8 +88,9 @@ pub struct Region {
 pub struct Stats {
     /// Accesses checked against the shadow memory.
     pub checked: u64,
-    /// Of those, the accesses their thread's view found quiet (to pages only it touches,
-    /// or repeating its last access of the granule): counted, not sent to the shadow.
+    /// Of those, the accesses their thread's view found quiet (to pages only it touches or
+    /// none writes, or repeating its last access of the granule): counted, not sent to the
+    /// shadow.
     pub quiet: u64,
     /// Accesses not checked: thread-local storage, inside watched library calls, atomics.
     pub skipped: u64,

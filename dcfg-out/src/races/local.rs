@@ -433,10 +433,15 @@ impl<'k> Local<'k> {
     /// Whether `[addr, addr + size)` touches a location locked instructions use.
     #[inline]
     pub fn is_atomic(&mut self, addr: u64, size: u32) -> bool {
+        self.atomic_range(addr, access_end(addr, size.max(1)))
+    }
+
+    /// Whether `[addr, end)` (not empty) touches a location locked instructions use.
+    #[inline]
+    fn atomic_range(&mut self, addr: u64, end: u64) -> bool {
         if self.known.atomic.is_empty() {
             return false;
         }
-        let end = access_end(addr, size.max(1));
         // One granule (most accesses): without the general walk.
         if end - (addr & !7) <= 8 {
             return self.atomic_in(addr & !7, byte_mask(addr & !7, addr, end));
@@ -584,7 +589,8 @@ impl<'k> Local<'k> {
     /// thread touches its page.)
     #[inline(never)]
     fn no_atomic(&mut self, addr: u64, end: u64) -> bool {
-        !self.is_atomic(addr, end.saturating_sub(addr).min(u32::MAX as u64) as u32)
+        // (An empty access is taken as its first byte's, as `is_atomic` takes it.)
+        !self.atomic_range(addr, end.max(access_end(addr, 1)))
     }
 
     /// Whether locked instructions use bytes `mask` of the granule at `g`.
