@@ -206,6 +206,32 @@ impl Owners {
         }
     }
 
+    /// Notes every reference of `refs` as [`touch`](Self::touch) does. Consecutive
+    /// references mostly stay in one page (a stack frame, a buffer being walked): one
+    /// already noted in this call, as read or as written, is passed over on a comparison of
+    /// registers, without the look into `recent`.
+    pub fn touch_refs(&mut self, refs: &[MemEvent]) {
+        // The page last noted, and the page last noted as written (u64::MAX: none; no
+        // page number reaches it).
+        let (mut read, mut written) = (u64::MAX, u64::MAX);
+        for r in refs {
+            let end = access_end(r.addr, r.size.max(1));
+            let p = r.addr >> 12;
+            let write = r.access == Access::Write;
+            let one = (end - 1) >> 12 == p;
+            if one && p == read && (!write || p == written) {
+                continue;
+            }
+            self.touch(r.addr, end, write);
+            if one {
+                read = p;
+                if write {
+                    written = p;
+                }
+            }
+        }
+    }
+
     /// Adds the pages of `[addr, end)` not in `recent` to `set`, and to `recent`.
     #[cold]
     #[inline(never)]
@@ -894,5 +920,41 @@ mod tests {
         let mut got: Vec<(u64, Owner)> = owners.into_iter().collect();
         got.sort_by_key(|x| x.0);
         assert_eq!(got, vec![(4, Owner::Thread(1)), (6, Owner::Unwritten), (7, Owner::Thread(1)), (8, Owner::Unwritten)]);
+    }
+
+    /// References noted together note the pages and written pages that noting each one
+    /// alone does: runs in one page, reads then writes of a page, writes then reads,
+    /// ranges across pages, empty and huge sizes, and more pages than `recent` holds.
+    #[test]
+    fn touch_refs_notes_what_touch_notes() {
+        for seed in 1..=200u64 {
+            let mut rand = crate::races::xorshift(seed);
+            let refs: Vec<MemEvent> = (0..rand(400) + 1)
+                .map(|_| {
+                    let page = match rand(4) {
+                        0 => rand(4),
+                        1 => rand(600),
+                        _ => 7,
+                    };
+                    let size = match rand(8) {
+                        0 => 0,
+                        1 => 1 + rand(3 * 4096) as u32,
+                        _ => 1 << rand(4),
+                    };
+                    let access = if rand(3) == 0 { Access::Write } else { Access::Read };
+                    let addr = if rand(50) == 0 { u64::MAX - rand(8) } else { (page << 12) + rand(4096) };
+                    MemEvent { pc: 0x401000, addr, size, access, conditional: false, insn: 0 }
+                })
+                .collect();
+            let mut one = Owners::default();
+            for r in &refs {
+                one.touch(r.addr, access_end(r.addr, r.size.max(1)), r.access == Access::Write);
+            }
+            let mut all = Owners::default();
+            let cut = rand(refs.len() as u64 + 1) as usize;
+            all.touch_refs(&refs[..cut]);
+            all.touch_refs(&refs[cut..]);
+            assert_eq!((all.pages, all.written), (one.pages, one.written), "seed {seed}");
+        }
     }
 }

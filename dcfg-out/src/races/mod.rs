@@ -233,6 +233,10 @@ fn first_pass(rec: &Recovery) -> Result<FirstPass, RecoverError> {
         }
         #[inline]
         fn note(&mut self, refs: &[MemEvent]) {
+            if self.flags.is_empty() {
+                self.pages.touch_refs(refs);
+                return;
+            }
             for r in refs {
                 let end = shadow::access_end(r.addr, r.size.max(1));
                 self.pages.touch(r.addr, end, r.access == dep_profile::semantics::Access::Write);
@@ -256,10 +260,21 @@ fn first_pass(rec: &Recovery) -> Result<FirstPass, RecoverError> {
             Ok(true)
         }
         fn run(&mut self, run: &Run) -> Result<bool, RecoverError> {
-            for (b, refs) in run.records() {
-                self.enter(Some(b.id));
-                self.note(refs);
+            // Blocks with no locked instruction (nearly all) only have their pages noted:
+            // their references are taken together, up to the next block with one.
+            let refs = run.refs();
+            let (mut from, mut at) = (0, 0);
+            for b in run.blocks() {
+                let n = b.refs as usize;
+                if matches!(self.locked.get(b.id as usize), Some(Some(_))) {
+                    self.pages.touch_refs(&refs[from..at]);
+                    self.enter(Some(b.id));
+                    self.note(&refs[at..at + n]);
+                    from = at + n;
+                }
+                at += n;
             }
+            self.pages.touch_refs(&refs[from..at]);
             Ok(true)
         }
         fn marker(&mut self, _: u32, m: Marker) -> Result<bool, RecoverError> {
