@@ -848,6 +848,15 @@ impl<'k> Local<'k> {
             self.send(addr, site, 0, s, out);
             return;
         }
+        self.access_unowned(addr, end, read, skip, Site { pc, caller, write, size, atomic, kernel }, out);
+    }
+
+    /// [`access`](Self::access) of memory not the thread's own (or the kernel's access):
+    /// apart, so that the common case, an access to the thread's own pages, saves and
+    /// restores fewer registers.
+    #[inline(never)]
+    fn access_unowned(&mut self, addr: u64, end: u64, read: bool, skip: bool, s: Site, out: &mut Vec<Act>) {
+        let Site { size, atomic, kernel, .. } = s;
         let shared = !atomic && self.is_atomic(addr, size);
         if shared && read {
             self.renew(out);
@@ -861,7 +870,6 @@ impl<'k> Local<'k> {
         if shared {
             flags |= SHARED_ATOMIC;
         }
-        let s = Site { pc, caller, write, size, atomic, kernel };
         let site = self.site(s, out);
         let counted = self.known.region.is_some_and(|(lo, hi)| addr < hi && end > lo);
         if flags != 0 {
