@@ -275,6 +275,10 @@ fn first_pass(rec: &Recovery) -> Result<FirstPass, RecoverError> {
                 at += n;
             }
             self.pages.touch_refs(&refs[from..at]);
+            // As after each block's own entry: the last block's flags are the current ones.
+            if let Some(b) = run.blocks().last() {
+                self.enter(Some(b.id));
+            }
             Ok(true)
         }
         fn marker(&mut self, _: u32, m: Marker) -> Result<bool, RecoverError> {
