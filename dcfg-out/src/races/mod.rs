@@ -231,17 +231,23 @@ fn first_pass(rec: &Recovery) -> Result<FirstPass, RecoverError> {
         fn enter(&mut self, id: Option<u32>) {
             self.flags = id.and_then(|id| self.locked.get(id as usize)).and_then(|f| f.as_deref()).unwrap_or(&[]);
         }
+        /// Notes the pages of `refs`, and the granules the current block's locked
+        /// instructions touch among them.
         #[inline]
         fn note(&mut self, refs: &[MemEvent]) {
-            if self.flags.is_empty() {
-                self.pages.touch_refs(refs);
+            self.pages.touch_refs(refs);
+            self.locks(self.flags, refs);
+        }
+        /// Notes the granules touched by the references of `refs` whose instruction
+        /// `flags` marks locked.
+        #[inline]
+        fn locks(&mut self, flags: &[bool], refs: &[MemEvent]) {
+            if flags.is_empty() {
                 return;
             }
             for r in refs {
-                let end = shadow::access_end(r.addr, r.size.max(1));
-                self.pages.touch(r.addr, end, r.access == dep_profile::semantics::Access::Write);
-                if self.flags.get(r.insn as usize).copied().unwrap_or(false) {
-                    for (g, mask) in shadow::granules(r.addr, end) {
+                if flags.get(r.insn as usize).copied().unwrap_or(false) {
+                    for (g, mask) in shadow::granules(r.addr, shadow::access_end(r.addr, r.size.max(1))) {
                         *self.locs.entry(g).or_insert(0) |= mask;
                     }
                 }
@@ -260,21 +266,15 @@ fn first_pass(rec: &Recovery) -> Result<FirstPass, RecoverError> {
             Ok(true)
         }
         fn run(&mut self, run: &Run) -> Result<bool, RecoverError> {
-            // Blocks with no locked instruction (nearly all) only have their pages noted:
-            // their references are taken together, up to the next block with one.
-            let refs = run.refs();
-            let (mut from, mut at) = (0, 0);
-            for b in run.blocks() {
-                let n = b.refs as usize;
-                if matches!(self.locked.get(b.id as usize), Some(Some(_))) {
-                    self.pages.touch_refs(&refs[from..at]);
-                    self.enter(Some(b.id));
-                    self.note(&refs[at..at + n]);
-                    from = at + n;
+            // Pages are sets, noted in any order: the run's all at once, then the locked
+            // accesses of the blocks that have any (few).
+            self.pages.touch_refs(run.refs());
+            let locked = self.locked;
+            for (b, refs) in run.records() {
+                if let Some(Some(flags)) = locked.get(b.id as usize) {
+                    self.locks(flags, refs);
                 }
-                at += n;
             }
-            self.pages.touch_refs(&refs[from..at]);
             // As after each block's own entry: the last block's flags are the current ones.
             if let Some(b) = run.blocks().last() {
                 self.enter(Some(b.id));
