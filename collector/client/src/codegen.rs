@@ -34,6 +34,25 @@ impl Emit {
     /// eight_threads_with_mutexes and standalone::avx512_forms_encode.
     pub unsafe fn ins(&self, i: *mut instr_t) {
         crate::encodings::attach(self.dc, i);
+        self.place(i);
+    }
+
+    /// Inserts as [`ins`](Self::ins), for an instruction holding one block's own data (its
+    /// address, tag or count): its machine code is its own, not the shared cache's
+    /// ([`attach_own`](crate::encodings::attach_own)).
+    ///
+    /// # Safety
+    /// As [`ins`](Self::ins).
+    pub unsafe fn ins_data(&self, i: *mut instr_t) {
+        crate::encodings::attach_own(self.dc, i);
+        self.place(i);
+    }
+
+    /// Inserts `i` before `at`, or appends it when `at` is null.
+    ///
+    /// # Safety
+    /// As [`ins`](Self::ins).
+    unsafe fn place(&self, i: *mut instr_t) {
         if self.at.is_null() {
             instrlist_meta_append(self.bb, i);
         } else {
@@ -65,7 +84,15 @@ impl Emit {
         unsafe { self.ins(instr_create_1dst_1src(self.dc, OP_mov_st as c_int, dst, src)) };
     }
 
-    /// `mov reg, imm64`.
+    /// `mov dst, src` (a store) of one block's own data (see [`ins_data`](Self::ins_data)).
+    pub fn mov_st_data(&self, dst: opnd_t, src: opnd_t) {
+        // SAFETY: `self` came from `Emit::new`, whose contract makes `dc` and `bb` live;
+        // exercised by tests/collector.rs hello and standalone::block_data_is_not_cached.
+        unsafe { self.ins_data(instr_create_1dst_1src(self.dc, OP_mov_st as c_int, dst, src)) };
+    }
+
+    /// `mov reg, imm64` (an address: machine code of its own, as
+    /// [`attach`](crate::encodings::attach) gives every 8-byte immediate).
     pub fn mov_imm64(&self, dst: reg_id_t, v: u64) {
         // SAFETY: `self` came from `Emit::new`, whose contract makes `dc` and `bb` live;
         // exercised by tests/collector.rs hello, eight_threads_with_mutexes and

@@ -39,6 +39,9 @@ fn with_cache<R>(f: impl FnOnce(&mut FxHashMap<Box<[u64]>, &'static [u8]>) -> R)
 struct Key {
     words: [u64; MAX_KEY],
     len: usize,
+    /// It holds an 8-byte immediate: an address (a block's, an instruction's), one
+    /// instruction's own data.
+    address: bool,
 }
 
 impl Key {
@@ -64,6 +67,7 @@ unsafe fn operand_key(o: opnd_t, key: &mut Key) -> Option<()> {
     if opnd_is_reg(o) != 0 {
         key.extend([1, opnd_get_reg(o) as u64])
     } else if opnd_is_immed_int(o) != 0 {
+        key.address |= opnd_get_size(o) == OPSZ_8 as opnd_size_t;
         key.extend([2, opnd_get_immed_int(o) as u64, opnd_get_size(o) as u64])
     } else if opnd_is_base_disp(o) != 0 {
         // Far (segment) operands are base-disp operands too; the segment is in the key.
@@ -94,7 +98,7 @@ unsafe fn shape(i: *mut instr_t) -> Option<Key> {
         return None;
     }
     let (ns, nd) = (instr_num_srcs(i), instr_num_dsts(i));
-    let mut key = Key { words: [0; MAX_KEY], len: 0 };
+    let mut key = Key { words: [0; MAX_KEY], len: 0, address: false };
     key.extend([instr_get_opcode(i) as u64, ns as u64, nd as u64])?;
     for k in 0..ns {
         operand_key(instr_get_src(i, k as _), &mut key)?;
@@ -107,7 +111,9 @@ unsafe fn shape(i: *mut instr_t) -> Option<Key> {
 
 /// Attaches `i`'s machine code as its raw bits, encoding it only the first time its shape
 /// is seen; leaves `i` alone if its shape may not be cached or it does not encode (then
-/// DynamoRIO reports the failure where it would have).
+/// DynamoRIO reports the failure where it would have). A shape holding an address (an
+/// 8-byte immediate: a `mov reg, imm64`, a clean call's pc argument) is one instruction's
+/// own and gets machine code of its own ([`attach_own`]).
 ///
 /// # Safety
 /// `dc` is a live drcontext and `i` a valid instruction built with it, not yet encoded;
@@ -115,19 +121,14 @@ unsafe fn shape(i: *mut instr_t) -> Option<Key> {
 /// standalone::avx512_forms_encode.
 pub unsafe fn attach(dc: *mut c_void, i: *mut instr_t) {
     let Some(key) = shape(i) else { return };
+    if key.address {
+        return own(dc, i);
+    }
     let found = with_cache(|c| c.get(key.words()).copied());
     let bytes = match found {
         Some(b) => b,
         None => {
-            let mut buf = [0u8; MAX_LEN];
-            let end = instr_encode(dc, i, buf.as_mut_ptr());
-            if end.is_null() {
-                return;
-            }
-            let len = end.offset_from(buf.as_ptr()) as usize;
-            if len == 0 || len > MAX_LEN {
-                return;
-            }
+            let Some((buf, len)) = encode(dc, i) else { return };
             with_cache(|c| *c.entry(key.words().into()).or_insert_with(|| Box::leak(buf[..len].to_vec().into_boxed_slice())))
         }
     };
@@ -136,6 +137,54 @@ pub unsafe fn attach(dc: *mut c_void, i: *mut instr_t) {
     // operands stay valid for whoever reads them.
     instr_set_raw_bits(i, bytes.as_ptr() as *mut byte, bytes.len() as uint);
     instr_set_operands_valid(i, 1);
+}
+
+/// Attaches `i`'s machine code as raw bits of its own, encoded now and not cached: for
+/// instructions whose operands hold one block's own data (its address, tag or count). In
+/// the cache each would be a shape seen about once (twice where a trace rebuilds the
+/// block), so the cache grew with the program's code, a shape or two per block, held
+/// forever, and its lookups missed memory: on `python3 -c pass` counting outside windows,
+/// the lookups took 4.6% of the run. Leaves `i` alone where [`attach`] would.
+///
+/// # Safety
+/// As [`attach`]; exercised by standalone::block_data_is_not_cached and tests/windows.rs.
+pub unsafe fn attach_own(dc: *mut c_void, i: *mut instr_t) {
+    if shape(i).is_some() {
+        own(dc, i);
+    }
+}
+
+/// Encodes `i` into raw bits of its own.
+///
+/// # Safety
+/// As [`attach`], and `i`'s shape may be cached (its encoding does not depend on its place).
+unsafe fn own(dc: *mut c_void, i: *mut instr_t) {
+    let Some((mut buf, len)) = encode(dc, i) else { return };
+    // DynamoRIO's own allocation, freed with the instruction; it marks the operands
+    // invalid, which they are not.
+    instr_allocate_raw_bits(dc, i, len as uint);
+    instr_set_raw_bytes(i, buf.as_mut_ptr(), len as uint);
+    instr_set_operands_valid(i, 1);
+}
+
+/// `i`'s machine code and its length, or None if it does not encode.
+///
+/// # Safety
+/// As [`attach`].
+unsafe fn encode(dc: *mut c_void, i: *mut instr_t) -> Option<([u8; MAX_LEN], usize)> {
+    let mut buf = [0u8; MAX_LEN];
+    let end = instr_encode(dc, i, buf.as_mut_ptr());
+    if end.is_null() {
+        return None;
+    }
+    let len = end.offset_from(buf.as_ptr()) as usize;
+    (1..=MAX_LEN).contains(&len).then_some((buf, len))
+}
+
+/// How many shapes the cache holds (for tests).
+#[cfg(test)]
+pub fn cached_shapes() -> usize {
+    with_cache(|c| c.len())
 }
 
 /// Attaches machine code to every inserted instruction of `bb` that has none yet and whose

@@ -621,14 +621,14 @@ unsafe fn block_entry(e: &Emit, info: &BlockInfo) {
     e.ins(lsame);
     if info.version > 0 {
         e.mov_st(mem(r, 0, OPSZ_4), imm32((CTL_CODE_VERSION as u32) << 16));
-        e.mov_st(mem(r, 4, OPSZ_4), imm32(info.version));
+        e.mov_st_data(mem(r, 4, OPSZ_4), imm32(info.version));
         e.add_lea(r, 8);
     }
     if lo == 0 {
         e.mov_st(mem(r, 0, OPSZ_4), imm32(0));
         e.add_lea(r, 4);
     } else {
-        e.mov_st(mem(r, 0, OPSZ_2), imm(lo as i16 as i64, OPSZ_2));
+        e.mov_st_data(mem(r, 0, OPSZ_2), imm(lo as i16 as i64, OPSZ_2));
         e.add_lea(r, 2);
     }
     e.mov_st(tls(S_TAGPTR, 0, OPSZ_8), reg(r));

@@ -467,6 +467,44 @@ fn cached_encodings_are_each_shapes_own() {
     });
 }
 
+/// A block's own data (its L-tag, a window check's address and count, a truth record's
+/// pc) gets machine code of its own and leaves the shape cache as it was: cached, every
+/// block would add shapes that are never looked up again.
+#[test]
+fn block_data_is_not_cached() {
+    use crate::codegen::{imm, mem};
+    let (rax, rcx) = (DR_REG_RAX as reg_id_t, DR_REG_RCX as reg_id_t);
+    // SAFETY: standalone mode gives a drcontext for building and encoding instructions, and the
+    // list is destroyed.
+    with_dynamorio(|dc| unsafe {
+        let before = crate::encodings::cached_shapes();
+        let bb = instrlist_create(dc);
+        let e = Emit::new(dc, bb, core::ptr::null_mut());
+        let mut want = Vec::new();
+        for k in 0..40u64 {
+            let pc = 0x7f12_3456_0000 + k * 0x31;
+            e.mov_imm64(rcx, pc);
+            want.push(format!("mov rcx,{pc:X}h"));
+            e.mov_st_data(mem(rax, 0, OPSZ_2), imm(0x1000 + k as i64, OPSZ_2));
+            want.push(format!("mov word ptr [rax],{:X}h", 0x1000 + k));
+            let m =
+                opnd_create_base_disp(DR_REG_NULL as reg_id_t, DR_REG_NULL as reg_id_t, 0, 0x5000_0000 + k as i32, OPSZ_4 as opnd_size_t);
+            e.ins_data(instr_create_0dst_1src(dc, OP_nop_modrm as core::ffi::c_int, m));
+            want.push(format!("nop [{:X}h]", 0x5000_0000 + k));
+        }
+        let mut got = Vec::new();
+        let mut k = instrlist_first(bb);
+        while !k.is_null() {
+            assert_ne!(instr_raw_bits_valid(k), 0, "instruction {} has no machine code", got.len());
+            got.push(encoded_text(dc, k));
+            k = instr_get_next(k);
+        }
+        instrlist_clear_and_destroy(dc, bb);
+        assert_eq!(got, want);
+        assert_eq!(crate::encodings::cached_shapes(), before, "block data went into the shape cache");
+    });
+}
+
 /// The no-op that turns DynamoRIO's AVX-512 state saving on (lib.rs avx512_state_kept) is
 /// chosen for every CPU, and both forms encode (on any CPU: encoding needs no AVX-512) to a
 /// copy of k7 to itself, as iced-x86 decodes them.

@@ -674,7 +674,7 @@ unsafe fn check_fault(e: &Emit, fault: *mut instr_t, insns: u32, recorded: bool,
     let data = insns | (recorded as u32) << 31;
     for v in [pc as u32, data] {
         let m = opnd_create_base_disp(DR_REG_NULL as reg_id_t, DR_REG_NULL as reg_id_t, 0, v as i32, OPSZ_4 as opnd_size_t);
-        e.ins(instr_create_0dst_1src(e.dc, OP_nop_modrm as c_int, m));
+        e.ins_data(instr_create_0dst_1src(e.dc, OP_nop_modrm as c_int, m));
     }
 }
 
