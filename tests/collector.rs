@@ -269,6 +269,16 @@ fn hello() {
     corpus_check("hello", &[]);
 }
 
+/// Valgrind client requests (DynamoRIO drops them from their blocks and answers them
+/// itself) run as they do natively: the program is told it is not under Valgrind, and the
+/// blocks around them recover; pops to rsp-relative memory are recorded at the address
+/// after the pop's increment in the truth too.
+#[test]
+fn valgrind_requests_and_stack_pops() {
+    let out = corpus_check_all_modes("vgrequests");
+    assert!(out.contains("running on valgrind: 0 of 1000"), "{out}");
+}
+
 #[test]
 fn exit_status_is_the_programs() {
     corpus_check("exit_code", &[]);

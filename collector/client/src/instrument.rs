@@ -251,7 +251,65 @@ unsafe fn writable_code(dc: *mut c_void, bb: *mut instrlist_t) {
     }
 }
 
-/// App2app: writable code ends at its first write ([`writable_code`]); a rep string never
+/// Valgrind client requests run as the program runs them natively. DynamoRIO recognises
+/// Valgrind's request sequence (four `rol rdi` that cancel out, then `xchg rbx, rbx`; V8,
+/// glib and others use it to tell Valgrind about their code and memory), drops those
+/// instructions from the block and calls its own handler, which answers as Valgrind would
+/// (`RUNNING_ON_VALGRIND` is 1 under DynamoRIO). So the block is not contiguous code, which
+/// a profile's block table cannot describe (`node` stopped with "split the block
+/// differently"), and the program may choose Valgrind's paths. The handler's label and its
+/// placeholder go (rdx keeps the request's default, the program's own answer when Valgrind
+/// is absent), and the block ends before its first gap; the next block starts after the
+/// dropped instructions, as DynamoRIO runs them. DynamoRIO's own annotations skipped
+/// without a handler leave a gap too, and are cut the same way.
+///
+/// # Safety
+/// DynamoRIO's app2app event's live `dc` and `bb`; exercised by tests/collector.rs
+/// valgrind_requests_and_stack_pops.
+unsafe fn annotations(dc: *mut c_void, bb: *mut instrlist_t) {
+    let note = DR_NOTE_ANNOTATION as usize;
+    let mut found = false;
+    let mut i = instrlist_first(bb);
+    while !i.is_null() {
+        let next = instr_get_next(i);
+        if instr_get_note(i) as usize == note && (instr_is_label(i) != 0 || instr_get_opcode(i) == OP_mov_st as core::ffi::c_int) {
+            // Keep a placeholder that is the block's only application instruction: a block
+            // needs one (it stands for the `xchg`, which runs as a no-op).
+            let alone = instr_is_app(i) != 0 && instrlist_first_app(bb) == i && instr_get_next_app(i).is_null();
+            if !alone {
+                instrlist_remove(bb, i);
+                instr_destroy(dc, i);
+            }
+            found = true;
+        }
+        i = next;
+    }
+    if !found {
+        return;
+    }
+    let mut i = instrlist_first_app(bb);
+    while !i.is_null() {
+        let next = instr_get_next_app(i);
+        if next.is_null() {
+            break;
+        }
+        let end = instr_get_app_pc(i).add(instr_length(dc, i) as usize);
+        if end != instr_get_app_pc(next) {
+            let mut rest = next;
+            while !rest.is_null() {
+                let after = instr_get_next(rest);
+                instrlist_remove(bb, rest);
+                instr_destroy(dc, rest);
+                rest = after;
+            }
+            break;
+        }
+        i = next;
+    }
+}
+
+/// App2app: Valgrind requests run natively ([`annotations`]); writable code ends at its
+/// first write ([`writable_code`]); a rep string never
 /// ends a block (its pointer is recorded after it), and one alone in its block runs as a
 /// loop (drutil), which leaves room after it in the block.
 ///
@@ -260,6 +318,7 @@ unsafe fn writable_code(dc: *mut c_void, bb: *mut instrlist_t) {
 /// the duration of the call; exercised by tests/collector.rs hello, eight_threads_with_mutexes and
 /// standalone::avx512_forms_encode.
 pub unsafe extern "C" fn app2app(dc: *mut c_void, _tag: *mut c_void, bb: *mut instrlist_t, _ft: bool_, _tr: bool_) -> dr_emit_flags_t {
+    annotations(dc, bb);
     writable_code(dc, bb);
     // The same in truth mode: the truth observes rep strings and gathers as they run
     // (observe.rs) instead of expanding them, so a truth run's blocks are a plain run's.
@@ -871,12 +930,18 @@ unsafe fn truth_refs(e: &Emit, pc: u64, used: RegSet, in_loop: bool) {
     // also read the header's XSTATE_BV, 8 bytes at offset 512, which DynamoRIO does not
     // list (SDM vol. 1, 13.7; profile/FORMAT.md).
     let reads_header = [OP_xsave32, OP_xsave64, OP_xsaveopt32, OP_xsaveopt64].contains(&(instr_get_opcode(at) as u32));
+    // POP addresses a destination based on rsp with rsp after its increment (SDM vol. 2B,
+    // POP), where drutil takes the registers as they are before the instruction.
+    let pop = instr_get_opcode(at) as u32 == OP_pop;
     let mut refs = Vec::new();
     for (o, written) in crate::observe::memory_operands(at) {
         if written && reads_header {
             refs.push((o, 1u32, 512));
         }
-        refs.push((o, if written { 2u32 } else { 1 }, 0));
+        let base = opnd_get_base(o) as u32;
+        let after_pop =
+            if written && pop && (base == DR_REG_RSP || base == DR_REG_ESP) { opnd_size_in_bytes(opnd_get_size(o)) as i32 } else { 0 };
+        refs.push((o, if written { 2u32 } else { 1 }, after_pop));
     }
     // Address registers of string operations are implicit: keep rsi/rdi out of the way too.
     let mut avoid = used;
