@@ -1,6 +1,8 @@
-/* Exhausts its descriptors: lowers RLIMIT_NOFILE to 64, opens /dev/null until EMFILE,
-   then (still with no descriptor free) works, makes a thread and forks a child, closes
-   them all and checks that every number below the limit can be taken again. */
+/* Exhausts its descriptors: first raises RLIMIT_NOFILE's soft limit to the hard one and
+   reads it back (as Java does at start-up), then lowers it to 64 (checking the previous
+   limit prlimit reports), opens /dev/null until EMFILE, then (still with no descriptor
+   free) works, makes a thread and forks a child, closes them all and checks that every
+   number below the limit can be taken again. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -30,8 +32,16 @@ static void *worker(void *arg)
 
 int main(void)
 {
+    struct rlimit got = {0, 0}, back = {0, 0}, old = {0, 0};
+    int gr = getrlimit(RLIMIT_NOFILE, &got);
+    struct rlimit up = {got.rlim_max, got.rlim_max};
+    int sr = setrlimit(RLIMIT_NOFILE, &up);
+    int br = getrlimit(RLIMIT_NOFILE, &back);
+    int same = br == 0 && back.rlim_cur == up.rlim_cur && back.rlim_max == up.rlim_max && up.rlim_max > 64;
+    printf("limit: get %d, raised %d, read back %s\n", gr, sr, same ? "as set" : "otherwise");
     struct rlimit rl = {64, 64};
-    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) { perror("setrlimit"); return 1; }
+    if (prlimit(0, RLIMIT_NOFILE, &rl, &old) != 0) { perror("prlimit"); return 1; }
+    printf("previous limit %s\n", old.rlim_cur == back.rlim_cur && old.rlim_max == back.rlim_max ? "as read" : "otherwise");
     int fds[64], n = 0, fd;
     while ((fd = open("/dev/null", O_RDONLY)) >= 0) fds[n++] = fd;
     int e = errno;

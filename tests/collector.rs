@@ -644,9 +644,10 @@ fn execve_that_fails() {
     assert!(c[0].0 > 1000);
 }
 
-/// A program that lowers its descriptor limit and opens files until EMFILE gets the same
-/// count as natively (DynamoRIO's reserved descriptors do not lift the program's limit), and
-/// its work recovers to the truth. A child forked with no descriptor free cannot connect
+/// A program reads its descriptor limit as the kernel has it (DynamoRIO reports 0 with
+/// none reserved), raises and lowers it, and opening files until EMFILE gets the same count
+/// as natively (DynamoRIO's reserved descriptors do not lift the program's limit); its work
+/// recovers to the truth. A child forked with no descriptor free cannot connect
 /// to dep: dep says so in one line and the child runs unrecorded.
 #[test]
 fn descriptors_exhausted() {

@@ -11,6 +11,7 @@ mod encodings;
 mod handoff;
 mod instrument;
 mod observe;
+mod rlimit;
 mod slab;
 #[cfg(test)]
 mod standalone;
@@ -381,8 +382,19 @@ const SYS_MAPPING: [c_int; 8] = [
 /// DynamoRIO calls it to ask which system calls to intercept, with valid pointers for the duration
 /// of the call; exercised by tests/collector.rs hello and eight_threads_with_mutexes.
 unsafe extern "C" fn syscall_filter(_dc: *mut c_void, sysnum: c_int) -> bool_ {
-    (matches!(sysnum, SYS_RT_SIGRETURN | SYS_EXECVE | SYS_EXECVEAT | SYS_EXIT_GROUP | SYS_CLOSE | SYS_DUP2 | SYS_DUP3 | SYS_CLOSE_RANGE)
-        || SYS_MAPPING.contains(&sysnum)
+    (matches!(
+        sysnum,
+        SYS_RT_SIGRETURN
+            | SYS_EXECVE
+            | SYS_EXECVEAT
+            | SYS_EXIT_GROUP
+            | SYS_CLOSE
+            | SYS_DUP2
+            | SYS_DUP3
+            | SYS_CLOSE_RANGE
+            | rlimit::SYS_GETRLIMIT
+            | rlimit::SYS_PRLIMIT64
+    ) || SYS_MAPPING.contains(&sysnum)
         || SYS_SYNC.contains(&sysnum)
         || (sysnum >= 0 && syscalls::recorded(sysnum as u64))) as bool_
 }
@@ -403,6 +415,9 @@ unsafe extern "C" fn post_syscall(dc: *mut c_void, sysnum: c_int) {
     }
     let pt = get(dc);
     if !pt.is_null() {
+        if let Some((_, p)) = (*pt).rlimit.take().filter(|r| r.0 == sysnum) {
+            rlimit::after(dc, p);
+        }
         if let Some(k) = (*pt).sync_syscall.take() {
             push_sync(&mut *pt, dep_profile::tags::SYNC_AFTER | k);
         }
@@ -710,6 +725,7 @@ unsafe extern "C" fn pre_syscall(dc: *mut c_void, sysnum: c_int) -> bool_ {
             let status = dr_syscall_get_param(dc, 0) as i32;
             send(wire::EXIT, 0, &[&status.to_le_bytes()]);
         }
+        rlimit::SYS_GETRLIMIT | rlimit::SYS_PRLIMIT64 => pt.rlimit = rlimit::before(dc, sysnum).map(|p| (sysnum, p)),
         _ => {}
     }
     1

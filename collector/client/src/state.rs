@@ -380,6 +380,8 @@ pub struct PerThread {
     pub syscall_seq: Option<u64>,
     /// A clone under way: the sync record before it and the new thread's TLS pointer.
     pub cloning: Option<(u64, u64)>,
+    /// A call reporting the descriptor limit under way: its number, and what to report.
+    pub rlimit: Option<(core::ffi::c_int, crate::rlimit::Pending)>,
     /// The recorded system call under way ([`dep_profile::syscalls::recorded`]).
     pub syscall: Option<PendingSyscall>,
     /// The tag pointer right after the current chunk's start record.
@@ -599,6 +601,7 @@ pub unsafe fn new_thread(dc: *mut c_void) -> *mut PerThread {
         sync_syscall: None,
         syscall_seq: None,
         cloning: None,
+        rlimit: None,
         syscall: None,
         chunk_open: core::ptr::null_mut(),
         win_base: 0,
