@@ -293,8 +293,8 @@ unsafe fn annotations(dc: *mut c_void, bb: *mut instrlist_t) {
         if next.is_null() {
             break;
         }
-        let end = instr_get_app_pc(i).add(instr_length(dc, i) as usize);
-        if end != instr_get_app_pc(next) {
+        let end = instr_get_app_pc(i) as u64 + instr_length(dc, i) as u64;
+        if end != instr_get_app_pc(next) as u64 {
             let mut rest = next;
             while !rest.is_null() {
                 let after = instr_get_next(rest);
