@@ -399,6 +399,40 @@ fn python3_from_the_system() {
     check("python3", Path::new(exe.trim()), &["-c", "print(sum(i * i for i in range(20000)))"]);
 }
 
+/// A JIT runtime from the system: node (V8) issues Valgrind client requests and pops to
+/// rsp-based memory in its builtins, and writes and runs its own code.
+#[test]
+fn node_from_the_system() {
+    let node = run(Command::new("sh").args(["-c", "command -v node"]));
+    let node = String::from_utf8(node.stdout).unwrap();
+    assert!(!node.trim().is_empty(), "node is not installed (scripts/setup.sh installs it)");
+    check(
+        "node",
+        Path::new(node.trim()),
+        &["-e", "let a=[];for(let i=0;i<5000;i++)a.push((i*7919)%1000);a.sort((x,y)=>x-y);console.log(a[2500])"],
+    );
+}
+
+/// Java (HotSpot, its JIT and a dozen threads) raises its descriptor limit to the hard one
+/// at start-up, which under DynamoRIO's report of 0 killed it.
+#[test]
+fn java_from_the_system() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("T.java");
+    std::fs::write(
+        &src,
+        "public class T { public static void main(String[] a) { int[] x = new int[20000]; long s = 0;\n\
+         for (int i = 0; i < x.length; i++) x[i] = (i * 7919) % 1000; java.util.Arrays.sort(x);\n\
+         for (int v : x) s += v; System.out.println(s); } }\n",
+    )
+    .unwrap();
+    let javac = run(Command::new("javac").arg("-d").arg(dir.path()).arg(&src));
+    assert!(javac.status.success(), "javac failed (scripts/setup.sh installs a JDK): {}", String::from_utf8_lossy(&javac.stderr));
+    let java = run(Command::new("sh").args(["-c", "command -v java"]));
+    let java = String::from_utf8(java.stdout).unwrap();
+    check("java", Path::new(java.trim()), &["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", dir.path().to_str().unwrap(), "T"]);
+}
+
 #[test]
 fn missing_program_is_a_one_line_error() {
     let o = run(Command::new(dep()).args(["record", "-o", "/tmp/never.dep", "--", "no-such-program-xyz"]));
