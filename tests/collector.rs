@@ -399,16 +399,21 @@ fn python3_from_the_system() {
     check("python3", Path::new(exe.trim()), &["-c", "print(sum(i * i for i in range(20000)))"]);
 }
 
+/// Where the shell finds program `name`; it must be installed (scripts/setup.sh does).
+fn on_path(name: &str) -> std::path::PathBuf {
+    let o = run(Command::new("sh").args(["-c", &format!("command -v {name}")]));
+    let path = String::from_utf8(o.stdout).unwrap();
+    assert!(!path.trim().is_empty(), "{name} is not installed (scripts/setup.sh installs it)");
+    path.trim().into()
+}
+
 /// A JIT runtime from the system: node (V8) issues Valgrind client requests and pops to
 /// rsp-based memory in its builtins, and writes and runs its own code.
 #[test]
 fn node_from_the_system() {
-    let node = run(Command::new("sh").args(["-c", "command -v node"]));
-    let node = String::from_utf8(node.stdout).unwrap();
-    assert!(!node.trim().is_empty(), "node is not installed (scripts/setup.sh installs it)");
     check(
         "node",
-        Path::new(node.trim()),
+        &on_path("node"),
         &["-e", "let a=[];for(let i=0;i<5000;i++)a.push((i*7919)%1000);a.sort((x,y)=>x-y);console.log(a[2500])"],
     );
 }
@@ -428,9 +433,7 @@ fn java_from_the_system() {
     .unwrap();
     let javac = run(Command::new("javac").arg("-d").arg(dir.path()).arg(&src));
     assert!(javac.status.success(), "javac failed (scripts/setup.sh installs a JDK): {}", String::from_utf8_lossy(&javac.stderr));
-    let java = run(Command::new("sh").args(["-c", "command -v java"]));
-    let java = String::from_utf8(java.stdout).unwrap();
-    check("java", Path::new(java.trim()), &["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", dir.path().to_str().unwrap(), "T"]);
+    check("java", &on_path("java"), &["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", dir.path().to_str().unwrap(), "T"]);
 }
 
 #[test]

@@ -157,6 +157,11 @@ struct TraceWriter {
     raw: u64,
 }
 
+/// A stream's encoder, at `dep stats`'s level.
+fn encoder() -> zstd::stream::Encoder<'static, Vec<u8>> {
+    zstd::stream::Encoder::new(Vec::new(), dep_recover::stats::ZSTD_LEVEL).unwrap()
+}
+
 impl TraceWriter {
     fn push(&mut self, thread: u32, which: usize, addr: u64) {
         let t = thread as usize;
@@ -167,7 +172,7 @@ impl TraceWriter {
         stage.extend_from_slice(&addr.to_le_bytes());
         self.raw += 8;
         if stage.len() >= 1 << 20 {
-            let e = enc.get_or_insert_with(|| zstd::stream::Encoder::new(Vec::new(), dep_recover::stats::ZSTD_LEVEL).unwrap());
+            let e = enc.get_or_insert_with(encoder);
             e.write_all(stage).unwrap();
             stage.clear();
         }
@@ -177,7 +182,7 @@ impl TraceWriter {
         let mut frames = Vec::new();
         for streams in self.threads {
             for (stage, enc) in streams {
-                let mut e = enc.unwrap_or_else(|| zstd::stream::Encoder::new(Vec::new(), dep_recover::stats::ZSTD_LEVEL).unwrap());
+                let mut e = enc.unwrap_or_else(encoder);
                 e.write_all(&stage).unwrap();
                 frames.push(e.finish().unwrap());
             }
