@@ -83,10 +83,10 @@ pub(super) struct SharedLabels {
 /// apart; the long H-tag change and the exit jump to the one copy in the entry routine
 /// (`shared` is `Some` there, and gets their labels).
 ///
-/// `known` are the block's successors in its own 64 KiB with their entries in the successor
-/// table: a plain L-tag naming one of them (the H-tag still the block's own) jumps to the
-/// code the table would give for it, with no lookup.
-fn dispatch(a: &mut CodeAssembler, hash: Hash, shared: Option<&mut SharedLabels>, known: &[(u64, usize)]) -> R {
+/// `known` are the block's successors in its own 64 KiB with where their code is: a plain
+/// L-tag naming one of them (the H-tag still the block's own) jumps to the code the table
+/// would give for it, with no lookup.
+fn dispatch(a: &mut CodeAssembler, hash: Hash, shared: Option<&mut SharedLabels>, known: &[(u64, Target)]) -> R {
     let mut top = a.create_label();
     let mut out = a.create_label();
     let mut esc = a.create_label();
@@ -105,12 +105,15 @@ fn dispatch(a: &mut CodeAssembler, hash: Hash, shared: Option<&mut SharedLabels>
     a.jz(next_esc)?;
     // Only here, before any H-tag change: `top` is also where one returns to.
     // (A label marks one instruction: the last test goes on to `go` itself.)
-    for (k, &(s, slot)) in known.iter().enumerate() {
+    for (k, &(s, target)) in known.iter().enumerate() {
         let mut other = if k + 1 < known.len() { a.create_label() } else { go };
         a.cmp(ax, (s & 0xffff) as u32)?;
         a.jne(other)?;
         a.mov(rax, s)?;
-        a.jmp(qword_ptr(r10 + 8 * slot as i32))?;
+        match target {
+            Target::Label(l) => a.jmp(l)?,
+            Target::Entry(slot) => a.jmp(qword_ptr(r10 + 8 * slot as i32))?,
+        }
         if k + 1 < known.len() {
             a.set_label(&mut other)?;
         }
@@ -289,9 +292,19 @@ impl Known {
     }
 }
 
+/// Where a known successor's code is.
+#[derive(Clone, Copy)]
+pub(super) enum Target {
+    /// Compiled in the same assembler run as the block: a direct jump, which needs no load
+    /// and no prediction of its target.
+    Label(CodeLabel),
+    /// Its entry in the successor table (the exit routine's address where it has no code).
+    Entry(usize),
+}
+
 /// The code of one plain block (no special step), at block index `id`, compiled `nth`:
 /// `succ` are its successors to test for (same 64 KiB, nonzero L-tag), whose code is at
-/// entries `2 * nth` and `2 * nth + 1` of the successor table.
+/// entries `2 * nth` and `2 * nth + 1` of the successor table, or at `labels` where given.
 ///
 /// Without `popcnt` the block leaves whenever fewer values remain than it could read.
 #[allow(clippy::too_many_arguments)]
@@ -301,6 +314,7 @@ pub(super) fn block(
     id: u32,
     addr: u64,
     succ: [Option<u64>; 2],
+    labels: [Option<CodeLabel>; 2],
     nth: usize,
     hash: Hash,
     popcnt: bool,
@@ -404,7 +418,8 @@ pub(super) fn block(
     for r in 0..NUM_REGS as u8 {
         c.flush(r, false)?;
     }
-    let known: Vec<(u64, usize)> = (0..2).filter_map(|k| succ[k].map(|s| (s, 2 * nth + k))).collect();
+    let target = |k: usize| labels[k].map_or(Target::Entry(2 * nth + k), Target::Label);
+    let known: Vec<(u64, Target)> = (0..2).filter_map(|k| succ[k].map(|s| (s, target(k)))).collect();
     dispatch(a, hash, None, &known)
 }
 

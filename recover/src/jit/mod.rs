@@ -16,8 +16,9 @@ mod emit;
 
 use crate::flat::{FlatPlans, SLOTS};
 use crate::records::MemEvent;
-use iced_x86::code_asm::CodeAssembler;
+use iced_x86::code_asm::{CodeAssembler, CodeLabel};
 use iced_x86::BlockEncoderOptions;
+use std::collections::HashMap;
 
 /// An empty dispatch table slot's address, where linear probing stops. A profile can name
 /// this address too (a block there is refused when the table is decoded, but tags are free
@@ -229,12 +230,15 @@ impl Jit {
     ) -> Result<Group, String> {
         let err = |e: iced_x86::IcedError| e.to_string();
         let mut a = CodeAssembler::new(64).map_err(err)?;
-        let mut labels = Vec::with_capacity(ids.len());
+        let mut labels: Vec<(u64, CodeLabel)> = ids.iter().map(|&(_, addr)| (addr, a.create_label())).collect();
+        // The group's blocks by address (one each: they are all of code version 0, and the
+        // profile reader refuses a block twice), so that a successor compiled here is jumped
+        // to directly.
+        let here: HashMap<u64, CodeLabel> = labels.iter().copied().collect();
         for (k, (&(id, addr), s)) in ids.iter().zip(succs).enumerate() {
-            let mut l = a.create_label();
-            a.set_label(&mut l).map_err(err)?;
-            emit::block(&mut a, flat, id as u32, addr, *s, first + k, hash, popcnt).map_err(err)?;
-            labels.push((addr, l));
+            a.set_label(&mut labels[k].1).map_err(err)?;
+            let direct = s.map(|s| s.and_then(|s| here.get(&s).copied()));
+            emit::block(&mut a, flat, id as u32, addr, *s, direct, first + k, hash, popcnt).map_err(err)?;
         }
         let r = a.assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS).map_err(err)?;
         let starts = labels.iter().map(|(addr, l)| r.label_ip(l).map(|ip| (*addr, ip))).collect::<Result<Vec<_>, _>>().map_err(err)?;
