@@ -26,6 +26,11 @@ fn hostile(src: &[u8], dir: &std::path::Path, hi: u64, tags: &[u16], blocks: boo
 
 /// [`hostile`] with `extra` blocks added to the table.
 fn hostile_with(src: &[u8], dir: &std::path::Path, hi: u64, tags: &[u16], blocks: bool, extra: &[BlockEntry]) -> Profile {
+    hostile_values(src, dir, hi, tags, blocks, extra, true)
+}
+
+/// [`hostile_with`], keeping the first chunk's DEP_m words or leaving none.
+fn hostile_values(src: &[u8], dir: &std::path::Path, hi: u64, tags: &[u16], blocks: bool, extra: &[BlockEntry], values: bool) -> Profile {
     let path = dir.join("src.dep");
     std::fs::write(&path, src).unwrap();
     let p = Profile::open(&path).unwrap();
@@ -43,7 +48,7 @@ fn hostile_with(src: &[u8], dir: &std::path::Path, hi: u64, tags: &[u16], blocks
     let t = &p.threads[0];
     let view = p.chunk(&t.chunks[0]).unwrap();
     let bytes: Vec<u8> = tags.iter().flat_map(|w| w.to_le_bytes()).collect();
-    let values = view.decompress(Section::Values).unwrap();
+    let values = if values { view.decompress(Section::Values).unwrap() } else { Vec::new() };
     w.chunk(&ChunkData {
         thread: t.index,
         seq: 0,
@@ -143,5 +148,35 @@ fn a_block_that_does_not_decode_is_named() {
             Err(Halt::Fault(ChunkFault::BadBlock { addr: 0x1234, why: BlockError::Count { found: 2, expected: 5, .. }, .. })) => {}
             other => panic!("{e:?}: got {other:?}"),
         }
+    }
+}
+
+/// A block's known successors are tested by L-tag alone, which says the successor's address
+/// only under the block's own H-tag: after an H-tag change the same L-tag names a block in
+/// another 64 KiB, which every engine must run (here a jump's target has one instruction and
+/// the block at its L-tag under the next H-tag two).
+#[test]
+fn a_known_successors_l_tag_under_another_h_tag_is_another_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let jump = BlockEntry { addr: 0x40_1000, version: 0, insn_count: 1, code: vec![0xeb, 0x10] }; // jmp 0x40_1012
+    let near = BlockEntry { addr: 0x40_1012, version: 0, insn_count: 1, code: vec![0x90] };
+    let far = BlockEntry { addr: 0x41_1012, version: 0, insn_count: 2, code: vec![0x90, 0x90] };
+    // The jump, then under H 0x41 the block at L-tag 0x1012 twice; back under H 0x40, and
+    // again (a chunk's last block is the walk's, and a control record after a block sends
+    // compiled code past its known successors).
+    let tags = [0x1000, ESC, 0x41, 0x1012, 0x1012, ESC, 0x40, 0x1000, ESC, 0x41, 0x1012, 0x1012, 0x1012];
+    let p = hostile_values(&sample(6), dir.path(), 0x40, &tags, false, &[jump, near, far], false);
+    let mut want = None;
+    for e in ENGINES {
+        let plans = Plans::build_with(&p, 1, e);
+        let view = p.chunk(&p.threads[0].chunks[0]).unwrap();
+        let mut counts = Counts::default();
+        recover_chunk(p.width, &plans, &view, &mut Scratch::default(), &mut counts).unwrap();
+        // Two jumps (one instruction each) and five far blocks (two each).
+        assert_eq!((counts.blocks, counts.instructions), (7, 2 + 5 * 2), "{e:?}");
+        if e != Engine::Walk && cfg!(target_arch = "x86_64") {
+            assert!(plans.compiled_blocks() > 0, "{e:?}: nothing ran compiled");
+        }
+        assert_eq!(*want.get_or_insert(counts), counts, "{e:?}");
     }
 }

@@ -75,6 +75,21 @@ pub(super) struct SharedLabels {
     pub set_hi: CodeLabel,
 }
 
+/// Leaves to `out` when a buffer is full or the tags end, else reads the next two tag words
+/// into eax, going to `esc` when the first is `ESC` (0x0000) and to `next_esc` when the
+/// second is.
+fn next_word(a: &mut CodeAssembler, out: CodeLabel, esc: CodeLabel, next_esc: CodeLabel) -> R {
+    a.cmp(r14, r9)?;
+    a.ja(out)?;
+    a.cmp(r12, r8)?;
+    a.ja(out)?;
+    a.mov(eax, dword_ptr(r12))?;
+    a.test(ax, ax)?;
+    a.jz(esc)?;
+    a.test(eax, 0xffff_0000u32 as i32)?;
+    a.jz(next_esc)
+}
+
 /// Reads the next tag word and jumps to its block's code, or leaves: when a buffer is full,
 /// the chunk's tags end, the word is a control record other than an H-tag change, the block
 /// is followed by an interruption record, or it is not in the dispatch table.
@@ -94,17 +109,9 @@ fn dispatch(a: &mut CodeAssembler, hash: Hash, shared: Option<&mut SharedLabels>
     let mut go = a.create_label();
     let mut probe = a.create_label();
     a.set_label(&mut top)?;
-    a.cmp(r14, r9)?;
-    a.ja(out)?;
-    a.cmp(r12, r8)?;
-    a.ja(out)?;
-    a.mov(eax, dword_ptr(r12))?;
-    a.test(ax, ax)?;
-    a.jz(esc)?;
-    a.test(eax, 0xffff_0000u32 as i32)?;
-    a.jz(next_esc)?;
-    // Only here, before any H-tag change: `top` is also where one returns to.
-    // (A label marks one instruction: the last test goes on to `go` itself.)
+    next_word(a, out, esc, next_esc)?;
+    // Only here, before any H-tag change (after one the code goes on below `esc`, not to
+    // `top`). (A label marks one instruction: the last test goes on to `go` itself.)
     for (k, &(s, target)) in known.iter().enumerate() {
         let mut other = if k + 1 < known.len() { a.create_label() } else { go };
         a.cmp(ax, (s & 0xffff) as u32)?;
@@ -162,7 +169,14 @@ fn dispatch(a: &mut CodeAssembler, hash: Hash, shared: Option<&mut SharedLabels>
     a.shl(eax, 16)?;
     a.or(r11, rax)?;
     a.add(r12, 4)?;
-    a.jmp(top)?;
+    if known.is_empty() {
+        a.jmp(top)?;
+    } else {
+        // The known successors' L-tags name them only under the block's own H-tag: after a
+        // change, the same reads and tests as at `top`, then the table.
+        next_word(a, out, esc, next_esc)?;
+        a.jmp(go)?;
+    }
     let Some(labels) = shared else {
         a.set_label(&mut set_hi)?;
         a.jmp(st(offset_of!(JitState, set_hi)))?;
