@@ -134,6 +134,11 @@ struct BlockFacts {
     /// None of its instructions is locked, and it is neither the C runtime's code nor the
     /// linker's, so each access is its instruction's plain, stack or TLS one.
     plain: bool,
+    /// None of its instructions is locked, and it is the C runtime's code, so each access
+    /// is a runtime one: the program's business where the program called the runtime,
+    /// skipped where the runtime called itself (memcpy and memset, whose rep strings and
+    /// vector loops are most of some programs' accesses).
+    runtime: bool,
 }
 
 /// What the analysis needs of one instruction of a block (16 bytes).
@@ -205,8 +210,9 @@ impl Facts {
             f.insns.extend(b.into_iter().flatten());
             let insns = &f.insns[start..];
             let plain = planned && insns.iter().all(|f| f.flags & (ATOMIC | RUNTIME | LINKER) == 0);
+            let runtime = planned && !insns.is_empty() && insns.iter().all(|f| f.flags & (ATOMIC | RUNTIME | LINKER) == RUNTIME);
             // (A plan has at most 65,535 instructions.)
-            f.blocks.push(BlockFacts { start, len: insns.len() as u32, planned, plain });
+            f.blocks.push(BlockFacts { start, len: insns.len() as u32, planned, plain, runtime });
         }
         f
     }
@@ -265,8 +271,10 @@ pub struct Feed<'f, L: Lower, F: FnMut(Vec<L::Item>) -> Sent> {
     batch: Vec<L::Item>,
     /// The open block's instructions.
     insns: &'f [InsnFacts],
-    /// The open block's id, where it is plain ([`BlockFacts::plain`]).
-    plain: Option<u32>,
+    /// The open block's id and whether it is the runtime's, where it is plain or the
+    /// runtime's ([`BlockFacts::plain`], [`BlockFacts::runtime`]): its references may take
+    /// the quiet path.
+    quick: Option<(u32, bool)>,
     open: bool,
     /// The instruction whose references are coming: its index, and the address of its
     /// first reference when it is an atomic (whose release follows its references, and
@@ -302,11 +310,11 @@ pub trait Lower {
     }
     /// Takes the longest prefix of `refs` that adds nothing to the batch, as
     /// [`access`](Self::access) of each would take it, and answers its length: references
-    /// of block `block`, whose instructions are `insns`, a plain block (no locked
-    /// instruction, neither the C runtime's code nor the linker's). (None unless a
-    /// lowering has a faster way.)
+    /// of block `block`, whose instructions are `insns`, a block with no locked
+    /// instruction that is not the linker's: the C runtime's code where `runtime`, else
+    /// the program's. (None unless a lowering has a faster way.)
     #[inline]
-    fn quiet(&mut self, _block: u32, _insns: &[InsnFacts], _refs: &[MemEvent]) -> usize {
+    fn quiet(&mut self, _block: u32, _runtime: bool, _insns: &[InsnFacts], _refs: &[MemEvent]) -> usize {
         0
     }
 }
@@ -336,8 +344,8 @@ impl Lower for Local<'_> {
         Local::access(self, pc, addr, size, write, class, false, out)
     }
     #[inline]
-    fn quiet(&mut self, block: u32, insns: &[InsnFacts], refs: &[MemEvent]) -> usize {
-        Local::quiet(self, block, insns, refs)
+    fn quiet(&mut self, block: u32, runtime: bool, insns: &[InsnFacts], refs: &[MemEvent]) -> usize {
+        Local::quiet(self, block, runtime, insns, refs)
     }
     #[inline]
     fn enter(&mut self, addr: u64, out: &mut Vec<Act>) {
@@ -365,7 +373,7 @@ impl<'f, L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Feed<'f, L, F> {
             out,
             batch: Vec::with_capacity(BATCH),
             insns: &[],
-            plain: None,
+            quick: None,
             open: false,
             cur: None,
             released: false,
@@ -488,12 +496,12 @@ impl<'f, L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Feed<'f, L, F> {
                     self.push(Ev::Flow(tr))?;
                 }
                 self.insns = insns;
-                self.plain = b.plain.then_some(id);
+                self.quick = (b.plain || b.runtime).then_some((id, b.runtime));
             }
             _ => {
                 self.flow.break_flow();
                 self.insns = &[];
-                self.plain = None;
+                self.quick = None;
             }
         }
         self.lower.enter(addr, &mut self.batch);
@@ -510,15 +518,15 @@ impl<'f, L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Feed<'f, L, F> {
             }
             return Ok(());
         }
-        let Some(id) = self.plain else {
+        let Some((id, runtime)) = self.quick else {
             return refs.iter().try_for_each(|r| self.one_ref(r));
         };
-        // A plain block's references that add nothing to the batch are taken together,
-        // each of the others as it comes. (No instruction of the block is an atomic, so
-        // the one under way has nothing to release or acquire.)
+        // A plain or runtime block's references that add nothing to the batch are taken
+        // together, each of the others as it comes. (No instruction of the block is an
+        // atomic, so the one under way has nothing to release or acquire.)
         let mut rest = refs;
         while !rest.is_empty() {
-            let n = self.lower.quiet(id, self.insns, rest);
+            let n = self.lower.quiet(id, runtime, self.insns, rest);
             if let Some(last) = rest[..n].last() {
                 self.cur = Some((last.insn, None));
                 self.released = false;
@@ -623,6 +631,17 @@ mod tests {
         local: Local<'k>,
         quick: bool,
         taken: usize,
+        /// Of them, in the runtime's blocks, and of those, to pages not the thread's own
+        /// (0x20, 0x40): skipped, the runtime's called by the runtime.
+        taken_runtime: usize,
+        taken_skipped: usize,
+    }
+
+    impl<'k> Lowering<'k> {
+        /// Thread 0's view, with its quick paths where `quick`.
+        fn new(known: &'k Known, quick: bool) -> Self {
+            Lowering { local: Local::new(known, 0), quick, taken: 0, taken_runtime: 0, taken_skipped: 0 }
+        }
     }
 
     impl Lower for Lowering<'_> {
@@ -639,16 +658,21 @@ mod tests {
                 false => self.local.lower(Ev::Block { addr }, out),
             }
         }
-        fn quiet(&mut self, block: u32, insns: &[InsnFacts], refs: &[MemEvent]) -> usize {
-            let n = if self.quick { self.local.quiet(block, insns, refs) } else { 0 };
+        fn quiet(&mut self, block: u32, runtime: bool, insns: &[InsnFacts], refs: &[MemEvent]) -> usize {
+            let n = if self.quick { self.local.quiet(block, runtime, insns, refs) } else { 0 };
             self.taken += n;
+            if runtime {
+                self.taken_runtime += n;
+                self.taken_skipped += refs[..n].iter().filter(|r| matches!(r.addr >> 12, 0x20 | 0x40)).count();
+            }
             n
         }
     }
 
-    /// The references a plain block's quiet path takes together are exactly those the
-    /// thread's view would take as quiet one by one: random runs of one thread through
-    /// calls and returns (callers change), watched library calls, the kernel's accesses,
+    /// The references a plain or runtime block's quiet path takes together are exactly
+    /// those the thread's view would take as quiet or skipped one by one: random runs of
+    /// one thread through calls and returns (callers change, the runtime's code is called
+    /// by the program and by the runtime), watched library calls, the kernel's accesses,
     /// sync records, stack growth, and pages of its own, shared, another thread's or
     /// holding an atomic location, with accesses across pages, give the engine the same
     /// events with the quiet path and without it.
@@ -657,7 +681,7 @@ mod tests {
         use crate::program::calls::Exit;
         use dep_profile::{Machine, Semantics};
         let mut sem = Semantics::new(Machine::x86_64(0));
-        let code: [(u64, &[u8]); 4] = [
+        let code: [(u64, &[u8]); 7] = [
             // mov rax,[rbx]; mov [rcx],rax; push rax; pop rax; mov eax,[rbx+8];
             // add [rcx+16],al; rep movsb; call
             (0x1000, &[0x48, 0x8b, 0x03, 0x48, 0x89, 0x01, 0x50, 0x58, 0x8b, 0x43, 0x08, 0x00, 0x41, 0x10, 0xf3, 0xa4, 0xe8, 0, 0, 0, 0]),
@@ -667,38 +691,57 @@ mod tests {
             (0x3000, &[0xf0, 0x0f, 0xc1, 0x03, 0x48, 0x89, 0x01]),
             // (where the call returns) mov rax,[rbx]; mov [rcx],rax
             (0x1015, &[0x48, 0x8b, 0x03, 0x48, 0x89, 0x01]),
+            // The C runtime's code: mov rax,[rbx]; mov [rcx],rax; push rax; pop rax;
+            // rep movsb; call
+            (0x5000, &[0x48, 0x8b, 0x03, 0x48, 0x89, 0x01, 0x50, 0x58, 0xf3, 0xa4, 0xe8, 0, 0, 0, 0]),
+            // mov rax,[rbx]; mov [rcx],rax; ret
+            (0x6000, &[0x48, 0x8b, 0x03, 0x48, 0x89, 0x01, 0xc3]),
+            // (where its call returns) mov rax,[rbx]; mov [rcx],rax
+            (0x500f, &[0x48, 0x8b, 0x03, 0x48, 0x89, 0x01]),
         ];
         let plans: Vec<BlockPlan> = code.iter().map(|&(pc, bytes)| BlockPlan::build(&mut sem, pc, bytes, None).unwrap()).collect();
         let exits = BlockExits {
-            exit: vec![Exit::Call { site: 0x1010, ret: 0x1015 }, Exit::Return, Exit::Other, Exit::Other],
-            entry: vec![true, true, false, false],
-            func: vec![0, 1, 0, 0],
-            plt: vec![false; 4],
-            binder: vec![false; 4],
+            exit: vec![
+                Exit::Call { site: 0x1010, ret: 0x1015 },
+                Exit::Return,
+                Exit::Other,
+                Exit::Other,
+                Exit::Call { site: 0x500a, ret: 0x500f },
+                Exit::Return,
+                Exit::Other,
+            ],
+            entry: vec![true, true, false, false, true, true, false],
+            func: vec![0, 1, 0, 0, 2, 3, 2],
+            plt: vec![false; 7],
+            binder: vec![false; 7],
             addr: code.iter().map(|c| c.0).collect(),
             names: Vec::new(),
         };
-        let facts = Facts::of(plans.iter().map(|p| Some(Facts::of_plan(p, &|_| Code::Program))), exits);
-        assert_eq!(facts.blocks.iter().map(|b| b.plain).collect::<Vec<_>>(), [true, true, false, true]);
+        let runtime = 0x5000..0x7000;
+        let code_at = |pc: u64| if runtime.contains(&pc) { Code::Runtime } else { Code::Program };
+        let facts = Facts::of(plans.iter().map(|p| Some(Facts::of_plan(p, &code_at))), exits);
+        assert_eq!(facts.blocks.iter().map(|b| b.plain).collect::<Vec<_>>(), [true, true, false, true, false, false, false]);
+        assert_eq!(facts.blocks.iter().map(|b| b.runtime).collect::<Vec<_>>(), [false, false, false, false, true, true, true]);
         // Pages 0x10, 0x11 and the stack's 0x7f are thread 0's own; 0x30 is its too but
         // holds an atomic location; 0x20 is shared, 0x40 thread 1's.
         let owners = [(0x10, 0), (0x11, 0), (0x30, 0), (0x7f, 0), (0x40, 1)].into_iter().map(|(p, t)| (p, Owner::Thread(t))).collect();
-        let known = Known::new([(0x30040, 0xff)].into_iter().collect(), Vec::new()).with_owners(owners);
-        let (mut fast, mut all) = (0, 0);
+        let known = Known::new([(0x30040, 0xff)].into_iter().collect(), vec![(runtime.start, runtime.end)]).with_owners(owners);
+        let (mut fast, mut all, mut fast_runtime, mut fast_skipped) = (0, 0, 0, 0);
         for seed in 1..=200u64 {
             let mut rand = crate::races::xorshift(seed);
             let mut one = Vec::new();
             let mut quick = Vec::new();
-            let mut a = Feed::new(&facts, Lowering { local: Local::new(&known, 0), quick: false, taken: 0 }, |b| {
+            let mut a = Feed::new(&facts, Lowering::new(&known, false), |b| {
                 one.extend(b.into_iter().map(|e| format!("{e:?}")));
                 Ok(())
             });
-            let mut b = Feed::new(&facts, Lowering { local: Local::new(&known, 0), quick: true, taken: 0 }, |b| {
+            let mut b = Feed::new(&facts, Lowering::new(&known, true), |b| {
                 quick.extend(b.into_iter().map(|e| format!("{e:?}")));
                 Ok(())
             });
             for step in 0..200 {
-                let id = [0, 0, 1, 1, 2, 3, 3][rand(7) as usize];
+                // (The runtime's blocks called by the program or by the runtime.)
+                let id = [0, 0, 1, 1, 2, 3, 3, 4, 4, 5, 5, 6][rand(12) as usize];
                 let plan = &plans[id];
                 let block = BlockEvent {
                     thread: 0,
@@ -713,7 +756,11 @@ mod tests {
                 b.block(&block).unwrap();
                 let mut refs = Vec::new();
                 for (k, insn) in plan.insns.iter().enumerate() {
-                    let times = if insn.refs.len() == 2 && insn.refs[0].size == 1 && insn.refs[1].size == 1 && insn.pc == 0x100e {
+                    let times = if insn.refs.len() == 2
+                        && insn.refs[0].size == 1
+                        && insn.refs[1].size == 1
+                        && [0x100e, 0x5008].contains(&insn.pc)
+                    {
                         rand(3)
                     } else {
                         1
@@ -766,6 +813,8 @@ mod tests {
             a.finish_feed().unwrap();
             b.finish_feed().unwrap();
             fast += b.lower.taken;
+            fast_runtime += b.lower.taken_runtime;
+            fast_skipped += b.lower.taken_skipped;
             drop((a, b));
             all += one.iter().filter(|e| e.starts_with("Access")).count()
                 + one
@@ -777,6 +826,8 @@ mod tests {
         }
         // The quiet path took a good share of what the thread's view took as quiet or sent.
         assert!(fast * 5 > all, "{fast} of {all} references taken together");
+        assert!(fast_runtime * 20 > fast, "{fast_runtime} of the runtime's references taken together, of {fast}");
+        assert!(fast_skipped * 20 > fast_runtime, "{fast_skipped} of the runtime's {fast_runtime} references taken together skipped");
     }
 
     /// A block's events go out as they come (a rep string of a million references is never

@@ -510,16 +510,24 @@ impl<'k> Local<'k> {
     }
 
     /// How many of `refs`, from the start, [`access`](Self::access) would take as quiet
-    /// at once, taken so: references of block `block` (whose instructions are `insns`),
-    /// which holds no locked instruction and is neither the runtime's code nor the
-    /// linker's. Each such one is to the thread's own pages, not a stack access that grows
-    /// the stack, of a site already sent, and made outside a library call.
+    /// or skipped at once, taken so: references of block `block` (whose instructions are
+    /// `insns`), which holds no locked instruction and is not the linker's; the C
+    /// runtime's code where `runtime`, else the program's. Each such one is made outside a
+    /// library call, and is either the runtime's called by the runtime (skipped, all of
+    /// them), or to the thread's own pages, not a stack access that grows the stack, of a
+    /// site already sent (quiet).
     #[inline]
-    pub fn quiet(&mut self, block: u32, insns: &[InsnFacts], refs: &[MemEvent]) -> usize {
+    pub fn quiet(&mut self, block: u32, runtime: bool, insns: &[InsnFacts], refs: &[MemEvent]) -> usize {
         if self.in_library() {
             return 0;
         }
-        let (caller, _) = self.caller();
+        let (caller, caller_runtime) = self.caller();
+        if runtime && caller_runtime {
+            // The runtime's internals: `access` skips each, whatever its page, size or site
+            // (a runtime instruction's accesses are of its own class, never a stack one).
+            self.skipped += refs.len() as u64;
+            return refs.len();
+        }
         let mask = self.sent_sites(block, caller, insns);
         let mut n = 0;
         for r in refs {
@@ -563,7 +571,7 @@ impl<'k> Local<'k> {
     #[cold]
     #[inline(never)]
     fn sent_sites_missed(&mut self, h: usize, block: u32, caller: u64, insns: &[InsnFacts]) -> u64 {
-        // (A plain block's accesses are neither atomic nor the kernel's.)
+        // (A plain or runtime block's accesses are neither atomic nor the kernel's.)
         let sent = |pc: u64, write: bool, size: u16| {
             let s = Site { pc, caller, write, size: size as u32, atomic: false, kernel: false };
             size == 0 || self.sites.get(&s).is_some_and(|id| id & SENT != 0)
