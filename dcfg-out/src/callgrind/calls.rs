@@ -80,9 +80,9 @@ fn sub(a: Cost, b: Cost) -> Cost {
     [a[0] - b[0], a[1] - b[1], a[2] - b[2]]
 }
 
-fn shift(frames: &mut [Frame], d: Cost) {
+fn shift<'a>(frames: impl Iterator<Item = &'a mut Call>, d: Cost) {
     for g in frames {
-        g.data.at = add(g.data.at, d);
+        g.at = add(g.at, d);
     }
 }
 
@@ -101,7 +101,7 @@ impl Local {
     fn close(&mut self, f: Frame, now: Cost, t: &Tables) {
         if f.kind == FrameKind::Signal {
             let d = sub(now, f.data.at);
-            shift(self.stack.frames_mut(), d);
+            shift(self.stack.data_mut(), d);
             self.ops.push(Op::Shift(d));
             return;
         }
@@ -196,7 +196,7 @@ impl Stack {
         if f.kind == FrameKind::Signal {
             // A handler's cost is its own, not that of the calls it interrupted (Callgrind
             // runs a handler on a call stack of its own): they start that much later.
-            shift(self.stack.frames_mut(), sub(now, f.data.at));
+            shift(self.stack.data_mut(), sub(now, f.data.at));
             return;
         }
         let func = t.exits.func[f.data.callee as usize] as usize;
@@ -339,7 +339,7 @@ impl Stack {
                     let now = f.data.at;
                     self.push(f, now, t, &mut tot.arcs);
                 }
-                Op::Shift(d) => shift(self.stack.frames_mut(), d),
+                Op::Shift(d) => shift(self.stack.data_mut(), d),
                 Op::Event(e) => self.apply(e, t, &mut tot.arcs),
             }
         }

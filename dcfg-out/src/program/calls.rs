@@ -307,18 +307,27 @@ pub enum Step<T> {
 pub struct CallStack<T> {
     frames: Vec<Frame<T>>,
     limit: usize,
+    /// Signal handlers' frames among `frames`: with none, every return (which looks for the
+    /// innermost) is spared a walk over the whole stack, whose frames an exception or a
+    /// longjmp leaves behind by the thousand.
+    signals: usize,
 }
 
 impl<T> Default for CallStack<T> {
     fn default() -> Self {
-        CallStack { frames: Vec::new(), limit: MAX_FRAMES }
+        CallStack { frames: Vec::new(), limit: MAX_FRAMES, signals: 0 }
     }
+}
+
+/// Signal handlers' frames among `frames`.
+fn signals<T>(frames: &[Frame<T>]) -> usize {
+    frames.iter().filter(|f| f.kind == FrameKind::Signal).count()
 }
 
 impl<T> CallStack<T> {
     /// A stack that keeps at most `limit` frames (at least 2).
     pub fn with_limit(limit: usize) -> CallStack<T> {
-        CallStack { frames: Vec::new(), limit: limit.max(2) }
+        CallStack { frames: Vec::new(), limit: limit.max(2), signals: 0 }
     }
 
     /// The frames, outermost first.
@@ -326,9 +335,10 @@ impl<T> CallStack<T> {
         &self.frames
     }
 
-    /// The frames, outermost first, to update what their owner keeps in them.
-    pub fn frames_mut(&mut self) -> &mut [Frame<T>] {
-        &mut self.frames
+    /// What their owner keeps in the frames, outermost first, to update (their return
+    /// addresses and kinds are the stack's).
+    pub fn data_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.frames.iter_mut().map(|f| &mut f.data)
     }
 
     /// The innermost frame.
@@ -350,7 +360,10 @@ impl<T> CallStack<T> {
     /// outermost first (empty, without allocating, otherwise).
     #[must_use]
     pub fn push(&mut self, f: Frame<T>) -> Vec<Frame<T>> {
-        let dropped = if self.frames.len() >= self.limit { self.frames.drain(..self.frames.len() / 2).collect() } else { Vec::new() };
+        let dropped: Vec<Frame<T>> =
+            if self.frames.len() >= self.limit { self.frames.drain(..self.frames.len() / 2).collect() } else { Vec::new() };
+        self.signals -= signals(&dropped);
+        self.signals += (f.kind == FrameKind::Signal) as usize;
         self.frames.push(f);
         dropped
     }
@@ -397,6 +410,7 @@ impl<T> CallStack<T> {
             },
             Transition::Bound { to } => match self.frames.last() {
                 Some(f) if f.kind == FrameKind::Signal => Step::Confined,
+                // (Not a handler's frame, just seen: the count stays.)
                 Some(_) => Step::Rebind { old: self.frames.pop().expect("a frame"), to },
                 None => Step::Beyond(None),
             },
@@ -411,6 +425,9 @@ impl<T> CallStack<T> {
 
     /// The innermost signal handler's frame.
     pub fn handler(&self) -> Option<usize> {
+        if self.signals == 0 {
+            return None;
+        }
         self.frames.iter().rposition(|f| f.kind == FrameKind::Signal)
     }
 
@@ -436,11 +453,13 @@ impl<T> CallStack<T> {
 
     /// Takes every frame, outermost first, leaving the stack empty.
     pub fn take(&mut self) -> Vec<Frame<T>> {
+        self.signals = 0;
         std::mem::take(&mut self.frames)
     }
 
     /// Drops every frame from `k` up, for an owner that has nothing to do as they close.
     pub fn truncate(&mut self, k: usize) {
+        self.signals -= signals(self.frames.get(k..).unwrap_or_default());
         self.frames.truncate(k);
     }
 
@@ -449,7 +468,9 @@ impl<T> CallStack<T> {
     #[inline]
     pub fn pop_above(&mut self, k: usize) -> Option<Frame<T>> {
         if self.frames.len() > k {
-            self.frames.pop()
+            let f = self.frames.pop()?;
+            self.signals -= (f.kind == FrameKind::Signal) as usize;
+            Some(f)
         } else {
             None
         }
@@ -543,6 +564,44 @@ mod tests {
         let k = s.handler().expect("a handler is open");
         assert_eq!(closed(&mut s, k), vec!['h', 't', 's']);
         assert_eq!(s.return_to(0x10), Reach::Frame(0));
+    }
+
+    /// The innermost handler, and so what every return reaches, is the one a walk over
+    /// the frames finds, through random calls, tail calls, handlers, returns, rebinds,
+    /// truncations, pops and a small stack's dropped halves: the count of handlers' frames
+    /// the stack keeps to spare that walk stays true.
+    #[test]
+    fn the_innermost_handler_is_the_one_a_walk_finds() {
+        for seed in 1..=300u64 {
+            let mut rand = crate::races::xorshift(seed);
+            let mut s: CallStack<u32> = CallStack::with_limit(2 + rand(12) as usize);
+            let mut handlers = 0;
+            for step in 0..300u32 {
+                let ret = 0x1000 + rand(6);
+                match rand(10) {
+                    0 | 1 => drop(s.call(ret, step)),
+                    2 => drop(s.tail_call(step)),
+                    3 => {
+                        handlers += 1;
+                        drop(s.signal(step))
+                    }
+                    4 | 5 => {
+                        if let Step::Close(k) = s.apply(Transition::Return { to: ret }, |_, _, _| step) {
+                            s.truncate(k)
+                        }
+                    }
+                    6 => drop(s.apply(Transition::Bound { to: 7 }, |_, _, _| step)),
+                    7 => drop(s.pop_above(rand(s.len() as u64 + 1) as usize)),
+                    8 => s.truncate(rand(s.len() as u64 + 2) as usize),
+                    _ if rand(10) == 0 => drop(s.take()),
+                    _ => {}
+                }
+                let walk = s.frames().iter().rposition(|f| f.kind == FrameKind::Signal);
+                assert_eq!(s.handler(), walk, "seed {seed} step {step}");
+                assert_eq!(s.return_to(ret), CallStack { frames: s.frames.clone(), limit: s.limit, signals: usize::MAX }.return_to(ret));
+            }
+            assert!(handlers > 0);
+        }
     }
 
     #[test]

@@ -104,8 +104,8 @@ impl Control {
         }
         let cut = self.frames.frames()[0].data.floor;
         self.stack.drain(..cut as usize);
-        for f in self.frames.frames_mut() {
-            f.data.floor -= cut;
+        for f in self.frames.data_mut() {
+            f.floor -= cut;
         }
     }
 
