@@ -274,17 +274,33 @@ struct Bytes {
 
 /// Memory byte by byte, for all threads, in pages allocated on first write: each byte's
 /// last writer and the segment it wrote in.
-#[derive(Default)]
 pub struct Memory {
     index: FxHashMap<u64, u32>,
     pages: Vec<Box<Page>>,
     /// Pages with split granules.
     split_pages: usize,
-    /// The page looked up last, and its index.
-    last: Option<(u64, u32)>,
+    /// Pages looked up lately and their indices, direct-mapped by page number (a run's
+    /// accesses go to a few pages at a time: the stack, the data being walked, a table).
+    recent: [(u64, u32); RECENT],
     /// For ambiguous bytes: the latest end of the segments whose writes made them so; a
     /// write ordered after it (and after the last writer) settles the byte again.
     horizon: FxHashMap<u64, u64>,
+}
+
+/// Pages [`Memory`] keeps at hand.
+const RECENT: usize = 16;
+
+impl Default for Memory {
+    fn default() -> Self {
+        // (No page number reaches u64::MAX: pages are 4 KiB.)
+        Memory {
+            index: FxHashMap::default(),
+            pages: Vec::new(),
+            split_pages: 0,
+            recent: [(u64::MAX, 0); RECENT],
+            horizon: FxHashMap::default(),
+        }
+    }
 }
 
 /// Takes byte definition `d`, written in segment `w`, into a read's `out` (`last`: the
@@ -304,10 +320,9 @@ fn take(d: Def, w: u32, last: &mut Def, at: &At, segs: &[Segment], out: &mut Vec
 impl Memory {
     #[inline]
     fn page(&mut self, p: u64, create: bool) -> Option<u32> {
-        if let Some((lp, k)) = self.last {
-            if lp == p {
-                return Some(k);
-            }
+        let slot = p as usize % RECENT;
+        if self.recent[slot].0 == p {
+            return Some(self.recent[slot].1);
         }
         let k = match self.index.get(&p) {
             Some(&k) => k,
@@ -319,7 +334,7 @@ impl Memory {
             }
             None => return None,
         };
-        self.last = Some((p, k));
+        self.recent[slot] = (p, k);
         Some(k)
     }
 
