@@ -463,7 +463,7 @@ impl<'a> Engine<'a> {
 }
 
 /// Counts dependence `d` of use segment `seg` of instance `inst` of `id`, and hands it to `out`.
-#[inline]
+#[inline(always)]
 fn emit(out: &mut Out, deps: &mut u64, st: &Statics, seg: u32, id: u32, inst: u64, d: Def) -> io::Result<()> {
     *deps += 1;
     match out {
