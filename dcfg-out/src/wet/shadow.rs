@@ -277,8 +277,6 @@ struct Bytes {
 pub struct Memory {
     index: FxHashMap<u64, u32>,
     pages: Vec<Box<Page>>,
-    /// Pages with split granules.
-    split_pages: usize,
     /// Pages looked up lately and their indices, direct-mapped by page number (a run's
     /// accesses go to a few pages at a time: the stack, the data being walked, a table).
     recent: [(u64, u32); RECENT],
@@ -293,14 +291,15 @@ const RECENT: usize = 16;
 impl Default for Memory {
     fn default() -> Self {
         // (No page number reaches u64::MAX: pages are 4 KiB.)
-        Memory {
-            index: FxHashMap::default(),
-            pages: Vec::new(),
-            split_pages: 0,
-            recent: [(u64::MAX, 0); RECENT],
-            horizon: FxHashMap::default(),
-        }
+        Memory { index: FxHashMap::default(), pages: Vec::new(), recent: [(u64::MAX, 0); RECENT], horizon: FxHashMap::default() }
     }
+}
+
+/// The granules of bytes `off..off + n` of a page, each with the bytes of it in that range.
+/// (races' `granules` gives addresses and byte masks; the shadow here indexes its page.)
+#[inline(always)]
+fn grains(off: usize, n: usize) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> {
+    (off / GRAIN..(off + n).div_ceil(GRAIN)).map(move |g| (g, (g * GRAIN).max(off)..((g + 1) * GRAIN).min(off + n)))
 }
 
 /// Takes byte definition `d`, written in segment `w`, into a read's `out` (`last`: the
@@ -350,21 +349,17 @@ impl Memory {
             if let Some(k) = self.page(a >> PAGE_BITS, false) {
                 let page = &self.pages[k as usize];
                 let mut last = NONE;
-                let mut j = off;
-                while j < off + n {
-                    let g = j / GRAIN;
-                    let to = ((g + 1) * GRAIN).min(off + n);
+                for (g, bytes) in grains(off, n) {
                     let d = page.defs[g];
                     if d != SPLIT {
                         // Every byte of it alike: as its first byte, the rest the same.
                         take(d, page.segs[g], &mut last, &at, segs, out);
                     } else {
                         let b = page.bytes.as_deref().expect("a split granule's page has its bytes");
-                        for i in j..to {
+                        for i in bytes {
                             take(b.defs[i], b.segs[i], &mut last, &at, segs, out);
                         }
                     }
-                    j = to;
                 }
             }
             a = a.wrapping_add(n as u64);
@@ -382,14 +377,12 @@ impl Memory {
             let n = (left as usize).min(PAGE - off);
             let k = self.page(a >> PAGE_BITS, true).expect("created");
             let base = a & !(PAGE as u64 - 1);
-            let mut j = off;
-            while j < off + n {
-                let g = j / GRAIN;
-                let to = ((g + 1) * GRAIN).min(off + n);
+            for (g, bytes) in grains(off, n) {
                 let page = &mut self.pages[k as usize];
                 let (old, w) = (page.defs[g], page.segs[g]);
-                let whole = j == g * GRAIN && to == (g + 1) * GRAIN;
-                if whole && old != SPLIT && (old == NONE || w == at.seg || at.after(w, segs)) {
+                let whole = bytes.len() == GRAIN;
+                // (`after` takes the granule's own segment as ordered.)
+                if whole && old != SPLIT && (old == NONE || at.after(w, segs)) {
                     // Ordered after the granule's last write (or the first): it stays whole.
                     page.defs[g] = d;
                     page.segs[g] = at.seg;
@@ -397,7 +390,7 @@ impl Memory {
                     if old != SPLIT {
                         self.split(k, g);
                     }
-                    let settled = self.write_bytes(k, base, j..to, d, at, segs);
+                    let settled = self.write_bytes(k, base, bytes, d, at, segs);
                     if whole && settled {
                         // Every byte now the same write's, none ambiguous: whole again.
                         let page = &mut self.pages[k as usize];
@@ -405,7 +398,6 @@ impl Memory {
                         page.segs[g] = at.seg;
                     }
                 }
-                j = to;
             }
             a = a.wrapping_add(n as u64);
             left -= n as u64;
@@ -416,9 +408,6 @@ impl Memory {
     #[cold]
     fn split(&mut self, k: u32, g: usize) {
         let page = &mut self.pages[k as usize];
-        if page.bytes.is_none() {
-            self.split_pages += 1;
-        }
         let (d, w) = (page.defs[g], page.segs[g]);
         let b = page.bytes.get_or_insert_with(|| Box::new(Bytes { defs: [NONE; PAGE], segs: [0; PAGE] }));
         b.defs[g * GRAIN..(g + 1) * GRAIN].fill(d);
@@ -460,7 +449,12 @@ impl Memory {
 
     /// Bytes of shadow held.
     pub fn bytes(&self) -> usize {
-        self.pages.len() * std::mem::size_of::<Page>() + self.split_pages * std::mem::size_of::<Bytes>() + self.horizon.len() * 16
+        self.pages.len() * std::mem::size_of::<Page>() + self.split_pages() * std::mem::size_of::<Bytes>() + self.horizon.len() * 16
+    }
+
+    /// Pages with split granules.
+    fn split_pages(&self) -> usize {
+        self.pages.iter().filter(|p| p.bytes.is_some()).count()
     }
 }
 
@@ -657,7 +651,7 @@ mod tests {
                     assert_eq!(got, want, "seed {seed} step {step}: read {addr:#x} {size}");
                 }
             }
-            splits += m.split_pages;
+            splits += m.split_pages();
             raced += model.horizon.len();
             whole += m.pages.iter().flat_map(|p| p.defs).filter(|&d| d != NONE && d != SPLIT).count();
         }
