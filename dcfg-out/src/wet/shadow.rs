@@ -302,18 +302,21 @@ fn grains(off: usize, n: usize) -> impl Iterator<Item = (usize, std::ops::Range<
     (off / GRAIN..(off + n).div_ceil(GRAIN)).map(move |g| (g, (g * GRAIN).max(off)..((g + 1) * GRAIN).min(off + n)))
 }
 
-/// Takes byte definition `d`, written in segment `w`, into a read's `out` (`last`: the
-/// previous byte's): the last writer of each byte, where that write is ordered before the
-/// read, each once.
+/// Takes byte definition `d`, written in segment `w` (with its [`AMBIGUOUS`] bit), into a
+/// read's `out`: the last writer of each byte, where that write is ordered before the read,
+/// each once. `last` is the previous byte's pair: a byte with the same writer and the same
+/// segment and ambiguity gets the same answer, so it is passed over. (The ambiguity is part
+/// of it: one write can leave some of its bytes ambiguous and not others, and the others
+/// still depend on it.)
 #[inline(always)]
-fn take(d: Def, w: u32, last: &mut Def, at: &At, segs: &[Segment], out: &mut Vec<Def>) {
-    if d == NONE || d == *last {
+fn take(d: Def, w: u32, last: &mut (Def, u32), at: &At, segs: &[Segment], out: &mut Vec<Def>) {
+    if d == NONE || (d, w) == *last {
         return;
     }
     if w & AMBIGUOUS == 0 && at.after(w, segs) && !out.contains(&d) {
         out.push(d);
     }
-    *last = d;
+    *last = (d, w);
 }
 
 impl Memory {
@@ -343,12 +346,12 @@ impl Memory {
     pub fn read(&mut self, addr: u64, size: u32, at: At, segs: &[Segment], out: &mut Vec<Def>) {
         let mut a = addr;
         let mut left = size as u64;
+        let mut last = (NONE, 0);
         while left > 0 {
             let off = (a & (PAGE as u64 - 1)) as usize;
             let n = (left as usize).min(PAGE - off);
             if let Some(k) = self.page(a >> PAGE_BITS, false) {
                 let page = &self.pages[k as usize];
-                let mut last = NONE;
                 for (g, bytes) in grains(off, n) {
                     let d = page.defs[g];
                     if d != SPLIT {
@@ -561,21 +564,11 @@ mod tests {
 
     impl ByteModel {
         fn read(&self, addr: u64, size: u32, at: At, segs: &[Segment], out: &mut Vec<Def>) {
-            let mut last = NONE;
             for byte in addr..addr + size as u64 {
-                // (A byte is skipped where the one before had the same writer, on the same
-                // page: one write may leave some bytes ambiguous and not others.)
-                if byte % PAGE as u64 == 0 {
-                    last = NONE;
-                }
                 let (d, w) = self.bytes.get(&byte).copied().unwrap_or((NONE, 0));
-                if d == NONE || d == last {
-                    continue;
-                }
-                if w & AMBIGUOUS == 0 && at.after(w, segs) && !out.contains(&d) {
+                if d != NONE && w & AMBIGUOUS == 0 && at.after(w, segs) && !out.contains(&d) {
                     out.push(d);
                 }
-                last = d;
             }
         }
 
@@ -657,6 +650,29 @@ mod tests {
         }
         // Granules split, ambiguous bytes, and granules whole at the end: each path ran.
         assert!(splits > 100 && raced > 100 && whole > 100, "{splits} pages split, {raced} bytes ambiguous, {whole} granules whole");
+    }
+
+    /// One write that leaves some of its bytes ambiguous (another thread wrote them in an
+    /// unordered segment) and not others: a read of them all depends on it through the
+    /// others, wherever they lie (before or after the ambiguous ones, across a page
+    /// boundary), as a read of the others alone does.
+    #[test]
+    fn a_write_partly_ambiguous_is_read_through_its_settled_bytes() {
+        let segs = [Segment { thread: 0, end: u64::MAX }, Segment { thread: 1, end: u64::MAX }];
+        let (t0, t1) = (At { thread: 0, seg: 0, start: 0 }, At { thread: 1, seg: 1, start: 1 });
+        for (raced, write, read) in [(0x100, 0x100, 0x100), (0x101, 0x100, 0x100), (0xfff, 0xffe, 0xffe), (0x1000, 0xffe, 0xffe)] {
+            let mut m = Memory::default();
+            // Thread 0 writes one byte; thread 1, unordered with it, writes two bytes over
+            // it and the one beside it.
+            m.write(raced, 1, pack(1, 0), t0, &segs);
+            m.write(write, 2, pack(2, 0), t1, &segs);
+            let (mut all, mut settled) = (vec![], vec![]);
+            m.read(read, 2, t1, &segs, &mut all);
+            let other = if raced == write { write + 1 } else { write };
+            m.read(other, 1, t1, &segs, &mut settled);
+            assert_eq!(settled, vec![pack(2, 0)], "raced byte {raced:#x}");
+            assert_eq!(all, settled, "raced byte {raced:#x}");
+        }
     }
 
     /// Across threads, a read depends on a write only when the sync order puts the write's
