@@ -272,8 +272,9 @@ struct Bytes {
     segs: [u32; PAGE],
 }
 
-/// Memory byte by byte, for all threads, in pages allocated on first write: each byte's
-/// last writer and the segment it wrote in.
+/// Memory for all threads, in pages allocated on first write: each byte's last writer and
+/// the segment it wrote in, held a granule at a time where one write defined all of it
+/// ([`Page`]).
 pub struct Memory {
     index: FxHashMap<u64, u32>,
     pages: Vec<Box<Page>>,
