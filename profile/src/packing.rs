@@ -78,6 +78,13 @@ pub fn pack(raw: &[u8], word: usize, out: &mut Vec<u8>) -> Result<(), PackError>
     Ok(())
 }
 
+// Never inlined, nor `unpack_words`: inlined into `pack` (`unpack`), the two word sizes'
+// loops could be merged into one with the size a run-time value, as one build of the
+// workspace did to `unpack_words` (its stores' offsets multiplied, `last` in memory, the
+// one-byte group's branch made a select): one-core recovery of interp took 16.1 s against
+// 13.5 s. Which happened depended on how the crate was split into codegen units, so it
+// changed with the features the build unified (`cargo build` against `cargo test`).
+#[inline(never)]
 fn pack_words<const W: usize>(raw: &[u8], out: &mut Vec<u8>) {
     let start = out.len();
     let words = raw.len() / W;
@@ -131,6 +138,8 @@ pub fn unpack(packed: &[u8], word: usize, raw_len: usize, out: &mut Vec<u8>) -> 
     }
 }
 
+/// (Never inlined: see `pack_words`.)
+#[inline(never)]
 fn unpack_words<const W: usize>(packed: &[u8], words: usize, out: &mut Vec<u8>) -> Result<(), PackError> {
     let word = W;
     // Every word takes at least one payload byte and every four a control byte, so the
