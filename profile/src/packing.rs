@@ -80,10 +80,11 @@ pub fn pack(raw: &[u8], word: usize, out: &mut Vec<u8>) -> Result<(), PackError>
 
 // Never inlined, nor `unpack_words`: inlined into `pack` (`unpack`), the two word sizes'
 // loops could be merged into one with the size a run-time value, as one build of the
-// workspace did to `unpack_words` (its stores' offsets multiplied, `last` in memory, the
-// one-byte group's branch made a select): one-core recovery of interp took 16.1 s against
-// 13.5 s. Which happened depended on how the crate was split into codegen units, so it
-// changed with the features the build unified (`cargo build` against `cargo test`).
+// workspace did to `unpack_words` (the stores' offsets scaled by a register, the masks
+// read from the stack, and no branch for four one-byte words, whose groups took the
+// general path): one-core recovery of interp took 16.1 s against 13.5 s. Which happened
+// depended on how the crate was split into codegen units, so it changed with the
+// features the build unified (`cargo build` against `cargo test`).
 #[inline(never)]
 fn pack_words<const W: usize>(raw: &[u8], out: &mut Vec<u8>) {
     let start = out.len();
