@@ -665,7 +665,7 @@ fn apply_ops(vals: &mut [u64; SLOTS], ops: &[RegOp], mask: u64) {
 
 /// References buffered before a rep string hands them to the sink: 24 KiB, so the sink
 /// reads them while they are still in the first-level cache (4096, 96 KiB, made matrix's
-/// one-core recovery, whose memset and memcpy are rep strings, 9% slower).
+/// one-core recovery, whose memset and memcpy are rep strings, take 10% longer).
 const BATCH: usize = 1024;
 
 /// Appends iterations `from..from + n` of a rep string with 64-bit addressing to `batch`:
