@@ -878,3 +878,30 @@ fn trace_optimizer_on_and_off_recover_exactly() {
         assert!(blocks > 100_000 && refs > 100_000, "off={off}: {blocks} blocks, {refs} references");
     }
 }
+
+/// A shadow-checked register's value is stored behind a jump where the flags are dead and
+/// branchless elsewhere (collector/client/src/instrument.rs `step_values`); the trace
+/// optimizer drops the jump's test, or the test and the store, where a trace knows the
+/// shadow. `DEP_SHADOW_FORM` puts one form everywhere: `branch` also where drreg must save
+/// live flags around it. Each way the profile recovers exactly its truth, on programs with
+/// traces, signals inside them, threads, writable code, rep strings and vector registers.
+#[test]
+fn shadow_forms_recover_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let progs: [(&str, &[&str]); 7] =
+        [("longtrace", &[]), ("signal_loop", &["300"]), ("threads", &[]), ("rwx", &[]), ("repstring", &[]), ("avx", &[]), ("stack", &[])];
+    for form in ["branch", "advance"] {
+        for (name, args) in progs {
+            let p = dir.path().join(format!("{name}-{form}.dep"));
+            let prog = corpus().join(name);
+            let native = run(Command::new(&prog).args(args));
+            let mut cmd = Command::new(dep());
+            cmd.args(["record", "--truth", "-o"]).arg(&p).arg("--").arg(&prog).args(args).env("DEP_SHADOW_FORM", form);
+            let o = run(&mut cmd);
+            assert_eq!(o.status.code(), native.status.code(), "{name} {form}: {}", String::from_utf8_lossy(&o.stderr));
+            assert_eq!(String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&native.stdout), "{name} {form}: stdout differs");
+            let (refs, blocks) = check_profile(&p);
+            assert!(blocks > 0 && refs > 0, "{name} {form}: {blocks} blocks, {refs} references");
+        }
+    }
+}

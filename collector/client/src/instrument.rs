@@ -55,6 +55,12 @@ pub struct BlockInfo {
     kept: reg_id_t,
     /// A `--start-at`/`--stop-at` check the block makes first ([`crate::window::trigger_at`]).
     trigger: Option<u32>,
+    /// Whether a jump-form test may set its register's shadow to RECORDED in its own path
+    /// (not in a rep string expanded into a loop, nor on a writable page).
+    may_zero: bool,
+    /// Registers whose shadow a jump-form test's path set to RECORDED, with that test's
+    /// skip label: their end-of-block store goes where no call comes between.
+    zeroed: Vec<(Reg, *mut instr_t)>,
 }
 
 /// Whether the value pointer can stay in a register across the block's steps, loaded
@@ -449,6 +455,7 @@ pub unsafe extern "C" fn analysis(
     let n = plan.insns.len();
     let expanded = expanded.is_some();
     let touched = keeps_pointer(bb, &plan, expanded, syncs > 0 || syscall);
+    let may_zero = !expanded && !on_writable_page(plan.addr as app_pc);
     *ud = Box::into_raw(Box::new(Built::Recorded(BlockInfo {
         plan,
         decisions,
@@ -466,6 +473,8 @@ pub unsafe extern "C" fn analysis(
         touched,
         kept: 0,
         trigger,
+        may_zero,
+        zeroed: Vec::new(),
     }))) as *mut c_void;
     dr_emit_flags_t::DR_EMIT_DEFAULT
 }
@@ -589,7 +598,7 @@ pub unsafe extern "C" fn insertion(
             say("internal error: a rep string ends its block");
             dr_abort();
         }
-        exit_shadows(&e, &info.decisions);
+        exit_shadows(&e, &info.decisions, &info.zeroed);
         if info.kept != 0 {
             unreserve(dc, bb, inst, info.kept);
         }
@@ -729,9 +738,59 @@ unsafe fn app_value(e: &Emit, r: Reg, scratch: reg_id_t) -> reg_id_t {
     }
 }
 
-/// Values recorded before step `s`: unconditional ones, shadow-checked ones (branchless:
-/// the value is always stored and the pointer advances by the shadow, 8 or 0), a gather's
+/// How a step records a shadow-checked register ([`step_values`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ShadowForm {
+    /// A jump past the store where the shadow is 0, wherever the arithmetic flags are
+    /// dead before the step; the advance form elsewhere.
+    Auto,
+    /// Always the jump, saving live flags around it (`DEP_SHADOW_FORM=branch`, for tests).
+    Branch,
+    /// Always the store and the advance by the shadow (`DEP_SHADOW_FORM=advance`).
+    Advance,
+}
+
+static mut SHADOW_FORM: ShadowForm = ShadowForm::Auto;
+
+/// Reads `DEP_SHADOW_FORM`; once, in dr_client_main before any block is built.
+///
+/// # Safety
+/// Called once from dr_client_main before any thread runs application code; exercised by
+/// tests/collector.rs shadow_forms_recover_exactly.
+pub unsafe fn init() {
+    SHADOW_FORM = match std::env::var("DEP_SHADOW_FORM").as_deref() {
+        Ok("branch") => ShadowForm::Branch,
+        Ok("advance") => ShadowForm::Advance,
+        _ => ShadowForm::Auto,
+    };
+}
+
+/// Whether the step at `e.at` tests its shadow-checked registers with a jump: where the
+/// flags are dead (nothing to save), or everywhere as `DEP_SHADOW_FORM` says.
+///
+/// # Safety
+/// `e` comes from the current basic-block event (see [`Emit`]); exercised by tests/collector.rs
+/// shadow_forms_recover_exactly.
+unsafe fn shadow_branch(e: &Emit) -> bool {
+    match SHADOW_FORM {
+        ShadowForm::Branch => true,
+        ShadowForm::Advance => false,
+        ShadowForm::Auto => {
+            let mut dead: bool_ = 0;
+            drreg_are_aflags_dead(e.dc, e.at, &mut dead) == drreg_status_t_DRREG_SUCCESS && dead != 0
+        }
+    }
+}
+
+/// Values recorded before step `s`: unconditional ones, shadow-checked ones, a gather's
 /// index vector and mask, a rep string's slot.
+///
+/// A shadow-checked register's value is stored only where its shadow is UPDATED, behind a
+/// `cmp shadow, 0; jz` where the flags are dead: in a loop whose registers stay recorded
+/// the step then stores nothing (matrix's inner loop stored two values, the pointer twice
+/// and two shadows each iteration, all to no effect). Where the flags are live it is
+/// branchless instead: the value is always stored and the pointer advances by the shadow,
+/// 8 or 0. Both write the same DEP_m.
 ///
 /// # Safety
 /// `e` comes from the current basic-block event (see [`Emit`]); exercised by tests/collector.rs
@@ -764,7 +823,16 @@ unsafe fn step_values(e: &Emit, info: &mut BlockInfo, s: usize) {
     // register it records was written earlier in the block) reserves none, which spares
     // the spill and restore of a live register.
     let segment = record.contains(Reg::FS_BASE) || record.contains(Reg::GS_BASE);
-    let s_reg = if !checked.is_empty() || segment { reserve_avoiding(dc, e.bb, e.at, avoid) } else { 0 };
+    // The jump form tests the shadow in memory, needing no register for it; a segment
+    // base's value takes that register, so such a step keeps the advance form.
+    let branch = !checked.is_empty() && !segment && shadow_branch(e);
+    let s_reg = if (!checked.is_empty() && !branch) || segment { reserve_avoiding(dc, e.bb, e.at, avoid) } else { 0 };
+    if branch {
+        check(drreg_reserve_aflags(dc, e.bb, e.at), "aflags");
+    }
+    // Where every value of the step is behind a jump, each jump's path stores the pointer
+    // itself, and a step that records nothing stores nothing.
+    let only_checked = checked == record && insn.special == Special::None;
     if load {
         e.mov_ld(v, tls(S_VALPTR, 0, OPSZ_8));
     }
@@ -773,6 +841,35 @@ unsafe fn step_values(e: &Emit, info: &mut BlockInfo, s: usize) {
             continue;
         }
         let src = app_value(e, r, s_reg);
+        if branch && checked.contains(r) {
+            // The trace optimizer (traces.rs) drops the test, or the test and the store,
+            // where the shadow is known; the skip label is no join for it.
+            let q = step.shadow_of(r);
+            // A register the block leaves RECORDED gets that shadow here, in the path that
+            // records it, so that the end of the block need not store it each time
+            // ([`exit_shadows`]); only where no later step of the block tests this shadow,
+            // which until the block's end still says what it said at its entry.
+            let tested_later = info.decisions.steps[s + 1..]
+                .iter()
+                .zip(&info.plan.steps[s + 1..])
+                .any(|(d, st)| d.check.iter().any(|x| st.shadow_of(x) == q));
+            let zero = info.may_zero && q == r && info.decisions.exit_recorded.contains(r) && !tested_later;
+            let skip = traces::mark(dc, Mark::ShadowSkip, [q.0 as usize, zero as usize, 0, 0]);
+            e.ins(traces::mark(dc, Mark::ShadowBranch, [q.0 as usize, 0, 0, 0]));
+            e.cmp(tls(S_SHADOW, q.0 as u32, OPSZ_1), imm(0, OPSZ_1));
+            e.jcc(OP_jz, skip);
+            e.mov_st(mem(v, 0, OPSZ_8), reg(src));
+            e.add_lea(v, UPDATED as i32);
+            if only_checked {
+                e.mov_st(tls(S_VALPTR, 0, OPSZ_8), reg(v));
+            }
+            if zero {
+                e.mov_st(tls(S_SHADOW, r.0 as u32, OPSZ_1), imm(0, OPSZ_1));
+                info.zeroed.push((r, skip));
+            }
+            e.ins(skip);
+            continue;
+        }
         e.mov_st(mem(v, 0, OPSZ_8), reg(src));
         if checked.contains(r) {
             // Its own shadow, or that of the register it was computed from in this block.
@@ -798,7 +895,12 @@ unsafe fn step_values(e: &Emit, info: &mut BlockInfo, s: usize) {
         }
         Special::None => {}
     }
-    e.mov_st(tls(S_VALPTR, 0, OPSZ_8), reg(v));
+    if !(branch && only_checked) {
+        e.mov_st(tls(S_VALPTR, 0, OPSZ_8), reg(v));
+    }
+    if branch {
+        check(drreg_unreserve_aflags(dc, e.bb, e.at), "unreserve aflags");
+    }
     if s_reg != 0 {
         unreserve(dc, e.bb, e.at, s_reg);
     }
@@ -855,8 +957,10 @@ unsafe fn post_store(e: &Emit, r: Reg) {
 /// # Safety
 /// `e` comes from the current basic-block event (see [`Emit`]); exercised by tests/collector.rs
 /// hello and every recovery-equals-truth test.
-unsafe fn exit_shadows(e: &Emit, d: &Decisions) {
-    let sets = d.exit_updated.iter().map(|r| (r, UPDATED)).chain(d.exit_recorded.iter().map(|r| (r, 0)));
+unsafe fn exit_shadows(e: &Emit, d: &Decisions, zeroed: &[(Reg, *mut instr_t)]) {
+    // Set already, unless a call came after: a clean call may expire every register.
+    let set = |r: Reg| zeroed.iter().any(|&(z, skip)| z == r && !traces::call_between(skip, e.at));
+    let sets = d.exit_updated.iter().map(|r| (r, UPDATED)).chain(d.exit_recorded.iter().filter(|&r| !set(r)).map(|r| (r, 0)));
     for (r, v) in sets {
         e.ins(traces::mark(e.dc, Mark::ShadowSet, [r.0 as usize, v as usize, 0, 0]));
         e.mov_st(tls(S_SHADOW, r.0 as u32, OPSZ_1), imm(v as i64, OPSZ_1));

@@ -842,6 +842,7 @@ pub unsafe extern "C" fn dr_client_main(id: client_id_t, _argc: c_int, _argv: *c
     drmgr_register_bb_instru2instru_event(Some(attach_event), core::ptr::null_mut());
     traces::init();
     window::init();
+    instrument::init();
     handoff::start();
     // Debugging aid: DEP_DISASM=ADDR prints the instrumented code of blocks whose start
     // has the same low 12 bits as ADDR.

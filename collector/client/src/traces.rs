@@ -44,11 +44,27 @@ pub enum Mark {
     ShadowTest = 5,
     /// Before a counting block's first instruction (windows); data: its instruction count.
     CountStart = 6,
+    /// Before the jump form of a shadow's test (`cmp shadow[r], 0; jz skip`, the store and
+    /// the pointer's advance, then the [`ShadowSkip`](Mark::ShadowSkip) label); data: the register.
+    ShadowBranch = 7,
+    /// The label that jump targets: no join, since the path it skips changes no shadow but
+    /// its own register's, which it sets RECORDED where data[1] is 1 (the register's shadow
+    /// is then RECORDED here either way).
+    ShadowSkip = 8,
 }
 
 /// Every mark, in note order.
-const MARKS: [Mark; 7] =
-    [Mark::CheckStart, Mark::CheckEnd, Mark::HtagStart, Mark::HtagEnd, Mark::ShadowSet, Mark::ShadowTest, Mark::CountStart];
+const MARKS: [Mark; 9] = [
+    Mark::CheckStart,
+    Mark::CheckEnd,
+    Mark::HtagStart,
+    Mark::HtagEnd,
+    Mark::ShadowSet,
+    Mark::ShadowTest,
+    Mark::CountStart,
+    Mark::ShadowBranch,
+    Mark::ShadowSkip,
+];
 /// The first of this client's label notes (drmgr_reserve_note_range), 0 until reserved.
 static mut NOTE_BASE: usize = 0;
 
@@ -123,6 +139,42 @@ unsafe fn delete_to(dc: *mut c_void, list: *mut instrlist_t, start: *mut instr_t
     true
 }
 
+/// Whether `i` is a call, system call or interrupt: after one, a clean call may have
+/// expired every register.
+///
+/// # Safety
+/// `i` is a live instruction; exercised by tests/collector.rs eight_threads_with_mutexes.
+unsafe fn calls(i: *mut instr_t) -> bool {
+    instr_is_call(i) != 0 || instr_is_syscall(i) != 0 || instr_is_interrupt(i) != 0
+}
+
+/// Whether `to` comes after `from` in their list with no instruction between them for
+/// which `stop` holds.
+///
+/// # Safety
+/// `from` and `to` are live instructions; exercised by tests/collector.rs
+/// shadow_forms_recover_exactly.
+unsafe fn clear_between(from: *mut instr_t, to: *mut instr_t, stop: impl Fn(*mut instr_t) -> bool) -> bool {
+    let mut i = instr_get_next(from);
+    while !i.is_null() && i != to {
+        if stop(i) {
+            return false;
+        }
+        i = instr_get_next(i);
+    }
+    !i.is_null()
+}
+
+/// Whether a call, system call or interrupt comes between `from` and `to` (or `to` is not
+/// after `from`).
+///
+/// # Safety
+/// `from` and `to` are live instructions of one list; exercised by tests/collector.rs
+/// shadow_forms_recover_exactly.
+pub unsafe fn call_between(from: *mut instr_t, to: *mut instr_t) -> bool {
+    !clear_between(from, to, |i| calls(i))
+}
+
 /// Takes `i` out of `list` and frees it.
 ///
 /// # Safety
@@ -189,7 +241,7 @@ unsafe fn known_shadows(dc: *mut c_void, list: *mut instrlist_t) {
     while !i.is_null() {
         for k in 0..instr_num_srcs(i).max(0) as u32 {
             let o = instr_get_src(i, k);
-            if opnd_is_instr(o) != 0 {
+            if opnd_is_instr(o) != 0 && mark_of(opnd_get_instr(o)) != Some(Mark::ShadowSkip) {
                 joins.insert(opnd_get_instr(o) as usize);
             }
         }
@@ -244,9 +296,52 @@ unsafe fn known_shadows(dc: *mut c_void, list: *mut instrlist_t) {
                     }
                 }
             }
+            Some(Mark::ShadowBranch) => {
+                let r = data(i)[0];
+                let test = instr_get_next(i);
+                let jump = if test.is_null() { test } else { instr_get_next(test) };
+                // `cmp shadow[r], 0; jz skip`, as step_values writes it, skip being this
+                // test's own label.
+                let skip = if jump.is_null() || instr_get_opcode(jump) != OP_jz as i32 {
+                    core::ptr::null_mut()
+                } else {
+                    let t = instr_get_target(jump);
+                    if opnd_is_instr(t) != 0 {
+                        opnd_get_instr(t)
+                    } else {
+                        core::ptr::null_mut()
+                    }
+                };
+                let shaped = r < 24
+                    && !skip.is_null()
+                    && instr_get_opcode(test) == OP_cmp as i32
+                    && opnd_same(instr_get_src(test, 0), tls(S_SHADOW, r as u32, OPSZ_1)) != 0
+                    && mark_of(skip) == Some(Mark::ShadowSkip)
+                    && data(skip)[0] == r
+                    && clear_between(jump, skip, |i| calls(i) || instr_is_label(i) != 0);
+                if let (true, Some(k)) = (shaped, known.get(r).copied().flatten()) {
+                    // Known 0: nothing to store; known UPDATED: the store, with no test.
+                    let last = if k == 0 { skip } else { instr_get_next(jump) };
+                    let mut d = test;
+                    while d != last {
+                        let next = instr_get_next(d);
+                        delete(dc, list, d);
+                        d = next;
+                    }
+                    i = last;
+                    continue;
+                }
+            }
+            // A path that records its register and sets its shadow RECORDED: both ways that
+            // shadow is RECORDED here.
+            Some(Mark::ShadowSkip) if data(i)[1] != 0 => {
+                if let Some(k) = known.get_mut(data(i)[0]) {
+                    *k = Some(0);
+                }
+            }
             _ => {}
         }
-        if instr_is_call(i) != 0 || instr_is_syscall(i) != 0 || instr_is_interrupt(i) != 0 {
+        if calls(i) {
             known = [None; 24];
         }
         i = instr_get_next(i);
