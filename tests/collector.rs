@@ -884,12 +884,21 @@ fn trace_optimizer_on_and_off_recover_exactly() {
 /// optimizer drops the jump's test, or the test and the store, where a trace knows the
 /// shadow. `DEP_SHADOW_FORM` puts one form everywhere: `branch` also where drreg must save
 /// live flags around it. Each way the profile recovers exactly its truth, on programs with
-/// traces, signals inside them, threads, writable code, rep strings and vector registers.
+/// traces, a register recorded with one computed from it, signals inside traces, threads,
+/// writable code, rep strings and vector registers.
 #[test]
 fn shadow_forms_recover_exactly() {
     let dir = tempfile::tempdir().unwrap();
-    let progs: [(&str, &[&str]); 7] =
-        [("longtrace", &[]), ("signal_loop", &["300"]), ("threads", &[]), ("rwx", &[]), ("repstring", &[]), ("avx", &[]), ("stack", &[])];
+    let progs: [(&str, &[&str]); 8] = [
+        ("longtrace", &[]),
+        ("shadowroot", &[]),
+        ("signal_loop", &["300"]),
+        ("threads", &[]),
+        ("rwx", &[]),
+        ("repstring", &[]),
+        ("avx", &[]),
+        ("stack", &[]),
+    ];
     for form in ["branch", "advance"] {
         for (name, args) in progs {
             let p = dir.path().join(format!("{name}-{form}.dep"));
@@ -904,4 +913,12 @@ fn shadow_forms_recover_exactly() {
             assert!(blocks > 0 && refs > 0, "{name} {form}: {blocks} blocks, {refs} references");
         }
     }
+}
+
+/// A step that records a register and another computed from it in its block, through the
+/// first one's shadow (corpora/shadowroot.c, the pattern of liblzma's that xz -T2 ran): the
+/// path recording the first must leave its shadow as the step's later test reads it.
+#[test]
+fn a_register_and_one_computed_from_it_recorded_in_one_step() {
+    corpus_check("shadowroot", &[]);
 }

@@ -847,12 +847,15 @@ unsafe fn step_values(e: &Emit, info: &mut BlockInfo, s: usize) {
             let q = step.shadow_of(r);
             // A register the block leaves RECORDED gets that shadow here, in the path that
             // records it, so that the end of the block need not store it each time
-            // ([`exit_shadows`]); only where no later step of the block tests this shadow,
-            // which until the block's end still says what it said at its entry.
-            let tested_later = info.decisions.steps[s + 1..]
-                .iter()
-                .zip(&info.plan.steps[s + 1..])
-                .any(|(d, st)| d.check.iter().any(|x| st.shadow_of(x) == q));
+            // ([`exit_shadows`]); only where nothing else in the block tests this shadow,
+            // which until the block's end still says what it said at its entry: no later
+            // step, and no other register of this one computed from it (xz's threads lost
+            // such a register's value when only later steps were looked at).
+            let tested_later = checked.iter().any(|x| x != r && step.shadow_of(x) == q)
+                || info.decisions.steps[s + 1..]
+                    .iter()
+                    .zip(&info.plan.steps[s + 1..])
+                    .any(|(d, st)| d.check.iter().any(|x| st.shadow_of(x) == q));
             let zero = info.may_zero && q == r && info.decisions.exit_recorded.contains(r) && !tested_later;
             let skip = traces::mark(dc, Mark::ShadowSkip, [q.0 as usize, zero as usize, 0, 0]);
             e.ins(traces::mark(dc, Mark::ShadowBranch, [q.0 as usize, 0, 0, 0]));
