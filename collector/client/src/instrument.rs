@@ -69,13 +69,14 @@ pub struct BlockInfo {
 /// application instruction (writable code), nor around clean calls (watched functions,
 /// atomics, system calls, the truth's rep-string and gather observers), which read the
 /// application's registers; only with two steps or more and a register the block leaves
-/// alone. `syncs`: the block has clean calls of its own (sync records, a system call's).
+/// alone. `straight`: the block is neither a rep string expanded into a loop nor on a
+/// writable page; `syncs`: it has clean calls of its own (sync records, a system call's).
 ///
 /// # Safety
 /// `bb` is the block of the current analysis event; exercised by tests/collector.rs hello,
 /// signals and eight_threads_with_mutexes.
-unsafe fn keeps_pointer(bb: *mut instrlist_t, plan: &BlockPlan, expanded: bool, syncs: bool) -> Option<RegSet> {
-    if expanded || plan.steps.len() < 2 || on_writable_page(plan.addr as app_pc) {
+unsafe fn keeps_pointer(bb: *mut instrlist_t, plan: &BlockPlan, straight: bool, syncs: bool) -> Option<RegSet> {
+    if !straight || plan.steps.len() < 2 {
         return None;
     }
     // The truth observes rep strings and gathers with clean calls; its other observations
@@ -454,8 +455,9 @@ pub unsafe extern "C" fn analysis(
     }
     let n = plan.insns.len();
     let expanded = expanded.is_some();
-    let touched = keeps_pointer(bb, &plan, expanded, syncs > 0 || syscall);
+    // Code that runs once per block, as straight-line instrumentation assumes.
     let may_zero = !expanded && !on_writable_page(plan.addr as app_pc);
+    let touched = keeps_pointer(bb, &plan, may_zero, syncs > 0 || syscall);
     *ud = Box::into_raw(Box::new(Built::Recorded(BlockInfo {
         plan,
         decisions,
@@ -851,12 +853,14 @@ unsafe fn step_values(e: &Emit, info: &mut BlockInfo, s: usize) {
             // which until the block's end still says what it said at its entry: no later
             // step, and no other register of this one computed from it (xz's threads lost
             // such a register's value when only later steps were looked at).
-            let tested_later = checked.iter().any(|x| x != r && step.shadow_of(x) == q)
-                || info.decisions.steps[s + 1..]
-                    .iter()
-                    .zip(&info.plan.steps[s + 1..])
-                    .any(|(d, st)| d.check.iter().any(|x| st.shadow_of(x) == q));
-            let zero = info.may_zero && q == r && info.decisions.exit_recorded.contains(r) && !tested_later;
+            let tested_later = || {
+                checked.iter().any(|x| x != r && step.shadow_of(x) == q)
+                    || info.decisions.steps[s + 1..]
+                        .iter()
+                        .zip(&info.plan.steps[s + 1..])
+                        .any(|(d, st)| d.check.iter().any(|x| st.shadow_of(x) == q))
+            };
+            let zero = info.may_zero && q == r && info.decisions.exit_recorded.contains(r) && !tested_later();
             let skip = traces::mark(dc, Mark::ShadowSkip, [q.0 as usize, zero as usize, 0, 0]);
             e.ins(traces::mark(dc, Mark::ShadowBranch, [q.0 as usize, 0, 0, 0]));
             e.cmp(tls(S_SHADOW, q.0 as u32, OPSZ_1), imm(0, OPSZ_1));

@@ -320,16 +320,14 @@ unsafe fn known_shadows(dc: *mut c_void, list: *mut instrlist_t) {
                     && data(skip)[0] == r
                     && clear_between(jump, skip, |i| calls(i) || instr_is_label(i) != 0);
                 if let (true, Some(k)) = (shaped, known.get(r).copied().flatten()) {
-                    // Known 0: nothing to store; known UPDATED: the store, with no test.
-                    let last = if k == 0 { skip } else { instr_get_next(jump) };
-                    let mut d = test;
-                    while d != last {
-                        let next = instr_get_next(d);
-                        delete(dc, list, d);
-                        d = next;
+                    // Known 0: nothing to store (`skip` is the next ShadowSkip: no label
+                    // between); known UPDATED: the store, with no test.
+                    if k == 0 {
+                        delete_to(dc, list, i, Mark::ShadowSkip);
+                    } else {
+                        delete(dc, list, test);
+                        delete(dc, list, jump);
                     }
-                    i = last;
-                    continue;
                 }
             }
             // A path that records its register and sets its shadow RECORDED: both ways that
