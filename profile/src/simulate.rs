@@ -174,7 +174,9 @@ impl SimThread<'_> {
                         }
                     }
                     Special::Rep(rep) => {
-                        let n = self.rng.below(5);
+                        // Mostly a few iterations; one in eight a string long enough that
+                        // recovery gives it to sinks as one run (a `memcpy` of a row).
+                        let n = if self.rng.below(8) == 0 { 60 + self.rng.below(200) } else { self.rng.below(5) };
                         let dir: i64 = if self.rng.below(4) == 0 { -1 } else { 1 };
                         let faulting = stop == Some(k as u16);
                         let done = if faulting { n.saturating_sub(1) } else { n };

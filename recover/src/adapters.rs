@@ -1,6 +1,6 @@
 //! Sinks made of sinks: [`Tee`] feeds two at once, [`ByThread`] one per thread.
 
-use crate::events::{Begin, BlockEvent, Marker, MemEvent, Part, Run};
+use crate::events::{Begin, BlockEvent, Marker, MemEvent, Part, RepRun, Run};
 use crate::sink::Sink;
 
 /// Two sinks fed the same events: each until it stops, the pair until both have.
@@ -57,6 +57,10 @@ impl<A: Sink, B: Sink<Error = A::Error>> Sink for Tee<A, B> {
     #[inline]
     fn refs(&mut self, b: &BlockEvent, refs: &[MemEvent]) -> Result<bool, Self::Error> {
         self.both(|s| s.refs(b, refs), |s| s.refs(b, refs))
+    }
+
+    fn rep(&mut self, b: &BlockEvent, run: &RepRun) -> Result<bool, Self::Error> {
+        self.both(|s| s.rep(b, run), |s| s.rep(b, run))
     }
 
     fn marker(&mut self, thread: u32, m: Marker) -> Result<bool, Self::Error> {
@@ -138,6 +142,10 @@ impl<S: Sink, M: FnMut(u32) -> S> Sink for ByThread<S, M> {
     #[inline]
     fn refs(&mut self, b: &BlockEvent, refs: &[MemEvent]) -> Result<bool, S::Error> {
         self.give(b.thread, |s| s.refs(b, refs))
+    }
+
+    fn rep(&mut self, b: &BlockEvent, run: &RepRun) -> Result<bool, S::Error> {
+        self.give(b.thread, |s| s.rep(b, run))
     }
 
     fn marker(&mut self, thread: u32, m: Marker) -> Result<bool, S::Error> {

@@ -1,7 +1,7 @@
 //! [`Counts`], the null sink for timing recovery itself.
 
 use crate::error::RecoverError;
-use crate::events::{BlockEvent, Marker, MemEvent, Run};
+use crate::events::{BlockEvent, Marker, MemEvent, RepRun, Run};
 use crate::sink::{Merge, Sink};
 use dep_profile::semantics::Access;
 
@@ -60,7 +60,7 @@ const _: () = assert!(std::mem::offset_of!(MemEvent, size) == 16 && std::mem::of
 
 /// One lane's step: FNV-1a's, then a constant, so that a lane at zero does not stay there.
 #[inline(always)]
-fn step(lane: u32, word: u32) -> u32 {
+fn step_lane(lane: u32, word: u32) -> u32 {
     (lane ^ word).wrapping_mul(0x0100_0193) ^ 0x9e37_79b9
 }
 
@@ -81,7 +81,7 @@ fn hash_groups(lanes: &mut [u32; LANES], groups: &[[u32; LANES]]) -> u64 {
             for j in 0..LANES / 2 {
                 let k = half * LANES / 2 + j;
                 let w = q[k] & WORD_MASK[k];
-                lanes[k] = step(lanes[k], w);
+                lanes[k] = step_lane(lanes[k], w);
                 sums[j] = sums[j].wrapping_add(w);
             }
         }
@@ -112,6 +112,67 @@ fn hash_groups_best(lanes: &mut [u32; LANES], groups: &[[u32; LANES]]) -> u64 {
         return unsafe { hash_groups_avx2(lanes, groups) };
     }
     hash_groups_base(lanes, groups)
+}
+
+/// A group of references made, not read: for each of its [`GROUP`] references, its pc, its
+/// address, and its size with its kind in the upper half, as little-endian pairs of the
+/// lanes' words.
+type Template = [u64; LANES / 2];
+
+/// Hashes `groups` groups of references into `lanes` as [`hash_groups`] does, the first
+/// group `t` and each next one `t + step`, masked with `mask`: a rep string's iterations,
+/// whose words are made in registers rather than written out and read back (matrix's
+/// memcpy: two byte references an iteration, most of the program's references).
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // one index over four arrays, as the vectoriser wants it
+fn hash_run(lanes: &mut [u32; LANES], t: &Template, step: &Template, mask: &Template, groups: u64) {
+    let mut t = *t;
+    for _ in 0..groups {
+        let w = as_words(t);
+        for k in 0..LANES {
+            lanes[k] = step_lane(lanes[k], w[k]);
+        }
+        for j in 0..LANES / 2 {
+            t[j] = t[j].wrapping_add(step[j]) & mask[j];
+        }
+    }
+}
+
+/// A template's words, in the lanes' order (each pair's low half first).
+#[inline(always)]
+fn as_words(t: Template) -> [u32; LANES] {
+    // SAFETY: both are plain integers of the same size, every bit pattern valid in each;
+    // on a little-endian target (checked below) each `u64`'s low half comes first, as the
+    // lanes want (`runs_hash_as_their_references_do` compares with the fields).
+    unsafe { std::mem::transmute::<Template, [u32; LANES]>(t) }
+}
+
+// The lanes' words are the little-endian halves of pc and address.
+const _: () = assert!(cfg!(target_endian = "little"));
+
+/// [`hash_run`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU has AVX2 (checked by the caller with `is_x86_feature_detected!`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn hash_run_avx2(lanes: &mut [u32; LANES], t: &Template, step: &Template, mask: &Template, groups: u64) {
+    hash_run(lanes, t, step, mask, groups)
+}
+
+/// [`hash_run`] compiled for the baseline.
+fn hash_run_base(lanes: &mut [u32; LANES], t: &Template, step: &Template, mask: &Template, groups: u64) {
+    hash_run(lanes, t, step, mask, groups)
+}
+
+/// Hashes a run's groups with the widest code the CPU runs.
+fn hash_run_best(lanes: &mut [u32; LANES], t: &Template, step: &Template, mask: &Template, groups: u64) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, checked just above.
+        return unsafe { hash_run_avx2(lanes, t, step, mask, groups) };
+    }
+    hash_run_base(lanes, t, step, mask, groups)
 }
 
 /// `refs` as their groups of [`GROUP`], as words, and the references after the last whole one.
@@ -178,14 +239,54 @@ impl Counts {
         }
         // Whole groups leave the position where it was: tail reference `i` is at `at + i`.
         for (i, m) in tail.iter().enumerate() {
-            let lane = 6 * ((at + i) % GROUP);
-            for (j, w) in words(m).into_iter().enumerate() {
-                self.lanes[lane + j] = step(self.lanes[lane + j], w);
-            }
+            self.hash_one(at + i, m);
             writes += (m.access == Access::Write) as u64;
         }
         self.writes += writes;
         self.reads += refs.len() as u64 - writes;
+    }
+
+    /// Hashes one reference at stream position `at` (modulo [`GROUP`]).
+    #[inline(always)]
+    fn hash_one(&mut self, at: usize, m: &MemEvent) {
+        let lane = 6 * (at % GROUP);
+        for (j, w) in words(m).into_iter().enumerate() {
+            self.lanes[lane + j] = step_lane(self.lanes[lane + j], w);
+        }
+    }
+
+    /// Counts and hashes a rep string's references as [`count_refs`](Self::count_refs)
+    /// would them written out, its whole groups with `hash`.
+    fn count_rep_with(&mut self, run: &RepRun, hash: fn(&mut [u32; LANES], &Template, &Template, &Template, u64)) {
+        let total = run.len();
+        let at = ((self.reads + self.writes) % GROUP as u64) as usize;
+        // The references before the first whole group of lanes, one at a time.
+        let head = (((GROUP - at) % GROUP) as u64).min(total);
+        for i in 0..head {
+            self.hash_one(at + i as usize, &run.get(i));
+        }
+        let groups = (total - head) / GROUP as u64;
+        if groups > 0 {
+            // Each reference of a group is the same one of the string's (movs's read or
+            // write) as in the group before, `GROUP / width` iterations on.
+            let per = (GROUP / run.width()) as u64;
+            let (mut t, mut step, mut mask) = ([0u64; LANES / 2], [0u64; LANES / 2], [u64::MAX; LANES / 2]);
+            for r in 0..GROUP {
+                let m = run.get(head + r as u64);
+                t[3 * r] = m.pc;
+                t[3 * r + 1] = m.addr;
+                t[3 * r + 2] = m.size as u64 | (m.access as u64) << 32;
+                step[3 * r + 1] = per.wrapping_mul(run.stride());
+                mask[3 * r + 1] = run.mask();
+            }
+            hash(&mut self.lanes, &t, &step, &mask, groups);
+        }
+        for i in head + groups * GROUP as u64..total {
+            self.hash_one(at + i as usize, &run.get(i));
+        }
+        let writes = run.first().iter().filter(|m| m.access == Access::Write).count() as u64 * run.iterations();
+        self.writes += writes;
+        self.reads += total - writes;
     }
 }
 
@@ -200,6 +301,11 @@ impl Sink for Counts {
 
     fn refs(&mut self, _: &BlockEvent, refs: &[MemEvent]) -> Result<bool, RecoverError> {
         self.count_refs(refs);
+        Ok(true)
+    }
+
+    fn rep(&mut self, _: &BlockEvent, run: &RepRun) -> Result<bool, RecoverError> {
+        self.count_rep_with(run, hash_run_best);
         Ok(true)
     }
 
@@ -298,6 +404,45 @@ mod tests {
                 assert_eq!(c.lanes, want, "split at {split}");
                 assert_eq!(c.writes, r.iter().filter(|m| m.access == Access::Write).count() as u64);
                 assert_eq!(c.reads + c.writes, r.len() as u64);
+            }
+        }
+    }
+
+    /// A rep run hashes and counts as its references written out do, from any stream
+    /// position, in both builds of the run hash: one reference an iteration or two, up or
+    /// down, within a 64- or 32-bit mask (a string wrapping at 2^32), shorter than a group
+    /// or many groups long.
+    #[test]
+    fn runs_hash_as_their_references_do() {
+        let m = |pc, addr, size, access| MemEvent { pc, addr, size, access, conditional: false, insn: 7 };
+        let cases = [
+            (vec![m(0x40_1000, 0x7fff_1000, 1, Access::Read), m(0x40_1000, 0x7fff_9000, 1, Access::Write)], 1u64, u64::MAX),
+            (vec![m(0x7f00_0000_2000, 0x5555_0000_0010, 8, Access::Write)], 8u64, u64::MAX),
+            (vec![m(0x40_2000, 0x7fff_8000, 4, Access::Read)], (-4i64) as u64, u64::MAX),
+            (vec![m(0x40_3000, 0x10, 2, Access::Read), m(0x40_3000, 0xffff_fff0, 2, Access::Read)], (-2i64) as u64, 0xffff_ffff),
+            (vec![m(0x40_4000, 0xffff_ffe0, 1, Access::Write)], 1, 0xffff_ffff),
+        ];
+        let before = refs(13);
+        for (first, stride, mask) in &cases {
+            for iterations in [0u64, 1, 3, 4, 5, 8, 9, 31, 64, 200] {
+                let run = RepRun::new(first, iterations, *stride, *mask).unwrap();
+                let mut written = Vec::new();
+                run.write_to(&mut written);
+                for at in 0..=8 {
+                    let mut want = Counts::default();
+                    want.count_refs(&before[..at]);
+                    want.count_refs(&written);
+                    for hash in [hash_run_base as fn(&mut [u32; LANES], &Template, &Template, &Template, u64), hash_run_best] {
+                        let mut got = Counts::default();
+                        got.count_refs(&before[..at]);
+                        got.count_rep_with(&run, hash);
+                        assert_eq!(
+                            (got.lanes, got.reads, got.writes),
+                            (want.lanes, want.reads, want.writes),
+                            "{first:?} x{iterations} after {at}"
+                        );
+                    }
+                }
             }
         }
     }

@@ -10,7 +10,7 @@
 //! recover/examples/hot_pages.rs is a complete analysis to start from.
 
 use crate::plans::Plans;
-pub use crate::records::{MemEvent, RunBlock};
+pub use crate::records::{MemEvent, RepRun, RunBlock};
 use dep_profile::container::{Metadata, ModuleEvent, Profile, ThreadInfo};
 use dep_profile::BlockPlan;
 

@@ -26,7 +26,7 @@ pub use adapters::{ByThread, Tee};
 pub use counts::Counts;
 pub use driver::{Events, Recovery};
 pub use error::{ChunkFault, RecoverError, RepProblem};
-pub use events::{Begin, BlockEvent, Marker, MemEvent, Part, Run, RunBlock, Source};
+pub use events::{Begin, BlockEvent, Marker, MemEvent, Part, RepRun, Run, RunBlock, Source};
 pub use interleave::{Turn, Turns};
 pub use plans::Engine;
 pub use render::{Format, Renderer};

@@ -1,7 +1,7 @@
 //! The recovery loop: DEP_c drives a walk over pre-decoded blocks, DEP_m supplies register
 //! values exactly when a block plan says so (paper section 6.2).
 
-use crate::events::{BlockEvent, Marker, MemEvent, Run, RunBlock};
+use crate::events::{BlockEvent, Marker, MemEvent, RepRun, Run, RunBlock};
 use crate::flat::{step_status, SLOTS};
 use crate::plans::{PlanCache, PlanMiss, Plans};
 use crate::sink::Sink;
@@ -668,47 +668,9 @@ fn apply_ops(vals: &mut [u64; SLOTS], ops: &[RegOp], mask: u64) {
 /// one-core recovery, whose memset and memcpy are rep strings, take 10% longer).
 const BATCH: usize = 1024;
 
-/// Appends iterations `from..from + n` of a rep string with 64-bit addressing to `batch`:
-/// `events` are its references at iteration 0 (one, or two that alternate: movs, cmps),
-/// each address stepping by `stride` within `mask`. Written in one pass over reserved room
-/// with the template and step in registers: a memcpy of a row is one event a byte, and
-/// building them one `extend` item at a time (flat_map has no exact length) cost a quarter
-/// of matrix's recovery.
-fn push_iterations(batch: &mut Vec<MemEvent>, events: &[MemEvent], from: u64, n: u64, stride: u64, mask: u64) {
-    let total = match events.len() {
-        1 | 2 => n as usize * events.len(),
-        _ => return,
-    };
-    batch.reserve(total);
-    let len = batch.len();
-    let room = &mut batch.spare_capacity_mut()[..total];
-    let mut step = from.wrapping_mul(stride);
-    match *events {
-        // Each event is its template copied whole, then its address: field by field, the
-        // compiler stored the small fields one by one, and stores bound the loop.
-        [e] => {
-            for slot in room.iter_mut() {
-                let t = slot.write(e);
-                t.addr = e.addr.wrapping_add(step) & mask;
-                step = step.wrapping_add(stride);
-            }
-        }
-        [a, b] => {
-            for pair in room.chunks_exact_mut(2) {
-                let t = pair[0].write(a);
-                t.addr = a.addr.wrapping_add(step) & mask;
-                let t = pair[1].write(b);
-                t.addr = b.addr.wrapping_add(step) & mask;
-                step = step.wrapping_add(stride);
-            }
-        }
-        _ => unreachable!("one or two references, checked above"),
-    }
-    // SAFETY: the loop above wrote every one of the `total` slots past `len` (reserved
-    // above); exercised by the repstring recovery-equals-truth tests and
-    // `rep_iterations_step_from_where_a_run_starts` below.
-    unsafe { batch.set_len(len + total) };
-}
+/// References of a rep string at least, that go to the sink as one [`RepRun`] rather than
+/// written out with the block's others: below it, a call's cost is more than a sink saves.
+const REP_RUN_MIN: u64 = 64;
 
 impl Walker<'_> {
     /// Adds a plan's constants to the registers they move (push, pop, add rsp, ...).
@@ -883,15 +845,20 @@ impl Walker<'_> {
                     for ((e, r), st) in all.iter_mut().zip(&insn.refs).zip(&starts) {
                         *e = first(r, st);
                     }
-                    let events = &all[..insn.refs.len().min(2)];
-                    let mut k = 0u64;
-                    while k < count {
-                        let run = (count - k).min((BATCH / events.len().max(1)) as u64);
-                        push_iterations(&mut self.batch, events, k, run, stride, mask);
-                        k += run;
-                        if self.batch.len() >= BATCH {
-                            go(sink.refs(ev, &self.batch))?;
-                            self.batch.clear();
+                    // (A string instruction has one or two references; `None` has none.)
+                    if let Some(run) = RepRun::new(&all[..insn.refs.len().min(2)], count, stride, mask) {
+                        if run.len() >= REP_RUN_MIN {
+                            if !self.batch.is_empty() {
+                                go(sink.refs(ev, &self.batch))?;
+                                self.batch.clear();
+                            }
+                            go(sink.rep(ev, &run))?;
+                        } else {
+                            run.write_to(&mut self.batch);
+                            if self.batch.len() >= BATCH {
+                                go(sink.refs(ev, &self.batch))?;
+                                self.batch.clear();
+                            }
                         }
                     }
                 } else {
@@ -946,39 +913,5 @@ impl Walker<'_> {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use dep_profile::semantics::Access;
-
-    fn ev(pc: u64, addr: u64, access: Access) -> MemEvent {
-        MemEvent { pc, addr, size: 1, access, conditional: false, insn: 3 }
-    }
-
-    /// A run starting at iteration k continues where the previous one stopped, movs's read
-    /// and write alternate, and a descending string wraps within the address mask.
-    #[test]
-    fn rep_iterations_step_from_where_a_run_starts() {
-        let (src, dst) = (ev(0x400, 0x1000, Access::Read), ev(0x400, 0x2000, Access::Write));
-        let mut batch = vec![ev(1, 1, Access::Read)];
-        push_iterations(&mut batch, &[src, dst], 0, 3, 1, u64::MAX);
-        push_iterations(&mut batch, &[src, dst], 3, 2, 1, u64::MAX);
-        let addrs: Vec<(u64, Access)> = batch[1..].iter().map(|e| (e.addr, e.access)).collect();
-        let want: Vec<(u64, Access)> = (0..5u64).flat_map(|i| [(0x1000 + i, Access::Read), (0x2000 + i, Access::Write)]).collect();
-        assert_eq!(addrs, want);
-        assert!(batch[1..].iter().all(|e| e.pc == 0x400 && e.insn == 3 && e.size == 1));
-
-        // stos down from 2 with 4-byte elements under a 32-bit mask: 2, 0xffff_fffe, ...
-        let mut batch = Vec::new();
-        push_iterations(&mut batch, &[ev(0x500, 2, Access::Write)], 0, 3, (-4i64) as u64, 0xffff_ffff);
-        let addrs: Vec<u64> = batch.iter().map(|e| e.addr).collect();
-        assert_eq!(addrs, [2, 0xffff_fffe, 0xffff_fffa]);
-
-        // Anything but one or two references adds nothing.
-        push_iterations(&mut batch, &[], 0, 5, 1, u64::MAX);
-        assert_eq!(batch.len(), 3);
     }
 }

@@ -86,6 +86,15 @@ fn check_paths(seed: u64, code: &[(u64, Vec<u8>)], paths: &[Vec<PathStep>]) -> C
             }
             assert_eq!(render(&rec, Source::Dep, format, true), want, "seed {seed} parallel {format:?}");
         }
+        // The null sink, which takes rep strings as runs: the same counts and checksum.
+        let counts = |source| {
+            let mut c = dep_recover::Counts::default();
+            rec.events(source).run(&mut c).unwrap();
+            c
+        };
+        // (The truth stream has references and blocks, not the signal markers.)
+        let seen = |c: dep_recover::Counts| (c.blocks, c.instructions, c.reads, c.writes, c.checksum());
+        assert_eq!(seen(counts(Source::Dep)), seen(counts(Source::Truth)), "seed {seed} null sink");
         compiled[engine_index(engine)] += rec.plans.compiled_blocks();
     }
     compiled
