@@ -6,7 +6,7 @@
 
 use crate::program::calls::{BlockExits, CallFlow, Exit, Transition};
 use dep_profile::semantics::{Access, Special};
-use dep_recover::events::{BlockEvent, Marker, MemEvent, Run};
+use dep_recover::events::{BlockEvent, Marker, MemEvent, RepRun, Run};
 use dep_recover::plans::Plans;
 use dep_recover::{RecoverError, Sink};
 use rustc_hash::FxHashMap;
@@ -316,18 +316,24 @@ impl CostSink<'_> {
         if !self.t.has_dynamic[b as usize] {
             return;
         }
-        let first = self.t.first[b as usize];
         for e in refs {
-            let k = first + e.insn as u32;
-            if self.t.dynamic.get(k as usize).copied().unwrap_or(false) {
-                let d = self.c.dyn_refs.entry(k).or_default();
-                if e.access == Access::Read {
-                    d.0 += 1;
-                    self.c.cost[1] += 1;
-                } else {
-                    d.1 += 1;
-                    self.c.cost[2] += 1;
-                }
+            self.dynamic_count(b, e, 1);
+        }
+    }
+
+    /// Counts `n` references like `e` to its instruction, if that instruction's are counted
+    /// as they come (the block has a rep string or a gather).
+    #[inline]
+    fn dynamic_count(&mut self, b: u32, e: &MemEvent, n: u64) {
+        let k = self.t.first[b as usize] + e.insn as u32;
+        if self.t.dynamic.get(k as usize).copied().unwrap_or(false) {
+            let d = self.c.dyn_refs.entry(k).or_default();
+            if e.access == Access::Read {
+                d.0 += n;
+                self.c.cost[1] += n;
+            } else {
+                d.1 += n;
+                self.c.cost[2] += n;
             }
         }
     }
@@ -355,6 +361,16 @@ impl Sink for CostSink<'_> {
     fn refs(&mut self, b: &BlockEvent, refs: &[MemEvent]) -> Result<bool, Self::Error> {
         if let Some(id) = b.id.filter(|&id| (id as usize) < self.t.exits.len()) {
             self.dynamic_refs(id, refs);
+        }
+        Ok(true)
+    }
+
+    /// A rep string's references only count (one of each kind an iteration).
+    fn rep(&mut self, b: &BlockEvent, run: &RepRun) -> Result<bool, Self::Error> {
+        if let Some(id) = b.id.filter(|&id| (id as usize) < self.t.exits.len() && self.t.has_dynamic[id as usize]) {
+            for e in run.first() {
+                self.dynamic_count(id, e, run.iterations());
+            }
         }
         Ok(true)
     }
