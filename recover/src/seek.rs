@@ -10,7 +10,7 @@
 use crate::counts::Counts;
 use crate::driver::Recovery;
 use crate::error::RecoverError;
-use crate::events::{BlockEvent, Marker, MemEvent, Run, Source};
+use crate::events::{BlockEvent, Marker, MemEvent, RepRun, Run, Source};
 use crate::sink::Sink;
 use dep_profile::container::{ChunkCounts, ChunkRef, Index, IndexEntry, Profile};
 use std::collections::HashMap;
@@ -244,6 +244,14 @@ impl<S: Sink> Sink for Clip<'_, S> {
     fn refs(&mut self, b: &BlockEvent, refs: &[MemEvent]) -> Result<bool, S::Error> {
         if self.inside {
             self.inner.refs(b, refs)
+        } else {
+            Ok(true)
+        }
+    }
+
+    fn rep(&mut self, b: &BlockEvent, run: &RepRun) -> Result<bool, S::Error> {
+        if self.inside {
+            self.inner.rep(b, run)
         } else {
             Ok(true)
         }
