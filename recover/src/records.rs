@@ -86,9 +86,9 @@ impl RepRun {
         self.mask
     }
 
-    /// The references the run holds: its iterations times its width.
+    /// The references the run holds: its iterations times its width (at most `u64::MAX`).
     pub fn len(&self) -> u64 {
-        self.iterations * self.width as u64
+        self.iterations.saturating_mul(self.width as u64)
     }
 
     /// Whether the run holds no reference.
@@ -149,7 +149,8 @@ impl RepRun {
         unsafe { std::slice::from_raw_parts_mut(room.as_mut_ptr().cast::<MemEvent>(), total) }
     }
 
-    /// Appends the run's references to `out`, in order.
+    /// Appends the run's references to `out`, in order (a run too long for memory panics,
+    /// as `Vec` does).
     pub fn write_to(&self, out: &mut Vec<MemEvent>) {
         let total = self.fill_len();
         out.reserve(total);
