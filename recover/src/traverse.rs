@@ -663,13 +663,15 @@ fn apply_ops(vals: &mut [u64; SLOTS], ops: &[RegOp], mask: u64) {
     }
 }
 
-/// References buffered before a rep string hands them to the sink: 24 KiB, so the sink
-/// reads them while they are still in the first-level cache (4096, 96 KiB, made matrix's
-/// one-core recovery, whose memset and memcpy are rep strings, take 10% longer).
+/// References a block's special steps (short rep strings, gathers) buffer before handing
+/// them to the sink: 24 KiB, so the sink reads them while they are still in the
+/// first-level cache (4096, 96 KiB, made matrix's one-core recovery take 10% longer when
+/// its memcpy rows were written out here).
 const BATCH: usize = 1024;
 
-/// References of a rep string at least, that go to the sink as one [`RepRun`] rather than
-/// written out with the block's others: below it, a call's cost is more than a sink saves.
+/// References of a rep string at least, that go to the sink as one [`RepRun`]; shorter
+/// ones go with the block's other references, in the same call. (Not tuned: the strings
+/// that cost, a `memcpy` of a row or a page, are thousands of references.)
 const REP_RUN_MIN: u64 = 64;
 
 impl Walker<'_> {
