@@ -199,7 +199,15 @@ fn check(name: &str, prog: &Path, args: &[&str]) -> Vec<(u64, u64)> {
     let dir = tempfile::tempdir().unwrap();
     let profile = dir.path().join(format!("{name}.dep"));
     let recorded = run(Command::new(dep()).arg("record").arg("--truth").arg("-o").arg(&profile).arg("--").arg(prog).args(args));
-    assert_eq!(String::from_utf8_lossy(&recorded.stdout), String::from_utf8_lossy(&native.stdout), "{name}: stdout differs");
+    // (On a mismatch, what the recorded run said and how it ended: a program that died
+    // under the collector prints less, and its stderr and status say why.)
+    assert_eq!(
+        String::from_utf8_lossy(&recorded.stdout),
+        String::from_utf8_lossy(&native.stdout),
+        "{name}: stdout differs; recorded run's status {:?}, stderr:\n{}",
+        recorded.status,
+        String::from_utf8_lossy(&recorded.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&recorded.stderr), String::from_utf8_lossy(&native.stderr), "{name}: stderr differs");
     assert_eq!(recorded.status.code(), native.status.code(), "{name}: exit status differs");
     // The main profile and those of forked children and exec'd images.
