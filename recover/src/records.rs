@@ -152,17 +152,13 @@ impl RepRun {
     /// Appends the run's references to `out`, in order (a run too long for memory panics,
     /// as `Vec` does).
     pub fn write_to(&self, out: &mut Vec<MemEvent>) {
-        let total = self.fill_len();
+        let total = usize::try_from(self.len()).expect("a rep run fits in memory");
         out.reserve(total);
         let len = out.len();
         self.fill(out.spare_capacity_mut());
         // SAFETY: `fill` wrote the `total` slots after `len`, reserved just above
         // (`rep_runs_write_what_get_gives`).
         unsafe { out.set_len(len + total) };
-    }
-
-    fn fill_len(&self) -> usize {
-        usize::try_from(self.len()).expect("a rep run fits in memory")
     }
 }
 
