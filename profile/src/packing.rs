@@ -78,9 +78,9 @@ pub fn pack(raw: &[u8], word: usize, out: &mut Vec<u8>) -> Result<(), PackError>
     Ok(())
 }
 
-// Never inlined, nor `unpack_words`: inlined into `pack` (`unpack`), the two word sizes'
+// Never inlined, nor `Unpacker::fill_words`: inlined into `pack` (`unpack`), the two word sizes'
 // loops could be merged into one with the size a run-time value, as one build of the
-// workspace did to `unpack_words` (the stores' offsets scaled by a register, the masks
+// workspace did to the unpacking loop (the stores' offsets scaled by a register, the masks
 // read from the stack, and no branch for four one-byte words, whose groups took the
 // general path): one-core recovery of interp took 16.1 s against 13.5 s. Which happened
 // depended on how the crate was split into codegen units, so it changed with the
@@ -127,98 +127,150 @@ fn pack_words<const W: usize>(raw: &[u8], out: &mut Vec<u8>) {
 
 /// Unpacks `packed` into `raw_len` bytes of words, appended to `out`.
 pub fn unpack(packed: &[u8], word: usize, raw_len: usize, out: &mut Vec<u8>) -> Result<(), PackError> {
-    if !raw_len.is_multiple_of(word) {
-        return Err(PackError::Ragged(raw_len, word));
-    }
-    // One loop per word size: with the size a constant, the stores' offsets are shifts and
-    // `last` stays in a register (a run-time size spilled it to the stack).
-    match word {
-        8 => unpack_words::<8>(packed, raw_len / 8, out),
-        4 => unpack_words::<4>(packed, raw_len / 4, out),
-        _ => Err(PackError::Ragged(raw_len, word)),
-    }
+    let mut u = Unpacker::new(packed, word, raw_len)?;
+    u.fill(out, usize::MAX)?;
+    Ok(())
 }
 
-/// (Never inlined: see `pack_words`.)
-#[inline(never)]
-fn unpack_words<const W: usize>(packed: &[u8], words: usize, out: &mut Vec<u8>) -> Result<(), PackError> {
-    let word = W;
-    // Every word takes at least one payload byte and every four a control byte, so the
-    // packed bytes bound what can be unpacked: a claimed length beyond that is refused
-    // before anything is reserved for it.
-    let most = packed.len() / 5 * 4 + (packed.len() % 5).saturating_sub(1);
-    if words > most {
-        return Err(PackError::Truncated { at: packed.len(), word: most, words });
+/// A packed stream unpacked a piece at a time, so that its words can be read while they
+/// are still in cache rather than written out whole first (a chunk's DEP_m unpacks to
+/// megabytes).
+#[derive(Clone, Debug)]
+pub struct Unpacker<'a> {
+    packed: &'a [u8],
+    /// The word size, 4 or 8.
+    word: usize,
+    /// Words in the stream, and those unpacked so far.
+    words: usize,
+    done: usize,
+    /// The next control byte's offset in `packed`.
+    at: usize,
+    /// The module table's `last`.
+    last: u64,
+}
+
+impl<'a> Unpacker<'a> {
+    /// A stream of `raw_len` bytes of `word`-byte words packed in `packed`; refused when the
+    /// packed bytes cannot hold that many.
+    pub fn new(packed: &'a [u8], word: usize, raw_len: usize) -> Result<Self, PackError> {
+        if !raw_len.is_multiple_of(word) || (word != 4 && word != 8) {
+            return Err(PackError::Ragged(raw_len, word));
+        }
+        let words = raw_len / word;
+        // Every word takes at least one payload byte and every four a control byte, so the
+        // packed bytes bound what can be unpacked: a claimed length beyond that is refused
+        // before anything is reserved for it.
+        let most = packed.len() / 5 * 4 + (packed.len() % 5).saturating_sub(1);
+        if words > most {
+            return Err(PackError::Truncated { at: packed.len(), word: most, words });
+        }
+        // (The last piece checks what follows the last word; with no word there is none.)
+        if words == 0 && !packed.is_empty() {
+            return Err(PackError::Trailing { extra: packed.len() });
+        }
+        Ok(Unpacker { packed, word, words, done: 0, at: 0, last: 0 })
     }
-    let start = out.len();
-    // Room for whole 8-byte stores past the end, trimmed below.
-    out.reserve(words * word + 8);
-    let lens: [usize; 4] = [1, 2, 3, word];
-    let masks: [u64; 4] = [0xff, 0xffff, 0xff_ffff, if W == 8 { u64::MAX } else { 0xffff_ffff }];
-    let mut last = 0u64;
-    let mut p = 0usize;
-    let mut k = 0usize;
-    // Fast path: a whole group (at most 1 + 4 * 8 bytes) plus an 8-byte read past its end.
-    // SAFETY: reads stay below `p + 41 <= packed.len()`; writes stay below
-    // `start + (k + 4) * word + 8 <= capacity`, since `k + 4 <= words`.
-    unsafe {
-        let src = packed.as_ptr();
-        let dst = out.as_mut_ptr().add(start);
-        let offsets = if W == 8 { &OFFSETS_8 } else { &OFFSETS_4 };
-        while k + 4 <= words && p + 1 + 4 * 8 + 8 <= packed.len() {
-            let ctl = *src.add(p) as usize;
-            if ctl == 0 {
-                // Four one-byte words, the commonest group where a program reloads small
-                // values (interp's DEP_m: 97% of its words): no table and no masks, and
-                // `last` stays. A branch, not a select: the general group's loads wait on
-                // its control byte and table entry, this one's next group does not.
-                let x = (src.add(p + 1) as *const u32).read_unaligned();
-                for i in 0..4 {
-                    (dst.add((k + i) * word) as *mut u64).write_unaligned(((x >> (8 * i)) & 0xff) as u64);
+
+    /// Words not yet unpacked.
+    pub fn words_left(&self) -> usize {
+        self.words - self.done
+    }
+
+    /// Appends the next `most` words to `out` (rounded down to a whole number of groups of
+    /// four, short of the stream's end), or all that are left; returns how many. The last
+    /// word's piece checks that nothing follows it.
+    pub fn fill(&mut self, out: &mut Vec<u8>, most: usize) -> Result<usize, PackError> {
+        let left = self.words_left();
+        let n = if most >= left { left } else { most & !3 };
+        let before = self.done;
+        match self.word {
+            8 => self.fill_words::<8>(out, before + n)?,
+            _ => self.fill_words::<4>(out, before + n)?,
+        }
+        if self.done == self.words && self.at != self.packed.len() {
+            return Err(PackError::Trailing { extra: self.packed.len() - self.at });
+        }
+        Ok(self.done - before)
+    }
+
+    /// Unpacks words up to number `end` (a group boundary, or the stream's end).
+    /// (Never inlined: see `pack_words`.)
+    #[inline(never)]
+    fn fill_words<const W: usize>(&mut self, out: &mut Vec<u8>, end: usize) -> Result<(), PackError> {
+        let (packed, words, word) = (self.packed, self.words, W);
+        let start = out.len();
+        let base = self.done;
+        // Room for whole 8-byte stores past the end, trimmed below.
+        out.reserve((end - base) * word + 8);
+        let lens: [usize; 4] = [1, 2, 3, word];
+        let masks: [u64; 4] = [0xff, 0xffff, 0xff_ffff, if W == 8 { u64::MAX } else { 0xffff_ffff }];
+        let mut last = self.last;
+        let mut p = self.at;
+        let mut k = base;
+        // Fast path: a whole group (at most 1 + 4 * 8 bytes) plus an 8-byte read past its end.
+        // SAFETY: reads stay below `p + 41 <= packed.len()`; writes stay below
+        // `start + (k - base + 4) * word + 8 <= capacity`, since `k + 4 <= end`.
+        unsafe {
+            let src = packed.as_ptr();
+            let dst = out.as_mut_ptr().add(start);
+            let offsets = if W == 8 { &OFFSETS_8 } else { &OFFSETS_4 };
+            while k + 4 <= end && p + 1 + 4 * 8 + 8 <= packed.len() {
+                let ctl = *src.add(p) as usize;
+                if ctl == 0 {
+                    // Four one-byte words, the commonest group where a program reloads small
+                    // values (interp's DEP_m: 97% of its words): no table and no masks, and
+                    // `last` stays. A branch, not a select: the general group's loads wait on
+                    // its control byte and table entry, this one's next group does not.
+                    let x = (src.add(p + 1) as *const u32).read_unaligned();
+                    for i in 0..4 {
+                        (dst.add((k - base + i) * word) as *mut u64).write_unaligned(((x >> (8 * i)) & 0xff) as u64);
+                    }
+                    p += 5;
+                    k += 4;
+                    continue;
                 }
-                p += 5;
+                // The four payloads' offsets come from a table, so their loads do not wait on
+                // one another; only `last` is carried from word to word.
+                let o = offsets[ctl];
+                let g = src.add(p + 1);
+                for (i, &off) in o[..4].iter().enumerate() {
+                    let c = (ctl >> (2 * i)) & 3;
+                    let x = (g.add(off as usize) as *const u64).read_unaligned() & masks[c];
+                    let v = x ^ (last & (((c == 2) as u64).wrapping_neg()));
+                    last = if c >= 2 { v } else { last };
+                    (dst.add((k - base + i) * word) as *mut u64).write_unaligned(v);
+                }
+                p += 1 + o[4] as usize;
                 k += 4;
-                continue;
             }
-            // The four payloads' offsets come from a table, so their loads do not wait on
-            // one another; only `last` is carried from word to word.
-            let o = offsets[ctl];
-            let g = src.add(p + 1);
-            for (i, &off) in o[..4].iter().enumerate() {
-                let c = (ctl >> (2 * i)) & 3;
-                let x = (g.add(off as usize) as *const u64).read_unaligned() & masks[c];
-                let v = x ^ (last & (((c == 2) as u64).wrapping_neg()));
-                last = if c >= 2 { v } else { last };
-                (dst.add((k + i) * word) as *mut u64).write_unaligned(v);
-            }
-            p += 1 + o[4] as usize;
-            k += 4;
+            out.set_len(start + (k - base) * word);
         }
-        out.set_len(start + k * word);
-    }
-    // The tail, with every read checked.
-    while k < words {
-        let ctl = *packed.get(p).ok_or(PackError::Truncated { at: p, word: k, words })?;
-        p += 1;
-        for i in 0..4.min(words - k) {
-            let c = ((ctl >> (2 * i)) & 3) as usize;
-            let b = packed.get(p..p + lens[c]).ok_or(PackError::Truncated { at: packed.len(), word: k, words })?;
-            let mut eight = [0u8; 8];
-            eight[..b.len()].copy_from_slice(b);
-            let x = u64::from_le_bytes(eight);
-            let v = if c == 2 { x ^ last } else { x };
-            if c >= 2 {
-                last = v;
+        // The rest, with every read checked: whole groups up to `end`, where the stream's
+        // last group may be short.
+        let r = (|| {
+            while k < end {
+                let ctl = *packed.get(p).ok_or(PackError::Truncated { at: p, word: k, words })?;
+                p += 1;
+                for i in 0..4.min(words - k) {
+                    let c = ((ctl >> (2 * i)) & 3) as usize;
+                    let b = packed.get(p..p + lens[c]).ok_or(PackError::Truncated { at: packed.len(), word: k, words })?;
+                    let mut eight = [0u8; 8];
+                    eight[..b.len()].copy_from_slice(b);
+                    let x = u64::from_le_bytes(eight);
+                    let v = if c == 2 { x ^ last } else { x };
+                    if c >= 2 {
+                        last = v;
+                    }
+                    out.extend_from_slice(&v.to_le_bytes()[..word]);
+                    p += lens[c];
+                    k += 1;
+                }
             }
-            out.extend_from_slice(&v.to_le_bytes()[..word]);
-            p += lens[c];
-            k += 1;
-        }
+            Ok(())
+        })();
+        (self.last, self.at, self.done) = (last, p, k);
+        r
     }
-    if p != packed.len() {
-        return Err(PackError::Trailing { extra: packed.len() - p });
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -381,6 +433,53 @@ mod tests {
             let mut back = vec![7u8; 5];
             unpack(&p, word, raw.len(), &mut back).unwrap();
             prop_assert_eq!(&back[5..], &raw[..]);
+        }
+
+        /// Unpacked a piece at a time, of any sizes, a stream gives the words it gives whole,
+        /// and a damaged one the same error (at its last piece at the latest).
+        #[test]
+        fn pieces_unpack_as_the_whole(
+            vals in prop::collection::vec(word_strategy(), 0..200),
+            word in prop::sample::select(vec![4usize, 8]),
+            pieces in prop::collection::vec(0usize..23, 1..8),
+            damage in 0usize..3,
+        ) {
+            let raw: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()[..word].to_vec()).collect();
+            let mut p = Vec::new();
+            pack(&raw, word, &mut p).unwrap();
+            match damage {
+                1 => { p.pop(); }
+                2 => p.push(0),
+                _ => {}
+            }
+            let mut whole = Vec::new();
+            let want = unpack(&p, word, raw.len(), &mut whole);
+            let mut got = vec![1u8; 3];
+            let mut takes = Vec::new();
+            let r = (|| {
+                let mut u = Unpacker::new(&p, word, raw.len())?;
+                for &n in pieces.iter().cycle() {
+                    let left = u.words_left();
+                    if left == 0 {
+                        return Ok(());
+                    }
+                    let took = u.fill(&mut got, n)?;
+                    takes.push((n, left, took, u.words_left()));
+                    if took == 0 {
+                        // A piece under a group takes nothing; the rest goes whole.
+                        u.fill(&mut got, usize::MAX)?;
+                    }
+                }
+                Ok(())
+            })();
+            for (n, left, took, after) in takes {
+                prop_assert_eq!(took, if n >= left { left } else { n & !3 });
+                prop_assert_eq!(after, left - took);
+            }
+            match (want, r) {
+                (Ok(()), Ok(())) => prop_assert_eq!(&got[3..], &raw[..]),
+                (want, r) => prop_assert_eq!(want, r),
+            }
         }
 
         #[test]

@@ -4,6 +4,7 @@
 //! in exactly the order [`crate::blocks`] prescribes; the stream itself carries no tags.
 //! Vector payloads (gather indices and masks) are raw bytes padded to a whole word.
 
+use crate::packing::{PackError, Unpacker};
 use crate::Width;
 use thiserror::Error;
 
@@ -12,6 +13,9 @@ use thiserror::Error;
 pub enum ValueError {
     #[error("value stream exhausted at byte {offset}: {wanted} more bytes needed")]
     Exhausted { offset: usize, wanted: usize },
+    /// A packed stream's piece could not be unpacked.
+    #[error(transparent)]
+    Unpack(PackError),
 }
 
 /// Appends values to a DEP_m stream.
@@ -56,75 +60,173 @@ pub fn padded_len(width: Width, n: usize) -> usize {
     n.div_ceil(w) * w
 }
 
-/// Reads a DEP_m stream front to back.
+/// Reads a DEP_m stream front to back: words in memory, or packed words unpacked a piece
+/// at a time as they are read.
 #[derive(Clone, Debug)]
 pub struct ValueReader<'a> {
     width: Width,
-    bytes: &'a [u8],
+    /// The words at hand: the whole stream, or the unpacked piece in `piece`.
+    src: Source<'a>,
+    /// The next word's offset in the words at hand, and the stream offset of their first.
     pos: usize,
+    base: usize,
 }
 
+#[derive(Clone, Debug)]
+enum Source<'a> {
+    Plain(&'a [u8]),
+    /// `piece` holds the words unpacked so far, a piece of `piece_words` at a time.
+    Packed {
+        words: Unpacker<'a>,
+        piece: Vec<u8>,
+        piece_words: usize,
+    },
+}
+
+/// Words a piece of a packed stream unpacks to (256 KiB of 8-byte words): the piece is
+/// read while it is in the second-level cache.
+pub const PIECE_WORDS: usize = 32 << 10;
+
 impl<'a> ValueReader<'a> {
+    /// Reads a stream held in memory.
     pub fn new(width: Width, bytes: &'a [u8]) -> Self {
-        ValueReader { width, bytes, pos: 0 }
+        ValueReader { width, src: Source::Plain(bytes), pos: 0, base: 0 }
+    }
+
+    /// Reads a packed stream, unpacking it into `piece` (its allocation kept from an
+    /// earlier reader's [`into_piece`](Self::into_piece)) a piece at a time.
+    pub fn packed(width: Width, words: Unpacker<'a>, mut piece: Vec<u8>) -> Self {
+        piece.clear();
+        ValueReader { width, src: Source::Packed { words, piece, piece_words: PIECE_WORDS }, pos: 0, base: 0 }
+    }
+
+    /// Unpacks pieces of `n` words (at least 4) rather than [`PIECE_WORDS`].
+    pub fn with_piece_words(mut self, n: usize) -> Self {
+        if let Source::Packed { piece_words, .. } = &mut self.src {
+            *piece_words = n.max(4);
+        }
+        self
+    }
+
+    /// The piece buffer, for the next reader.
+    pub fn into_piece(self) -> Vec<u8> {
+        match self.src {
+            Source::Plain(_) => Vec::new(),
+            Source::Packed { piece, .. } => piece,
+        }
     }
 
     /// Reads one register value.
     #[inline]
     pub fn next(&mut self) -> Result<u64, ValueError> {
-        match self.width {
-            Width::W64 => match self.bytes.get(self.pos..self.pos + 8) {
-                Some(b) => {
-                    self.pos += 8;
-                    Ok(u64::from_le_bytes(b.try_into().unwrap()))
-                }
-                None => Err(self.exhausted(8)),
-            },
-            Width::W32 => match self.bytes.get(self.pos..self.pos + 4) {
-                Some(b) => {
-                    self.pos += 4;
-                    Ok(u32::from_le_bytes(b.try_into().unwrap()) as u64)
-                }
-                None => Err(self.exhausted(4)),
-            },
+        let w = self.width.bytes();
+        if self.pos + w > self.bytes().len() {
+            self.refill(w)?;
         }
+        let b = &self.bytes()[self.pos..self.pos + w];
+        let v = match self.width {
+            Width::W64 => u64::from_le_bytes(b.try_into().unwrap()),
+            Width::W32 => u32::from_le_bytes(b.try_into().unwrap()) as u64,
+        };
+        self.pos += w;
+        Ok(v)
     }
 
     /// Reads `n` raw bytes and skips their padding.
-    pub fn raw(&mut self, n: usize) -> Result<&'a [u8], ValueError> {
-        let padded = padded_len(self.width, n);
-        if self.pos + padded > self.bytes.len() {
-            return Err(self.exhausted(padded));
+    pub fn raw(&mut self, n: usize) -> Result<&[u8], ValueError> {
+        let at = self.take(padded_len(self.width, n))?;
+        Ok(&self.bytes()[at..at + n])
+    }
+
+    /// Reads `a` raw bytes, then `b`, each padded: both at once, since the second read may
+    /// move the words the first one's bytes are in.
+    pub fn raw2(&mut self, a: usize, b: usize) -> Result<(&[u8], &[u8]), ValueError> {
+        let (pa, pb) = (padded_len(self.width, a), padded_len(self.width, b));
+        let at = self.take(pa + pb)?;
+        let bytes = self.bytes();
+        Ok((&bytes[at..at + a], &bytes[at + pa..at + pa + b]))
+    }
+
+    /// Moves past `n` bytes, at hand once this returns; gives where they start.
+    fn take(&mut self, n: usize) -> Result<usize, ValueError> {
+        if self.pos + n > self.bytes().len() {
+            self.refill(n)?;
         }
-        let out = &self.bytes[self.pos..self.pos + n];
-        self.pos += padded;
-        Ok(out)
+        self.pos += n;
+        Ok(self.pos - n)
+    }
+
+    /// Makes at least `n` bytes from the next one at hand, unpacking more of a packed
+    /// stream; short of them the stream is exhausted, or damaged.
+    #[cold]
+    pub fn refill(&mut self, n: usize) -> Result<(), ValueError> {
+        self.unpack_more(n).map_err(ValueError::Unpack)?;
+        if self.pos + n > self.bytes().len() {
+            return Err(self.exhausted(n));
+        }
+        Ok(())
+    }
+
+    /// Unpacks the next piece of a packed stream, enough for `n` bytes where as many are
+    /// left (the words not yet read move to the front); nothing for a stream in memory.
+    #[cold]
+    pub fn unpack_more(&mut self, n: usize) -> Result<(), PackError> {
+        let w = self.width.bytes();
+        if let Source::Packed { words, piece, piece_words } = &mut self.src {
+            if words.words_left() > 0 {
+                piece.drain(..self.pos);
+                self.base += self.pos;
+                self.pos = 0;
+                let want = n.div_ceil(w).max(*piece_words).saturating_sub(piece.len() / w);
+                words.fill(piece, want.div_ceil(4) * 4)?;
+            }
+        }
+        Ok(())
     }
 
     fn exhausted(&self, wanted: usize) -> ValueError {
-        ValueError::Exhausted { offset: self.pos, wanted: wanted - (self.bytes.len() - self.pos).min(wanted) }
+        ValueError::Exhausted { offset: self.offset(), wanted: wanted - self.remaining().min(wanted) }
     }
 
-    /// Byte offset of the next value.
-    /// The stream, for a caller that reads words itself and hands back with [`seek`](Self::seek).
+    /// The words at hand (the stream, or its piece unpacked so far), for a caller that
+    /// reads words itself from [`at`](Self::at) and hands back with [`seek`](Self::seek).
     #[inline]
-    pub fn bytes(&self) -> &'a [u8] {
-        self.bytes
+    pub fn bytes(&self) -> &[u8] {
+        match &self.src {
+            Source::Plain(b) => b,
+            Source::Packed { piece, .. } => piece,
+        }
     }
 
-    /// Moves to byte `pos` (at most the stream's length).
+    /// The next word's offset in [`bytes`](Self::bytes).
     #[inline]
-    pub fn seek(&mut self, pos: usize) {
-        self.pos = pos.min(self.bytes.len());
-    }
-
-    pub fn offset(&self) -> usize {
+    pub fn at(&self) -> usize {
         self.pos
     }
 
-    /// Bytes not yet read.
+    /// Moves to offset `pos` of [`bytes`](Self::bytes) (at most their length).
+    #[inline]
+    pub fn seek(&mut self, pos: usize) {
+        self.pos = pos.min(self.bytes().len());
+    }
+
+    /// Byte offset of the next value in the stream.
+    pub fn offset(&self) -> usize {
+        self.base + self.pos
+    }
+
+    /// Bytes not yet read, at hand or still packed.
     pub fn remaining(&self) -> usize {
-        self.bytes.len() - self.pos
+        let packed = match &self.src {
+            Source::Plain(_) => 0,
+            Source::Packed { words, .. } => words.words_left() * self.width.bytes(),
+        };
+        self.bytes().len() - self.pos + packed
+    }
+
+    /// Whether words not at hand remain to unpack.
+    pub fn more(&self) -> bool {
+        matches!(&self.src, Source::Packed { words, .. } if words.words_left() > 0)
     }
 }
 
@@ -152,7 +254,52 @@ mod tests {
         assert_eq!(r.next(), Err(ValueError::Exhausted { offset: 8, wanted: 4 }));
     }
 
+    /// What one read gave: a word, raw bytes, or an error; and where the reader is after.
+    #[derive(Debug, PartialEq)]
+    enum Got {
+        Word(Result<u64, ValueError>),
+        Raw(Result<Vec<u8>, ValueError>),
+        Raw2(Result<(Vec<u8>, Vec<u8>), ValueError>),
+    }
+
+    /// Read 0: a word; 1, n: `n` raw bytes; 2, n: `n` then `n / 2 + 1` raw bytes.
+    fn read(r: &mut ValueReader, op: (u8, usize)) -> (Got, usize, usize) {
+        let got = match op {
+            (0, _) => Got::Word(r.next()),
+            (1, n) => Got::Raw(r.raw(n).map(|b| b.to_vec())),
+            (_, n) => Got::Raw2(r.raw2(n, n / 2 + 1).map(|(a, b)| (a.to_vec(), b.to_vec()))),
+        };
+        (got, r.offset(), r.remaining())
+    }
+
     proptest! {
+        /// Read from its packed form a piece at a time, a stream gives what it gives read
+        /// whole, exhaustion included (the same offsets and shortfalls).
+        #[test]
+        fn packed_reads_as_plain(
+            vals in proptest::collection::vec(prop_oneof![any::<u8>().prop_map(u64::from), any::<u64>()], 0..300),
+            ops in proptest::collection::vec((0u8..3, 0usize..40), 0..400),
+            wide in any::<bool>(),
+            piece in 1usize..40,
+        ) {
+            let width = if wide { Width::W64 } else { Width::W32 };
+            let mut w = ValueWriter::new(width);
+            for v in &vals {
+                w.push(*v);
+            }
+            let bytes = w.into_bytes();
+            let mut packed = Vec::new();
+            crate::packing::pack(&bytes, width.bytes(), &mut packed).unwrap();
+            let mut plain = ValueReader::new(width, &bytes);
+            let words = Unpacker::new(&packed, width.bytes(), bytes.len()).unwrap();
+            let mut pieces = ValueReader::packed(width, words, vec![5; 9]).with_piece_words(piece);
+            prop_assert_eq!(pieces.remaining(), bytes.len());
+            for &op in &ops {
+                prop_assert_eq!(read(&mut pieces, op), read(&mut plain, op), "{:?}", op);
+            }
+            prop_assert_eq!(pieces.more(), pieces.remaining() > pieces.bytes().len() - pieces.at());
+        }
+
         #[test]
         fn round_trip(vals in proptest::collection::vec(any::<u64>(), 0..100), raw in proptest::collection::vec(any::<u8>(), 0..70)) {
             for width in [Width::W32, Width::W64] {

@@ -6,10 +6,11 @@ use crate::flat::{step_status, SLOTS};
 use crate::plans::{PlanCache, PlanMiss, Plans};
 use crate::sink::Sink;
 use dep_profile::blocks::RegOp;
-use dep_profile::container::{ChunkView, Decompression, Section};
+use dep_profile::container::{ChunkView, Decompression, Section, SectionError};
+use dep_profile::packing::PackError;
 use dep_profile::semantics::{Insn, Special};
 use dep_profile::tags::{Escape, TagDecoder, TagItem, CTL_INTERRUPTED, CTL_SYNC, ESC, MAX_SHORT_H};
-use dep_profile::values::ValueReader;
+use dep_profile::values::{ValueError, ValueReader};
 use dep_profile::{Width, NUM_REGS};
 
 pub use crate::error::ChunkFault;
@@ -44,6 +45,8 @@ pub(crate) fn go<E>(r: Result<bool, E>) -> Result<(), Halt<E>> {
 pub struct Scratch {
     tags: Vec<u8>,
     values: Vec<u8>,
+    /// Where packed DEP_m is unpacked, a piece at a time.
+    piece: Vec<u8>,
     dec: Decompression,
     batch: Vec<MemEvent>,
     #[cfg(target_arch = "x86_64")]
@@ -62,6 +65,12 @@ struct JitBuffers {
 #[cfg(target_arch = "x86_64")]
 const JIT_BLOCKS: usize = 1024;
 
+/// Values at hand under which compiled code that left for the general walk goes on after
+/// unpacking more of a packed DEP_m: above it, it left for something else (a block reads
+/// far fewer).
+#[cfg(target_arch = "x86_64")]
+const REFILL_BELOW: usize = 16 << 10;
+
 /// Recovers one chunk, sending its events to `sink`.
 pub fn recover_chunk<S: Sink>(
     width: Width,
@@ -71,14 +80,14 @@ pub fn recover_chunk<S: Sink>(
     sink: &mut S,
 ) -> Result<(), Halt<S::Error>> {
     chunk.decompress_into(Section::Tags, &mut scratch.tags, &mut scratch.dec).map_err(ChunkFault::from)?;
-    chunk.decompress_into(Section::Values, &mut scratch.values, &mut scratch.dec).map_err(ChunkFault::from)?;
+    let values = chunk.values(&mut scratch.values, std::mem::take(&mut scratch.piece), &mut scratch.dec).map_err(ChunkFault::from)?;
     let mut vals = [0u64; SLOTS];
     vals[..NUM_REGS].copy_from_slice(&chunk.regs());
     let mut w = Walker {
         thread: chunk.thread(),
         vals,
         status: chunk.status(),
-        values: ValueReader::new(width, &scratch.values),
+        values,
         mask: if width == Width::W32 { 0xffff_ffff } else { u64::MAX },
         batch: std::mem::take(&mut scratch.batch),
     };
@@ -113,11 +122,7 @@ pub fn recover_chunk<S: Sink>(
         match item {
             TagItem::Block(addr) => {
                 let (id, stop) = block_at(plans, &mut cache, &mut tags, addr, version, word, &mut pending, &mut records)?;
-                w.block(plans, id, version, stop, &records, sink).map_err(|f| match f {
-                    StepFault::Exhausted(offset) => Halt::Fault(ChunkFault::ValuesExhausted { word, offset, addr }),
-                    StepFault::RepTooLong { pc, bytes, pre, post } => Halt::Fault(ChunkFault::RepTooLong { word, pc, bytes, pre, post }),
-                    StepFault::Halt(h) => h,
-                })?;
+                w.block(plans, id, version, stop, &records, sink).map_err(|f| f.halt(word, addr))?;
                 version = 0;
             }
             TagItem::Escape(e) => match control(e, chunk, word)? {
@@ -133,8 +138,10 @@ pub fn recover_chunk<S: Sink>(
         }
     }
     scratch.batch = std::mem::take(&mut w.batch);
-    if w.values.remaining() != 0 {
-        return Err(ChunkFault::ValuesLeftOver { left: w.values.remaining() }.into());
+    let left = w.values.remaining();
+    scratch.piece = w.values.into_piece();
+    if left != 0 {
+        return Err(ChunkFault::ValuesLeftOver { left }.into());
     }
     Ok(())
 }
@@ -413,16 +420,34 @@ enum StepFault<E> {
 /// More bytes than any rep string can move in a run: beyond this the stream is corrupt.
 const MAX_REP_BYTES: u64 = 1 << 40;
 
+impl<E> StepFault<E> {
+    /// The walk's halt for this fault in the block at `addr`, from tag word `word`.
+    fn halt(self, word: usize, addr: u64) -> Halt<E> {
+        match self {
+            StepFault::Exhausted(offset) => Halt::Fault(ChunkFault::ValuesExhausted { word, offset, addr }),
+            StepFault::RepTooLong { pc, bytes, pre, post } => Halt::Fault(ChunkFault::RepTooLong { word, pc, bytes, pre, post }),
+            StepFault::Halt(h) => h,
+        }
+    }
+}
+
 impl<E> From<Halt<E>> for StepFault<E> {
     fn from(h: Halt<E>) -> Self {
         StepFault::Halt(h)
     }
 }
 
-impl<E> From<dep_profile::values::ValueError> for StepFault<E> {
-    fn from(e: dep_profile::values::ValueError) -> Self {
-        let dep_profile::values::ValueError::Exhausted { offset, .. } = e;
-        StepFault::Exhausted(offset)
+/// A packed DEP_m that could not be unpacked (met as it is read), as the chunk's fault.
+fn unpack_fault(err: PackError) -> ChunkFault {
+    ChunkFault::Section(SectionError::Unpack { section: Section::Values, err })
+}
+
+impl<E> From<ValueError> for StepFault<E> {
+    fn from(e: ValueError) -> Self {
+        match e {
+            ValueError::Exhausted { offset, .. } => StepFault::Exhausted(offset),
+            ValueError::Unpack(err) => StepFault::Halt(Halt::Fault(unpack_fault(err))),
+        }
     }
 }
 
@@ -451,8 +476,10 @@ impl Walker<'_> {
         let flat = &plans.flat;
         let (bytes, mut p) = tags.raw();
         let mut hi = tags.hi() << 16;
-        let values = self.values.bytes();
-        let mut vp = self.values.offset();
+        // The values at hand, as a pointer and length so that a refill can move them.
+        let (mut values, mut vlen) = (self.values.bytes().as_ptr(), self.values.bytes().len());
+        let mut vp = self.values.at();
+        let reader = &mut self.values;
         let mut status = self.status;
         let vals = &mut self.vals;
         debug_assert!(self.batch.capacity() >= flat.max_refs as usize);
@@ -492,11 +519,15 @@ impl Walker<'_> {
                     while need != 0 {
                         let r = need.trailing_zeros() as usize;
                         need &= need - 1;
-                        if vp + 8 > values.len() {
-                            return Err(Halt::Fault(ChunkFault::ValuesExhausted { word, offset: vp, addr }));
+                        if vp + 8 > vlen {
+                            reader.seek(vp);
+                            reader.refill(8).map_err(|e| StepFault::from(e).halt(word, addr))?;
+                            (values, vlen, vp) = (reader.bytes().as_ptr(), reader.bytes().len(), reader.at());
                         }
-                        // SAFETY: checked just above.
-                        vals[r & (SLOTS - 1)] = unsafe { (values.as_ptr().add(vp) as *const u64).read_unaligned() };
+                        // SAFETY: `values..values + vlen` are the reader's bytes at hand
+                        // (taken again after each refill, the only change to them here), and
+                        // `vp + 8 <= vlen`, checked just above.
+                        vals[r & (SLOTS - 1)] = unsafe { (values.add(vp) as *const u64).read_unaligned() };
                         vp += 8;
                     }
                     status |= step.used;
@@ -537,7 +568,7 @@ impl Walker<'_> {
         })();
         tags.seek(p);
         tags.set_hi(hi >> 16);
-        self.values.seek(vp);
+        reader.seek(vp);
         self.status = status;
         r
     }
@@ -570,12 +601,11 @@ impl Walker<'_> {
             // The compiled code reads two words at a time; the last block is the walk's.
             return Ok(());
         }
-        let values = self.values.bytes();
         let refs0 = buf.refs.as_mut_ptr();
         let blocks0 = buf.blocks.as_mut_ptr();
         let tags_range = bytes.as_ptr_range();
         let (exit, set_hi) = jit.routines();
-        let values_range = values.as_ptr_range();
+        let mut values_range = self.values.bytes().as_ptr_range();
         // SAFETY: the tags are at least 4 bytes long (checked above).
         let tags_last = unsafe { tags_range.end.sub(4) };
         // Where the code leaves from `at` to hand over at most `JIT_BLOCKS` blocks: each
@@ -596,7 +626,7 @@ impl Walker<'_> {
             tags: unsafe { tags_range.start.add(p) },
             tags_last,
             // SAFETY: the value reader's offset is within its bytes.
-            values: unsafe { values_range.start.add(self.values.offset()) },
+            values: unsafe { values_range.start.add(self.values.at()) },
             values_end: values_range.end,
             refs: refs0,
             // SAFETY: `cap >= 4 * max_refs`, reserved above; the room past the limit holds
@@ -630,12 +660,24 @@ impl Walker<'_> {
             }
             // Left for the general walk, not for a full buffer or the blocks' bound.
             if st.refs <= st.refs_limit && (st.tags <= st.tags_last || st.tags_last == tags_last) {
-                return Ok(());
+                // Perhaps for the values at hand, short of the next block's: with more to
+                // unpack, the code goes on after a refill (a few words move to the front).
+                if !self.values.more() || st.values_end as usize - st.values as usize >= REFILL_BELOW {
+                    return Ok(());
+                }
+                // SAFETY: the code moves the pointer forward within the values at hand.
+                self.values.seek(unsafe { st.values.offset_from(values_range.start) } as usize);
+                self.values.unpack_more(0).map_err(|err| Halt::Fault(unpack_fault(err)))?;
+                values_range = self.values.bytes().as_ptr_range();
+                // SAFETY: the reader's offset is within its bytes.
+                st.values = unsafe { values_range.start.add(self.values.at()) };
+                st.values_end = values_range.end;
             }
         })();
         self.vals = st.vals;
         self.status = st.status as u32;
-        // SAFETY: the code moves both pointers forward within their slices.
+        // SAFETY: the code moves both pointers forward within their slices (the values'
+        // range is taken again after each refill).
         unsafe {
             tags.seek(st.tags.offset_from(tags_range.start) as usize);
             self.values.seek(st.values.offset_from(values_range.start) as usize);
@@ -894,8 +936,7 @@ impl Walker<'_> {
                 }
             }
             Special::Gather(g) => {
-                let idx = self.values.raw(g.index_bytes as usize)?;
-                let m = self.values.raw(g.mask_bytes())?;
+                let (idx, m) = self.values.raw2(g.index_bytes as usize, g.mask_bytes())?;
                 for r in &insn.refs {
                     for e in 0..g.count() {
                         if !g.active(m, e, r.size) {

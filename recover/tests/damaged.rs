@@ -94,9 +94,24 @@ fn rep_records_out_of_order_are_named() {
     );
 }
 
+/// `view`'s chunk with these tags, values and truth.
+fn chunk_data<'a>(view: &dep_profile::container::ChunkView, [tags, values, truth]: [&'a [u8]; 3]) -> dep_profile::container::ChunkData<'a> {
+    dep_profile::container::ChunkData {
+        thread: view.thread(),
+        seq: view.seq(),
+        hi: view.hi(),
+        status: view.status(),
+        last: view.is_last(),
+        regs: view.regs(),
+        tags,
+        values,
+        truth,
+    }
+}
+
 /// Rewrites a profile with each chunk's decompressed streams passed through `f` (valid checksums).
 fn rewrite(p: &Profile, out: &std::path::Path, mut f: impl FnMut(u32, u32, &mut Vec<u8>, &mut Vec<u8>, &mut Vec<u8>)) {
-    use dep_profile::container::{ChunkData, ProfileWriter, Section};
+    use dep_profile::container::{ProfileWriter, Section};
     let mut w = ProfileWriter::new(std::fs::File::create(out).unwrap(), p.width, 1).unwrap();
     w.meta(&p.meta).unwrap();
     for b in p.blocks() {
@@ -109,18 +124,7 @@ fn rewrite(p: &Profile, out: &std::path::Path, mut f: impl FnMut(u32, u32, &mut 
             let mut values = view.decompress(Section::Values).unwrap();
             let mut truth = view.decompress(Section::Truth).unwrap();
             f(t.index, c.seq, &mut tags, &mut values, &mut truth);
-            w.chunk(&ChunkData {
-                thread: t.index,
-                seq: c.seq,
-                hi: view.hi(),
-                status: view.status(),
-                last: view.is_last(),
-                regs: view.regs(),
-                tags: &tags,
-                values: &values,
-                truth: &truth,
-            })
-            .unwrap();
+            w.chunk(&chunk_data(&view, [&tags, &values, &truth])).unwrap();
         }
     }
 }
@@ -145,4 +149,57 @@ proptest! {
         });
         recover_all(&std::fs::read(&out).unwrap());
     }
+}
+
+/// Packed DEP_m is unpacked a piece at a time as the walk reads it, so a packed stream
+/// short of the words its chunk claims fails where the walk reaches its end: named as the
+/// section that cannot be unpacked, after the pieces before it were recovered.
+#[test]
+fn packed_values_short_of_their_length_are_named_where_met() {
+    use dep_profile::container::{ChunkEncoder, ProfileWriter, RecordKind, Section, SectionError, ValuesZstd};
+    use dep_profile::packing::PackError;
+    let mut rng = Rng::new(7);
+    let code = random_code(&mut rng, 40);
+    let paths = vec![random_path(&mut rng, &code, 100_000, false)];
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.dep");
+    write_profile(std::fs::File::create(&path).unwrap(), Machine::x86_64(2696), &code, &paths, 7).unwrap();
+    let p = Profile::open(&path).unwrap();
+    let view = p.chunk(&p.threads[0].chunks[0]).unwrap();
+    let (tags, values, truth) =
+        (view.decompress(Section::Tags).unwrap(), view.decompress(Section::Values).unwrap(), view.decompress(Section::Truth).unwrap());
+    assert!(values.len() > 4 * 8 * dep_profile::values::PIECE_WORDS, "several pieces of values");
+    let data = chunk_data(&view, [&tags, &values, &truth]);
+    // Stored packed without zstd (zstd never pays at 1/2^32), the raw length then claiming
+    // four words more than were packed.
+    let mut payload = ChunkEncoder::new(1).unwrap().encode(&data, p.width, ValuesZstd::ShrinksTo(u32::MAX)).unwrap();
+    let at = 168 + 16 * Section::Values as usize;
+    let raw = u64::from_le_bytes(payload[at..at + 8].try_into().unwrap());
+    assert_eq!(raw, values.len() as u64);
+    payload[at..at + 8].copy_from_slice(&(raw + 32).to_le_bytes());
+    let out = dir.path().join("bad.dep");
+    let mut w = ProfileWriter::new(std::fs::File::create(&out).unwrap(), p.width, 1).unwrap();
+    w.meta(&p.meta).unwrap();
+    for b in p.blocks() {
+        w.block(&p.block_entry(b)).unwrap();
+    }
+    w.record(RecordKind::Chunk, &payload).unwrap();
+    drop(w);
+    let bad = Profile::open(&out).unwrap();
+    assert_eq!(bad.chunk(&bad.threads[0].chunks[0]).unwrap().codec(Section::Values).unwrap(), dep_profile::container::Codec::Packed);
+    let mut counts = Counts::default();
+    let err = Recovery::new(&bad, 1).events(Source::Dep).run(&mut counts).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RecoverError::Chunk {
+                thread: 0,
+                seq: 0,
+                fault: ChunkFault::Section(SectionError::Unpack { section: Section::Values, err: PackError::Truncated { .. } }),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(counts.reads + counts.writes > 0, "references before the damage were recovered");
 }

@@ -2,7 +2,7 @@
 //! reference), random paths with chunk hand-offs, signals and faults, the recovered trace
 //! must equal the truth stream byte for byte, sequentially and in parallel.
 
-use dep_profile::container::Profile;
+use dep_profile::container::{Codec, Profile, Section};
 use dep_profile::simulate::{program_path, random_code, random_path, random_program, write_profile, write_profile_with, PathStep, Rng};
 use dep_profile::Machine;
 use dep_recover::{BlockEvent, Engine, Format, MemEvent, Recovery, Renderer, Sink, Source};
@@ -61,17 +61,26 @@ fn check_code(seed: u64, mut rng: Rng, n: usize, threads: usize, len: usize, eve
 /// Recovers the profile of `paths` through `code` with every engine, sequentially and in
 /// parallel, and compares it with the truth.
 fn check_paths(seed: u64, code: &[(u64, Vec<u8>)], paths: &[Vec<PathStep>]) -> Compiled {
-    let mut compiled = [0; 3];
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("sim.dep");
-    // Odd seeds with the collector's records of blocks' instructions (sync, call, return)
-    // after blocks and before interruption records.
+    check_profile(seed, &simulated(dir.path(), seed, code, paths))
+}
+
+/// The profile of `paths` through `code`, written in `dir`. Odd seeds with the collector's
+/// records of blocks' instructions (sync, call, return) after blocks and before
+/// interruption records.
+fn simulated(dir: &std::path::Path, seed: u64, code: &[(u64, Vec<u8>)], paths: &[Vec<PathStep>]) -> Profile {
+    let path = dir.join("sim.dep");
     write_profile_with(std::fs::File::create(&path).unwrap(), Machine::x86_64(2696), code, paths, seed, seed % 2 == 1).unwrap();
-    let p = Profile::open(&path).unwrap();
+    Profile::open(&path).unwrap()
+}
+
+/// [`check_paths`] on a profile written.
+fn check_profile(seed: u64, p: &Profile) -> Compiled {
+    let mut compiled = [0; 3];
     // Compiled blocks on two workers (with and without popcnt), the walk on one and three.
     let engines = [(1, Engine::Walk), (2, Engine::Compiled), (2, Engine::CompiledWithoutPopcnt), (3, Engine::Walk)];
     for (workers, engine) in engines {
-        let rec = Recovery::with_engine(&p, workers, engine);
+        let rec = Recovery::with_engine(p, workers, engine);
         for format in [Format::Text, Format::Blocks] {
             let want = render(&rec, Source::Truth, format, false);
             let got = render(&rec, Source::Dep, format, false);
@@ -306,4 +315,24 @@ fn records_of_instructions_arrive_in_place() {
     }
     // Not vacuous: many records, and references after records of their own block.
     assert!(checked > 500 && after > 500, "{checked} records, {after} references after one");
+}
+
+#[test]
+fn values_over_many_pieces_recover_exactly() {
+    // One chunk whose DEP_m unpacks to several pieces (`dep_profile::values::PIECE_WORDS`,
+    // packed and stored as the collector stores it): the walk and the compiled code both
+    // cross piece boundaries, where the unread words move and more are unpacked.
+    let mut c = [0; 3];
+    for seed in 400..402 {
+        let mut rng = Rng::new(seed);
+        let code = random_code(&mut rng, 60);
+        let paths = vec![random_path(&mut rng, &code, 150_000, false)];
+        let dir = tempfile::tempdir().unwrap();
+        let p = simulated(dir.path(), seed, &code, &paths);
+        c = add(c, check_profile(seed, &p));
+        let chunk = p.chunk(&p.threads[0].chunks[0]).unwrap();
+        assert_eq!(chunk.codec(Section::Values).unwrap(), Codec::PackedZstd);
+        assert!(chunk.lens(Section::Values).0 > 8 * 8 * dep_profile::values::PIECE_WORDS as u64, "seed {seed}: too few values");
+    }
+    assert!(c[1] > 0 && c[2] > 0, "compiled code ran: {c:?}");
 }

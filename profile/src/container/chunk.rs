@@ -15,6 +15,7 @@
 //! ```
 
 use crate::regs::NUM_REGS;
+use crate::values::ValueReader;
 use crate::Width;
 use crate::{packing, tags};
 use thiserror::Error;
@@ -285,6 +286,15 @@ pub struct Decompression {
     packed: Vec<u8>,
 }
 
+/// The zstd context, made once, when a compressed section first needs one (one per section
+/// cost page faults).
+fn context<'z>(zstd: &'z mut Option<zstd::bulk::Decompressor<'static>>) -> Result<&'z mut zstd::bulk::Decompressor<'static>, SectionError> {
+    match zstd {
+        Some(d) => Ok(d),
+        none => Ok(none.insert(zstd::bulk::Decompressor::new().map_err(SectionError::Context)?)),
+    }
+}
+
 /// A chunk read in place from the memory-mapped profile.
 #[derive(Clone, Copy, Debug)]
 pub struct ChunkView<'a> {
@@ -402,37 +412,68 @@ impl<'a> ChunkView<'a> {
             return Ok(());
         }
         let Decompression { zstd, packed: mid } = dec;
-        // A zstd context is made once, when a compressed section first needs one.
-        let zstd = || -> Result<&mut zstd::bulk::Decompressor<'static>, SectionError> {
-            match zstd {
-                Some(d) => Ok(d),
-                none => Ok(none.insert(zstd::bulk::Decompressor::new().map_err(SectionError::Context)?)),
-            }
-        };
-        let undo = |err: std::io::Error| SectionError::Zstd { section: s, err };
         let unpack = |packed: &[u8], out: &mut Vec<u8>| {
             packing::unpack(packed, width.bytes(), raw as usize, out).map_err(|err| SectionError::Unpack { section: s, err })
         };
         match self.codec(s)? {
             Codec::Zstd => {
                 out.reserve(raw as usize);
-                let n = zstd()?.decompress_to_buffer(self.compressed(s), out).map_err(undo)?;
+                let n =
+                    context(zstd)?.decompress_to_buffer(self.compressed(s), out).map_err(|err| SectionError::Zstd { section: s, err })?;
                 if n as u64 != raw {
                     return Err(SectionError::Size { section: s, got: n, raw });
                 }
             }
-            Codec::PackedZstd => {
-                // Packed words are at most one byte longer per four words than the words.
-                let bound = raw as usize + (raw as usize).div_ceil(4 * width.bytes()) + 8;
-                mid.clear();
-                mid.reserve(bound);
-                zstd()?.decompress_to_buffer(self.compressed(s), mid).map_err(undo)?;
-                unpack(mid, out)?;
-            }
+            Codec::PackedZstd => unpack(self.packed_words(s, zstd, mid)?, out)?,
             // Unpacked straight from the map.
             Codec::Packed => unpack(self.compressed(s), out)?,
         }
         Ok(())
+    }
+
+    /// Decompresses the packed words of a [`Codec::PackedZstd`] section into `packed`.
+    fn packed_words<'p>(
+        &self,
+        s: Section,
+        zstd: &mut Option<zstd::bulk::Decompressor<'static>>,
+        packed: &'p mut Vec<u8>,
+    ) -> Result<&'p [u8], SectionError> {
+        let raw = self.lens(s).0 as usize;
+        // Packed words are at most one byte longer per four words than the words.
+        packed.clear();
+        packed.reserve(raw + raw.div_ceil(4 * self.width.bytes()) + 8);
+        context(zstd)?.decompress_to_buffer(self.compressed(s), packed).map_err(|err| SectionError::Zstd { section: s, err })?;
+        Ok(packed)
+    }
+
+    /// A reader of the chunk's DEP_m. Packed words are unpacked a piece at a time as they
+    /// are read, into `piece` (an allocation to reuse; [`ValueReader::into_piece`] gives it
+    /// back); others are decompressed whole into `plain`.
+    pub fn values<'s>(&self, plain: &'s mut Vec<u8>, piece: Vec<u8>, dec: &'s mut Decompression) -> Result<ValueReader<'s>, SectionError>
+    where
+        'a: 's,
+    {
+        let s = Section::Values;
+        let width = self.width;
+        let (raw, _) = self.lens(s);
+        let unpacker = |packed: &'s [u8]| {
+            packing::Unpacker::new(packed, width.bytes(), raw as usize).map_err(|err| SectionError::Unpack { section: s, err })
+        };
+        if raw == 0 {
+            plain.clear();
+            return Ok(ValueReader::new(width, plain));
+        }
+        match self.codec(s)? {
+            Codec::Zstd => {
+                self.decompress_into(s, plain, dec)?;
+                Ok(ValueReader::new(width, plain))
+            }
+            Codec::PackedZstd => {
+                let Decompression { zstd, packed } = dec;
+                Ok(ValueReader::packed(width, unpacker(self.packed_words(s, zstd, packed)?)?, piece))
+            }
+            Codec::Packed => Ok(ValueReader::packed(width, unpacker(self.compressed(s))?, piece)),
+        }
     }
 
     /// Decompresses a section.
