@@ -100,15 +100,20 @@ impl RepRun {
     pub fn get(&self, i: u64) -> MemEvent {
         let w = self.width as u64;
         let e = self.first[(i % w) as usize];
-        MemEvent { addr: e.addr.wrapping_add((i / w).wrapping_mul(self.stride)) & self.mask, ..e }
+        MemEvent { addr: self.addr_at(i / w, &e), ..e }
+    }
+
+    /// The address of `e` (one of [`first`](Self::first)) in iteration `k`.
+    #[inline]
+    pub fn addr_at(&self, k: u64, e: &MemEvent) -> u64 {
+        e.addr.wrapping_add(k.wrapping_mul(self.stride)) & self.mask
     }
 
     /// Iterations `from..from + n` of the run (`from + n <= iterations()`), as a run.
     pub fn part(&self, from: u64, n: u64) -> RepRun {
-        let step = from.wrapping_mul(self.stride);
         let mut first = self.first;
         for e in &mut first {
-            e.addr = e.addr.wrapping_add(step) & self.mask;
+            e.addr = self.addr_at(from, e);
         }
         RepRun { first, iterations: n, ..*self }
     }

@@ -10,10 +10,11 @@
 //!   kind u8 (0 read, 1 write), flags u8 (bit 0 conditional)`; sizes above 65535 saturate.
 
 use crate::error::RecoverError;
-use crate::events::{BlockEvent, Marker, MemEvent, Run};
+use crate::events::{BlockEvent, Marker, MemEvent, RepRun, Run};
 use crate::sink::Sink;
 use dep_profile::semantics::Access;
 use std::io::{self, Write};
+use std::mem::MaybeUninit;
 
 /// Output formats of `dep recover`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,45 +48,141 @@ impl Format {
 /// Bytes per binary record.
 pub const BINARY_RECORD: usize = 24;
 
-fn push_hex(out: &mut Vec<u8>, v: u64) {
-    const D: &[u8; 16] = b"0123456789abcdef";
-    out.extend_from_slice(b"0x");
-    if v == 0 {
-        out.push(b'0');
-        return;
+/// The eight hex digits of `x` (lowercase, leading zeros kept) as a big-endian word, made
+/// in a register: each nibble spread to a byte of its own, then the bytes above 9 moved
+/// from after `9` to `a`.
+#[inline(always)]
+fn hex_digits(x: u32) -> u64 {
+    let x = x as u64;
+    let x = (x | x << 16) & 0x0000_ffff_0000_ffff;
+    let x = (x | x << 8) & 0x00ff_00ff_00ff_00ff;
+    let x = (x | x << 4) & 0x0f0f_0f0f_0f0f_0f0f;
+    let letters = ((x + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
+    x + 0x3030_3030_3030_3030 + letters * (b'a' - b'0' - 10) as u64
+}
+
+/// A text line written straight into the output's spare room: each field is stored as 16
+/// fixed bytes (one store, where its length varies) and the line's end moved past the
+/// field's own bytes. (Built on the stack and copied out, a line's copy waited on the
+/// stores it spanned: text rendering took a quarter longer than pushing byte by byte.)
+struct Line<'a> {
+    room: &'a mut [MaybeUninit<u8>],
+    n: usize,
+}
+
+/// Room for the longest line (`<thread u32> 0x<16> R 0x<16> <size u32> kernel\n`: 69
+/// bytes; before its last field at most 61), plus the 16 a field is stored with.
+const LINE: usize = 96;
+
+impl Line<'_> {
+    /// Appends a line to `out`, made by `make`.
+    #[inline(always)]
+    fn push(out: &mut Vec<u8>, make: impl FnOnce(&mut Line)) {
+        out.reserve(LINE);
+        let len = out.len();
+        let mut l = Line { room: &mut out.spare_capacity_mut()[..LINE], n: 0 };
+        make(&mut l);
+        let n = l.n;
+        // SAFETY: `reserve` made room for `LINE` bytes past `len`, and `put` initialised
+        // the first `n <= LINE` of them: every field's bytes from where the one before
+        // ended. Exercised by `lines_are_as_format_writes_them`.
+        unsafe { out.set_len(len + n) };
     }
-    let n = 16 - (v.leading_zeros() as usize / 4);
-    for i in (0..n).rev() {
-        out.push(D[((v >> (i * 4)) & 0xf) as usize]);
+
+    /// Appends the first `len` of `field`'s 16 bytes.
+    #[inline(always)]
+    fn put(&mut self, field: [u8; 16], len: usize) {
+        let to = &mut self.room[self.n..self.n + 16];
+        // SAFETY: `to` is 16 bytes (sliced just above, with its bounds checked), written
+        // whole, unaligned. (Copied as an array of `MaybeUninit` bytes, the field went a byte
+        // at a time.) Exercised by `lines_are_as_format_writes_them`.
+        unsafe { to.as_mut_ptr().cast::<[u8; 16]>().write_unaligned(field) };
+        self.n += len;
+    }
+
+    /// Appends `v` as `0x` and lowercase hex digits, no leading zeros (`0x0` for zero).
+    #[inline(always)]
+    fn hex(&mut self, v: u64) {
+        let d = (hex_digits((v >> 32) as u32) as u128) << 64 | hex_digits(v as u32) as u128;
+        let len = (16 - v.leading_zeros() as usize / 4).max(1);
+        self.put(*b"0x              ", 2);
+        // The significant digits moved to the front.
+        self.put((d << (8 * (16 - len))).to_be_bytes(), len);
+    }
+
+    /// Appends `v` in decimal.
+    #[inline(always)]
+    fn dec(&mut self, v: u32) {
+        let t = decimal(v);
+        self.text(&t);
+    }
+
+    /// Appends `t`: `t.len()` of its 16 bytes.
+    #[inline(always)]
+    fn text(&mut self, t: &Text) {
+        self.put(t.0, t.1 as usize);
     }
 }
 
-/// The decimal digits of `v`, at the end of `tmp`.
-fn dec(tmp: &mut [u8; 20], mut v: u64) -> &[u8] {
-    let mut i = tmp.len();
+/// Up to 16 bytes of a line, stored whole: its bytes, and how many of them are its.
+#[derive(Clone, Copy)]
+struct Text([u8; 16], u8);
+
+impl Text {
+    const fn new(t: &[u8]) -> Text {
+        let mut b = [0u8; 16];
+        let mut i = 0;
+        while i < t.len() {
+            b[i] = t[i];
+            i += 1;
+        }
+        Text(b, t.len() as u8)
+    }
+}
+
+const READ: Text = Text::new(b" R ");
+const WRITE: Text = Text::new(b" W ");
+const SPACE: Text = Text::new(b" ");
+const NEWLINE: Text = Text::new(b"\n");
+const KERNEL: Text = Text::new(b" kernel\n");
+
+/// `"<thread> "`.
+#[inline]
+fn thread_prefix(thread: u32) -> Text {
+    let mut t = decimal(thread);
+    t.0[t.1 as usize] = b' ';
+    t.1 += 1;
+    t
+}
+
+/// `v`'s decimal digits, made in a register (made in memory byte by byte, the field's one
+/// load waited on their stores).
+#[inline(always)]
+fn decimal(mut v: u32) -> Text {
+    let (mut d, mut len) = (0u128, 0);
     loop {
-        i -= 1;
-        tmp[i] = b'0' + (v % 10) as u8;
+        d = d >> 8 | ((b'0' + (v % 10) as u8) as u128) << 120;
+        len += 1;
         v /= 10;
         if v == 0 {
             break;
         }
     }
-    &tmp[i..]
+    Text(d.to_be_bytes(), len)
 }
 
-fn push_dec(out: &mut Vec<u8>, v: u64) {
-    out.extend_from_slice(dec(&mut [0; 20], v));
-}
-
-/// A text line's `<pc> <R|W> <addr> <size>`.
+/// A text line: `prefix` (`<thread> `), then `<pc> <R|W> <addr> <size>`, then `suffix`.
 #[inline]
-fn push_reference(out: &mut Vec<u8>, pc: u64, access: Access, addr: u64, size: u32) {
-    push_hex(out, pc);
-    out.extend_from_slice(if access == Access::Read { b" R " } else { b" W " });
-    push_hex(out, addr);
-    out.push(b' ');
-    push_dec(out, size as u64);
+fn push_reference(out: &mut Vec<u8>, prefix: &Text, pc: u64, access: Access, addr: u64, size: u32, suffix: &Text) {
+    Line::push(out, |l| {
+        l.text(prefix);
+        l.hex(pc);
+        l.text(if access == Access::Read { &READ } else { &WRITE });
+        l.hex(addr);
+        l.text(&SPACE);
+        l.dec(size);
+        l.text(suffix);
+    });
 }
 
 /// Renders events in one format into a byte buffer, flushed to `W` in large pieces.
@@ -122,12 +219,14 @@ impl<W: Write> Sink for Renderer<W> {
     #[inline]
     fn block(&mut self, b: &BlockEvent) -> Result<bool, Self::Error> {
         if self.format == Format::Blocks {
-            push_dec(&mut self.buf, b.thread as u64);
-            self.buf.push(b' ');
-            push_hex(&mut self.buf, b.addr);
-            self.buf.push(b' ');
-            push_dec(&mut self.buf, b.executed as u64);
-            self.buf.push(b'\n');
+            let prefix = thread_prefix(b.thread);
+            Line::push(&mut self.buf, |l| {
+                l.text(&prefix);
+                l.hex(b.addr);
+                l.text(&SPACE);
+                l.dec(b.executed);
+                l.text(&NEWLINE);
+            });
             self.spill()?;
         }
         Ok(true)
@@ -150,12 +249,45 @@ impl<W: Write> Sink for Renderer<W> {
         Ok(true)
     }
 
+    /// A rep string's references made as they are written, not written out first and read
+    /// back (matrix's memcpy rows: most of its references).
+    fn rep(&mut self, b: &BlockEvent, run: &RepRun) -> Result<bool, Self::Error> {
+        let first = run.first();
+        match self.format {
+            Format::Blocks => {}
+            Format::Text | Format::TextKernel => {
+                let prefix = thread_prefix(b.thread);
+                for k in 0..run.iterations() {
+                    for m in first {
+                        push_reference(&mut self.buf, &prefix, m.pc, m.access, run.addr_at(k, m), m.size, &NEWLINE);
+                    }
+                    self.spill()?;
+                }
+            }
+            Format::Binary => {
+                // Each record as three words, its pc and the word after its address fixed:
+                // a record patched in memory and copied whole waited on the patch's store.
+                let mut tails = [0u64; 2];
+                for (t, m) in tails.iter_mut().zip(first) {
+                    *t = u64::from_le_bytes(binary_record(b.thread, m)[16..].try_into().expect("8 bytes"));
+                }
+                for k in 0..run.iterations() {
+                    for (m, t) in first.iter().zip(tails) {
+                        self.buf.extend_from_slice(&m.pc.to_le_bytes());
+                        self.buf.extend_from_slice(&run.addr_at(k, m).to_le_bytes());
+                        self.buf.extend_from_slice(&t.to_le_bytes());
+                    }
+                    self.spill()?;
+                }
+            }
+        }
+        Ok(true)
+    }
+
     fn marker(&mut self, thread: u32, m: Marker) -> Result<bool, Self::Error> {
         if let (Format::TextKernel, Marker::Kernel { pc, addr, size, write, .. }) = (self.format, m) {
-            push_dec(&mut self.buf, thread as u64);
-            self.buf.push(b' ');
-            push_reference(&mut self.buf, pc, if write { Access::Write } else { Access::Read }, addr, size);
-            self.buf.extend_from_slice(b" kernel\n");
+            let access = if write { Access::Write } else { Access::Read };
+            push_reference(&mut self.buf, &thread_prefix(thread), pc, access, addr, size, &KERNEL);
             self.spill()?;
         }
         Ok(true)
@@ -170,34 +302,34 @@ impl<W: Write> Renderer<W> {
             Format::Blocks => {}
             Format::Text | Format::TextKernel => {
                 // "<thread> " once per block, not per reference.
-                let mut tmp = [b' '; 20];
-                let digits = dec(&mut tmp, thread as u64).len();
-                let mut prefix = [b' '; 11];
-                prefix[10 - digits..10].copy_from_slice(&tmp[20 - digits..]);
-                let prefix = &prefix[10 - digits..];
+                let prefix = thread_prefix(thread);
                 for m in refs {
-                    self.buf.extend_from_slice(prefix);
-                    push_reference(&mut self.buf, m.pc, m.access, m.addr, m.size);
-                    self.buf.push(b'\n');
+                    push_reference(&mut self.buf, &prefix, m.pc, m.access, m.addr, m.size, &NEWLINE);
                     self.spill()?;
                 }
             }
             Format::Binary => {
                 for m in refs {
-                    let mut rec = [0u8; BINARY_RECORD];
-                    rec[0..8].copy_from_slice(&m.pc.to_le_bytes());
-                    rec[8..16].copy_from_slice(&m.addr.to_le_bytes());
-                    rec[16..20].copy_from_slice(&thread.to_le_bytes());
-                    rec[20..22].copy_from_slice(&(m.size.min(u16::MAX as u32) as u16).to_le_bytes());
-                    rec[22] = if m.access == Access::Read { 0 } else { 1 };
-                    rec[23] = m.conditional as u8;
-                    self.buf.extend_from_slice(&rec);
+                    self.buf.extend_from_slice(&binary_record(thread, m));
                     self.spill()?;
                 }
             }
         }
         Ok(())
     }
+}
+
+/// A reference's binary record.
+#[inline]
+fn binary_record(thread: u32, m: &MemEvent) -> [u8; BINARY_RECORD] {
+    let mut rec = [0u8; BINARY_RECORD];
+    rec[0..8].copy_from_slice(&m.pc.to_le_bytes());
+    rec[8..16].copy_from_slice(&m.addr.to_le_bytes());
+    rec[16..20].copy_from_slice(&thread.to_le_bytes());
+    rec[20..22].copy_from_slice(&(m.size.min(u16::MAX as u32) as u16).to_le_bytes());
+    rec[22] = if m.access == Access::Read { 0 } else { 1 };
+    rec[23] = m.conditional as u8;
+    rec
 }
 
 #[cfg(test)]
@@ -224,5 +356,63 @@ mod tests {
         assert_eq!(b.len(), BINARY_RECORD);
         assert_eq!(&b[16..], &[1, 0, 0, 0, 4, 0, 1, 1]);
         assert_eq!(Format::Binary.header().len(), 16);
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Lines as Rust's own formatting writes them, for every field's every length.
+        #[test]
+        fn lines_are_as_format_writes_them(
+            thread in prop_oneof![0u32..10, any::<u32>()],
+            pc in any::<u64>().prop_map(|v| v >> (v % 64)),
+            addr in prop_oneof![Just(0u64), any::<u64>().prop_map(|v| v >> (v % 64))],
+            size in prop_oneof![0u32..17, any::<u32>()],
+            write in any::<bool>(),
+        ) {
+            let kind = if write { "W" } else { "R" };
+            let access = if write { Access::Write } else { Access::Read };
+            let block = BlockEvent { thread, addr, version: 0, id: None, plan: None, executed: size, interrupted: false };
+            let m = MemEvent { pc, addr, size, access, conditional: false, insn: 0 };
+            let render = |format| {
+                let mut r = Renderer::new(format, Vec::new());
+                r.block(&block).unwrap();
+                r.refs(&block, &[m]).unwrap();
+                r.marker(thread, Marker::Kernel { insn: 0, pc, addr, size, write }).unwrap();
+                String::from_utf8(r.into_inner().unwrap()).unwrap()
+            };
+            let line = format!("{thread} {pc:#x} {kind} {addr:#x} {size}");
+            prop_assert_eq!(render(Format::Text), format!("{line}\n"));
+            prop_assert_eq!(render(Format::TextKernel), format!("{line}\n{line} kernel\n"));
+            prop_assert_eq!(render(Format::Blocks), format!("{thread} {addr:#x} {size}\n"));
+        }
+    }
+
+    /// A rep run renders as its references do, one by one, in every format: one and two
+    /// references an iteration, up and down, wrapping at 32 bits, past the 64 KiB a
+    /// renderer holds.
+    #[test]
+    fn rep_runs_render_as_their_references() {
+        let block = BlockEvent { thread: 12, addr: 0x401000, version: 0, id: None, plan: None, executed: 1, interrupted: false };
+        let read = MemEvent { pc: 0x401003, addr: 0xffff_fff0, size: 1, access: Access::Read, conditional: false, insn: 1 };
+        let write = MemEvent { pc: 0x401003, addr: 0x7000, size: 1, access: Access::Write, ..read };
+        for (first, stride, mask) in
+            [(vec![read, write], 1u64, u64::MAX), (vec![read], (-8i64) as u64, u64::MAX), (vec![write, read], 4, 0xffff_ffff)]
+        {
+            for iterations in [0u64, 1, 2, 3000] {
+                let run = RepRun::new(&first, iterations, stride, mask).unwrap();
+                let refs: Vec<MemEvent> = (0..iterations)
+                    .flat_map(|k| first.iter().map(move |m| MemEvent { addr: m.addr.wrapping_add(k.wrapping_mul(stride)) & mask, ..*m }))
+                    .collect();
+                for format in [Format::Text, Format::Binary, Format::Blocks] {
+                    let mut by_run = Renderer::new(format, Vec::new());
+                    by_run.rep(&block, &run).unwrap();
+                    let mut by_refs = Renderer::new(format, Vec::new());
+                    by_refs.refs(&block, &refs).unwrap();
+                    let (a, b) = (by_run.into_inner().unwrap(), by_refs.into_inner().unwrap());
+                    assert!(a == b, "{format:?}, {iterations} iterations of {first:?}");
+                }
+            }
+        }
     }
 }
