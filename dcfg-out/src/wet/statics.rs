@@ -82,6 +82,12 @@ fn straight(f: Flow) -> bool {
 }
 
 impl Statics {
+    /// A table of these instructions alone, no blocks or graph (for the formatters' tests).
+    #[cfg(test)]
+    pub(crate) fn of_insns(insns: Vec<StaticInsn>) -> Statics {
+        Statics { block_first: vec![0], ids: vec![], node_at: vec![], insns, ipdom: vec![], branch: vec![], segs: 0, unreached: 0 }
+    }
+
     /// Builds the table for `plans`, whose block `i` has code version `versions[i]`;
     /// `indirect` holds the (block, next block) pairs of indirect jumps the run took;
     /// `code(addr)` gives a module's code the run never reached (None where unknown).

@@ -318,4 +318,52 @@ mod tests {
         assert_eq!(String::from_utf8(out).unwrap(), String::from_utf8(want).unwrap());
         assert_eq!(field(None), "??");
     }
+
+    /// The comprehensive format's lines as Rust's own formatting writes them, at every
+    /// number's length.
+    #[test]
+    fn comprehensive_lines() {
+        use crate::wet::statics::StaticInsn;
+        let nums = |k: u64| [0, 9, 10, 99, 100, 12345, (1 << 40) - 1, u64::MAX, k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (k % 64)];
+        let insns: Vec<StaticInsn> = (0..9u64)
+            .map(|k| StaticInsn { pc: nums(k)[k as usize], version: 0, block: 0, index: 0, ports: k as u16 * 7000, first_seg: 0 })
+            .collect();
+        let st = Statics::of_insns(insns.clone());
+        let place = |id: u32| if id.is_multiple_of(2) { format!("file{id}.c f_{id} {}", id * 17) } else { "?? ?? 0".repeat(30) };
+        let (mut items, mut want) = (Vec::new(), String::new());
+        for k in 0..4000u64 {
+            let v = nums(k);
+            let (a, b, c) = (v[k as usize % 9], v[(k as usize + 4) % 9], v[(k as usize + 7) % 9]);
+            let id = (k % 9) as u32;
+            let (item, line) = match k % 7 {
+                0 => (Item::Count(a), format!("{a}\n")),
+                1 => (Item::Head(id), format!("{id} {} {:x} {}\n", insns[id as usize].ports, insns[id as usize].pc, place(id))),
+                2 => (Item::Size(a), format!("SIZE {a}\n")),
+                3 => (Item::Dep(DepRecord { inst: a, dep_id: b as u32, dep_inst: c }), format!("    {a}:{} {c}\n", b as u32)),
+                4 => (Item::Values(a), format!("VALUES {a}\n")),
+                5 => (Item::Value(a, b), format!("    {a}:{b:x}\n")),
+                _ => (Item::NoValues, "NO VALUES\n".to_string()),
+            };
+            items.push(item);
+            want.push_str(&line);
+        }
+        let mut out = Vec::new();
+        format(&items, &st, &place, &mut out);
+        assert_eq!(String::from_utf8(out).unwrap(), want);
+    }
+
+    /// The history format as Rust's own formatting writes it, at every number's length.
+    #[test]
+    fn history_lines() {
+        let ring: Vec<[u64; 4]> = (0..3000u64)
+            .map(|k| {
+                let v = [0, 9, 10, 99, 100, 12345, u64::MAX, k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (k % 64)];
+                [v[k as usize % 8], v[(k as usize + 3) % 8], v[(k as usize + 5) % 8], v[(k as usize + 6) % 8]]
+            })
+            .collect();
+        let want: String = ring.iter().map(|[a, b, x, y]| format!("{a:#x}#{b} --> {x:#x}#{y}\n")).collect();
+        let mut out = Vec::new();
+        history(ring.iter(), &mut out).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), want);
+    }
 }
