@@ -14,6 +14,8 @@ enum Stream<'a> {
     Tags { wide: bool, hi: u64, bytes: &'a [u8] },
     Values { wide: bool, raw: Vec<u8>, bytes: &'a [u8] },
     Unpack { wide: bool, raw_len: u32, bytes: &'a [u8] },
+    /// Packed values read a piece at a time (pieces of `piece` words), as recovery reads them.
+    Pieces { wide: bool, raw_len: u16, piece: u8, ops: Vec<u8>, bytes: &'a [u8] },
     Truth(&'a [u8]),
     Chunk { wide: bool, bytes: &'a [u8] },
 }
@@ -50,6 +52,36 @@ fuzz_target!(|s: Stream| match s {
     Stream::Unpack { wide, raw_len, bytes } => {
         let mut out = Vec::new();
         let _ = packing::unpack(bytes, width(wide).bytes(), raw_len as usize, &mut out);
+    }
+    Stream::Pieces { wide, raw_len, piece, ops, bytes } => {
+        let w = width(wide);
+        let Ok(words) = packing::Unpacker::new(bytes, w.bytes(), raw_len as usize) else { return };
+        // Unpacked whole, where it unpacks: the reader over pieces must give what the
+        // reader over the whole gives, read for read (errors where the whole ends short).
+        let mut whole = Vec::new();
+        let whole = packing::unpack(bytes, w.bytes(), raw_len as usize, &mut whole).is_ok().then_some(whole);
+        let mut plain = whole.as_deref().map(|b| ValueReader::new(w, b));
+        let mut pieces = ValueReader::packed(w, words, Vec::new()).with_piece_words(piece as usize);
+        for op in ops {
+            let n = (op & 0x3f) as usize;
+            let got = match op >> 6 {
+                0 | 1 => pieces.next().map(|v| v.to_le_bytes().to_vec()),
+                2 => pieces.raw(n).map(|b| b.to_vec()),
+                _ => pieces.raw2(n, n / 2 + 1).map(|(a, b)| [a, b].concat()),
+            };
+            if let Some(plain) = plain.as_mut() {
+                let want = match op >> 6 {
+                    0 | 1 => plain.next().map(|v| v.to_le_bytes().to_vec()),
+                    2 => plain.raw(n).map(|b| b.to_vec()),
+                    _ => plain.raw2(n, n / 2 + 1).map(|(a, b)| [a, b].concat()),
+                };
+                assert_eq!(got.as_ref().ok(), want.as_ref().ok(), "op {op:#x}");
+                assert_eq!(pieces.remaining(), plain.remaining());
+            }
+            if got.is_err() {
+                break;
+            }
+        }
     }
     Stream::Truth(bytes) => {
         if let Ok(it) = truth::records(bytes) {
