@@ -318,6 +318,16 @@ fn eight_threads_with_mutexes() {
     assert!(c[0].0 > 1_000_000);
 }
 
+/// Threads computing when main exits: DynamoRIO suspends each and asks where it is, at the
+/// exit and when it synchronises with all threads before. An answer to that question is no
+/// interruption (the thread ran on, storing its block's later values: the chunk was refused,
+/// "value stream has N bytes left over"); the last one is where the exit stopped the thread
+/// (without it the last block ran short of its values).
+#[test]
+fn threads_running_when_another_exits() {
+    corpus_check("busy_exit", &["2", "200000"]);
+}
+
 #[test]
 fn signal_handler_interrupting_a_hot_loop() {
     corpus_check("signal_loop", &["300"]);

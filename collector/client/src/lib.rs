@@ -125,6 +125,14 @@ unsafe fn thread_done(dc: *mut c_void) {
     if pt.is_null() {
         return;
     }
+    // A thread another one's exit stopped in the code cache: DynamoRIO found it there
+    // (restore_event) and it ran no further, so its last block ends where it stood.
+    if let Some((mc, tags, values)) = (*pt).queried.take() {
+        let p = &mut *pt;
+        if p.recording && *slot(p, S_TAGPTR) as *mut u8 == tags && *slot(p, S_VALPTR) == values {
+            mark_interrupted(p, &mc);
+        }
+    }
     window::thread_ends(&mut *pt);
     push_sync_point(&mut *pt);
     push_escape(&mut *pt, Escape::ThreadEnd);
@@ -294,9 +302,27 @@ unsafe fn mark_interrupted(pt: &mut PerThread, mc: &dr_mcontext_t) {
 /// # Safety
 /// DynamoRIO calls it when it translates a thread's state out of the code cache, with valid
 /// pointers for the duration of the call; exercised by tests/collector.rs
-/// signal_handler_interrupting_a_hot_loop and siglongjmp_out_of_faults.
-unsafe extern "C" fn restore_event(dc: *mut c_void, _restore_memory: bool_, info: *mut dr_restore_state_info_t) -> bool_ {
+/// signal_handler_interrupting_a_hot_loop, siglongjmp_out_of_faults and
+/// threads_running_when_another_exits.
+unsafe extern "C" fn restore_event(dc: *mut c_void, restore_memory: bool_, info: *mut dr_restore_state_info_t) -> bool_ {
+    // Without `restore_memory` DynamoRIO only asks where the thread is (whether a thread it
+    // suspended to synchronise with all of them is at a safe spot): the thread then runs
+    // on in its block, which is no interruption. Every move of a thread out of the code
+    // cache (a fault, a relocation, detaching) translates with it (core/synch.c,
+    // core/unix/signal.c). Recording a query as an interruption cut the block short in the
+    // tags while its later steps went on storing values: `dep recover` then refused the
+    // chunk ("value stream has N bytes left over"), on threads that were running while
+    // another created a thread or exited.
     let pt = get(dc);
+    if restore_memory == 0 {
+        // Kept, for the thread that never runs on: [`thread_done`] takes it as the point
+        // where the process's exit stopped the thread.
+        if !pt.is_null() && (*pt).recording && !info.is_null() && !(*info).mcontext.is_null() {
+            let p = &mut *pt;
+            p.queried = Some((*(*info).mcontext, *slot(p, S_TAGPTR) as *mut u8, *slot(p, S_VALPTR)));
+        }
+        return 1;
+    }
     // (Outside a window the last block recorded is not the one running.)
     if !pt.is_null() && !info.is_null() && !(*info).mcontext.is_null() && !crate::window::translating_check(dc, &*info) {
         if (*pt).recording {

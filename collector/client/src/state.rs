@@ -366,6 +366,11 @@ pub struct PerThread {
     pub counts: [u64; 4],
     /// The tag pointer right after the last interruption record (no double marking).
     pub interrupted_at: *mut u8,
+    /// Where DynamoRIO last found this thread in the code cache when it only asked (a thread
+    /// suspended to synchronise with all of them), with the tag and value pointers then: the
+    /// thread ran on from there unless it ends with both pointers where they were (another
+    /// thread's exit ended it there).
+    pub queried: Option<(dr_mcontext_t, *mut u8, u64)>,
     /// Outside the windows: the interruption whose block's rest went back off the count
     /// last, as the cache address and the count then (no double giving back).
     pub gave_back_at: (u64, u64),
@@ -595,6 +600,7 @@ pub unsafe fn new_thread(dc: *mut c_void) -> *mut PerThread {
         c_mark: core::ptr::null_mut(),
         counts: [0; 4],
         interrupted_at: core::ptr::null_mut(),
+        queried: None,
         gave_back_at: (0, 0),
         rep_pending: None,
         sync_span: (core::ptr::null_mut(), core::ptr::null_mut()),
