@@ -311,8 +311,8 @@ unsafe extern "C" fn restore_event(dc: *mut c_void, restore_memory: bool_, info:
     // cache (a fault, a relocation, detaching) translates with it (core/synch.c,
     // core/unix/signal.c). Recording a query as an interruption cut the block short in the
     // tags while its later steps went on storing values: `dep recover` then refused the
-    // chunk ("value stream has N bytes left over"), on threads that were running while
-    // another created a thread or exited.
+    // chunk ("value stream has N bytes left over"), on threads that were running when
+    // DynamoRIO synchronised with all threads (another thread's exit among other times).
     let pt = get(dc);
     if restore_memory == 0 {
         // Kept, for the thread that never runs on: [`thread_done`] takes it as the point
