@@ -5,7 +5,7 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::Hasher;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -23,44 +23,43 @@ fn hash_stdout(args: &[&str]) -> (u64, u64) {
 
 /// [`hash_stdout`] of any command; it must succeed. Returns (hash, lines).
 fn hash_command(cmd: &mut Command) -> (u64, u64) {
-    let args = format!("{cmd:?}");
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let mut out = child.stdout.take().unwrap();
     let mut h = DefaultHasher::new();
-    let mut lines = 0u64;
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = out.read(&mut buf).unwrap();
-        if n == 0 {
-            break;
-        }
-        h.write(&buf[..n]);
-        lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
-    }
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "{args} failed: {}", String::from_utf8_lossy(&o.stderr));
+    let lines = hash_into(cmd, &mut h, false);
     (h.finish(), lines)
 }
 
-/// Streams `cmd`'s stdout into `h` a line at a time, each less its first field where
-/// `drop_field`; it must succeed (its stderr is shown where not). Returns the lines.
-fn hash_lines_into(cmd: &mut Command, h: &mut DefaultHasher, drop_field: bool) -> u64 {
+/// Streams `cmd`'s stdout into `h`, each line less its first field where `drop_field`; it
+/// must succeed (its stderr is shown where not). Returns the lines.
+fn hash_into(cmd: &mut Command, h: &mut DefaultHasher, drop_field: bool) -> u64 {
     let args = format!("{cmd:?}");
     let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut out = BufReader::with_capacity(1 << 20, child.stdout.take().unwrap());
-    let (mut line, mut lines) = (Vec::new(), 0u64);
-    loop {
-        line.clear();
-        if out.read_until(b'\n', &mut line).unwrap() == 0 {
-            break;
+    let mut lines = 0u64;
+    if drop_field {
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            if out.read_until(b'\n', &mut line).unwrap() == 0 {
+                break;
+            }
+            let Some(i) = line.iter().position(|&b| b == b' ') else {
+                panic!("{args}: a line without fields: {:?}", String::from_utf8_lossy(&line))
+            };
+            h.write(&line[i + 1..]);
+            lines += 1;
         }
-        let rest = match line.iter().position(|&b| b == b' ') {
-            Some(i) if drop_field => &line[i + 1..],
-            None if drop_field => panic!("{args}: a line without fields: {:?}", String::from_utf8_lossy(&line)),
-            _ => &line[..],
-        };
-        h.write(rest);
-        lines += 1;
+    } else {
+        // Whole buffers, not lines: text traces run to billions of lines.
+        loop {
+            let buf = out.fill_buf().unwrap();
+            if buf.is_empty() {
+                break;
+            }
+            h.write(buf);
+            lines += buf.iter().filter(|&&b| b == b'\n').count() as u64;
+            let n = buf.len();
+            out.consume(n);
+        }
     }
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{args} failed: {}", String::from_utf8_lossy(&o.stderr));
@@ -258,11 +257,11 @@ fn check_dcfg(main: &Path, profiles: &[PathBuf]) {
     // Both sides stream into hashes: a JVM's blocks are hundreds of megabytes of text.
     let (mut want, mut n) = (DefaultHasher::new(), 0);
     for p in &order {
-        n += hash_lines_into(Command::new(dep()).arg("recover").arg(p).args(["--format", "blocks"]), &mut want, false);
+        n += hash_into(Command::new(dep()).arg("recover").arg(p).args(["--format", "blocks"]), &mut want, false);
     }
     // `<pid> <thread> <pc> <count>` less the pid is the blocks format.
     let mut got = DefaultHasher::new();
-    let m = hash_lines_into(Command::new(dep()).arg("dcfg").arg("--check").arg(&d).arg(&t).arg("--blocks"), &mut got, true);
+    let m = hash_into(Command::new(dep()).arg("dcfg").arg("--check").arg(&d).arg(&t).arg("--blocks"), &mut got, true);
     assert!(
         (got.finish(), m) == (want.finish(), n),
         "{}: the decoded DCFG-trace differs from the recovered blocks ({m} and {n} lines)",

@@ -62,19 +62,19 @@ fuzz_target!(|s: Stream| match s {
         let whole = packing::unpack(bytes, w.bytes(), raw_len as usize, &mut whole).is_ok().then_some(whole);
         let mut plain = whole.as_deref().map(|b| ValueReader::new(w, b));
         let mut pieces = ValueReader::packed(w, words, Vec::new()).with_piece_words(piece as usize);
-        for op in ops {
+        // Op bits 6-7: a word, or raw bytes, or two runs of them; bits 0-5: the length.
+        let read = |r: &mut ValueReader, op: u8| {
             let n = (op & 0x3f) as usize;
-            let got = match op >> 6 {
-                0 | 1 => pieces.next().map(|v| v.to_le_bytes().to_vec()),
-                2 => pieces.raw(n).map(|b| b.to_vec()),
-                _ => pieces.raw2(n, n / 2 + 1).map(|(a, b)| [a, b].concat()),
-            };
+            match op >> 6 {
+                0 | 1 => r.next().map(|v| v.to_le_bytes().to_vec()),
+                2 => r.raw(n).map(|b| b.to_vec()),
+                _ => r.raw2(n, n / 2 + 1).map(|(a, b)| [a, b].concat()),
+            }
+        };
+        for op in ops {
+            let got = read(&mut pieces, op);
             if let Some(plain) = plain.as_mut() {
-                let want = match op >> 6 {
-                    0 | 1 => plain.next().map(|v| v.to_le_bytes().to_vec()),
-                    2 => plain.raw(n).map(|b| b.to_vec()),
-                    _ => plain.raw2(n, n / 2 + 1).map(|(a, b)| [a, b].concat()),
-                };
+                let want = read(plain, op);
                 assert_eq!(got.as_ref().ok(), want.as_ref().ok(), "op {op:#x}");
                 assert_eq!(pieces.remaining(), plain.remaining());
             }
