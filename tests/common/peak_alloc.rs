@@ -48,6 +48,12 @@ pub fn turn() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Bytes live now (whichever thread allocated them; see [`turn`]).
+#[allow(dead_code)] // not every binary including this asks
+pub fn live() -> usize {
+    LIVE.load(Ordering::Relaxed)
+}
+
 /// Runs `f` and returns its result with the most bytes live at once while it ran, beyond
 /// those live when it started (whichever thread allocated them; see [`turn`]).
 pub fn measure<T>(f: impl FnOnce() -> T) -> (T, usize) {

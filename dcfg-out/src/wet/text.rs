@@ -218,10 +218,11 @@ pub fn comprehensive(
             }
             send(&mut batch, &mut seq)
         });
+        let mut formatters = Vec::with_capacity(workers);
         for _ in 0..workers {
             let (job_rx, done_tx) = (job_rx.clone(), done_tx.clone());
             let (items_back, text_free) = (items_back.clone(), text_free.clone());
-            s.spawn(move || {
+            formatters.push(s.spawn(move || {
                 for (seq, mut items) in job_rx {
                     let mut buf = text_free.try_recv().unwrap_or_else(|_| Vec::with_capacity(items.len() * 20));
                     format(&items, st, place, &mut buf);
@@ -231,7 +232,7 @@ pub fn comprehensive(
                         break;
                     }
                 }
-            });
+            }));
         }
         drop((items_back, text_free));
         drop((job_rx, done_tx));
@@ -256,6 +257,11 @@ pub fn comprehensive(
         }
         drop(done_rx);
         let produced = producer.join().expect("WET reader panicked");
+        // Joined here, as the reader is, not left to the scope's end, which waits for the
+        // closures only: nothing of a joined thread (its thread-locals) outlives the call.
+        for f in formatters {
+            f.join().expect("WET formatter panicked");
+        }
         written?;
         produced
     })
