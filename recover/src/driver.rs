@@ -149,7 +149,7 @@ impl<'p> Recovery<'p> {
 
     /// A run over `source`'s events, to be shaped by [`Events`]' methods.
     pub fn events(&self, source: Source) -> Events<'_> {
-        Events { rec: self, source, progress: &|_| {} }
+        Events { rec: self, source, progress: &|_| {}, apart: 0 }
     }
 
     /// The beginning of `part` of a run over `source`.
@@ -212,12 +212,24 @@ pub struct Events<'a> {
     rec: &'a Recovery<'a>,
     source: Source,
     progress: &'a (dyn Fn(u64) + Sync),
+    /// [`interleaved`](Self::interleaved) recovers threads apart from their sinks where
+    /// this many cores outnumber the busy threads (0: never).
+    pub(crate) apart: usize,
 }
 
 impl<'a> Events<'a> {
     /// Calls `progress(n)` as each `n` chunks are done.
     pub fn progress(self, progress: &'a (dyn Fn(u64) + Sync)) -> Self {
         Events { progress, ..self }
+    }
+
+    /// [`interleaved`](Self::interleaved) recovers each thread that holds an eighth of the
+    /// profile's chunks or more on an OS thread of its own, apart from the one running its
+    /// sink ([`tape`](crate::tape)), where `cores` outnumber such threads: for sinks whose own
+    /// work outweighs recovery's, whose busiest thread otherwise does both on one core while
+    /// another waits.
+    pub fn apart(self, cores: usize) -> Self {
+        Events { apart: cores, ..self }
     }
 
     /// The recovery this run is of.

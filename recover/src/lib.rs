@@ -19,6 +19,7 @@ pub mod render;
 pub mod seek;
 pub mod sink;
 pub mod stats;
+pub mod tape;
 pub mod traverse;
 pub mod truth;
 

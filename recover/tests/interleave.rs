@@ -7,7 +7,7 @@
 mod common;
 
 use common::program_profile;
-use dep_recover::{BlockEvent, ByThread, Marker, RecoverError, Recovery, Sink, Source, Turn};
+use dep_recover::{BlockEvent, ByThread, Marker, MemEvent, RecoverError, Recovery, RepRun, Run, Sink, Source, Turn};
 
 /// What the test follows of a thread's stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,8 +71,15 @@ impl Sink for Collect {
 /// and `shared` batches ahead among the producers, stopping after `stop` items if given:
 /// (thread, turn, item) in the order consumed.
 fn interleave(rec: &Recovery, batch: usize, shared: usize, stop: Option<usize>) -> Vec<(u32, u64, Item)> {
+    interleave_apart(rec, batch, shared, stop, 0)
+}
+
+/// [`interleave`], recovering threads apart from their sinks where `cores` outnumber the
+/// busy threads ([`Events::apart`](dep_recover::Events::apart)).
+fn interleave_apart(rec: &Recovery, batch: usize, shared: usize, stop: Option<usize>, cores: usize) -> Vec<(u32, u64, Item)> {
     let mut got = Vec::new();
     rec.events(Source::Dep)
+        .apart(cores)
         .interleaved(
             shared,
             |_, tx| Send { items: Vec::new(), batch, send: move |b| tx.send((b, 0)) },
@@ -110,8 +117,9 @@ fn turns_follow_the_sync_records() {
         let syncs: usize = want.iter().map(|w| w.iter().filter(|i| matches!(i, Item::Sync(_))).count()).sum();
         assert!(syncs > 0, "seed {seed}: no sync records to interleave by");
 
-        for (batch, shared) in [(1, 0), (1, 3), (7, 0), (7, 100), (1000, 0)] {
-            let got = interleave(&rec, batch, shared, None);
+        for (batch, shared, cores) in [(1, 0, 0), (1, 3, 0), (7, 0, 0), (7, 100, 0), (1000, 0, 0), (1, 0, usize::MAX), (7, 100, usize::MAX)]
+        {
+            let got = interleave_apart(&rec, batch, shared, None, cores);
             // Every thread's items, whole and in order.
             for (t, w) in want.iter().enumerate() {
                 let mine: Vec<Item> = got.iter().filter(|g| g.0 == t as u32).map(|g| g.2).collect();
@@ -147,5 +155,123 @@ fn a_consumer_that_stops_ends_the_merge() {
     for shared in [0, 2] {
         let some = interleave(&rec, 3, shared, Some(50));
         assert_eq!(some[..], all[..50]);
+        // Recovered apart: a recovery still sending to the stopped sink ends too.
+        let some = interleave_apart(&rec, 3, shared, Some(50), usize::MAX);
+        assert_eq!(some[..], all[..50]);
     }
+}
+
+/// Every call a thread's sink receives, with what it carries.
+#[derive(Clone, Debug, PartialEq)]
+enum Call {
+    Block { addr: u64, version: u32, id: Option<u32>, plan: Option<usize>, executed: u32, interrupted: bool },
+    Refs(Vec<MemEvent>),
+    Rep(RepRun),
+    Marker(u32, Marker),
+    Run { thread: u32, blocks: Vec<(u64, u32, u16, u16)>, refs: Vec<MemEvent> },
+    Finish,
+}
+
+impl Call {
+    fn block(b: &BlockEvent) -> Call {
+        let plan = b.plan.map(|p| p as *const _ as usize);
+        Call::Block { addr: b.addr, version: b.version, id: b.id, plan, executed: b.executed, interrupted: b.interrupted }
+    }
+}
+
+/// Sends each call as it comes (a batch of one), rep strings as runs.
+struct Log<F: FnMut(Call) -> bool>(F);
+
+impl<F: FnMut(Call) -> bool> Sink for Log<F> {
+    type Error = RecoverError;
+    fn block(&mut self, b: &BlockEvent) -> Result<bool, RecoverError> {
+        Ok((self.0)(Call::block(b)))
+    }
+    fn refs(&mut self, b: &BlockEvent, refs: &[MemEvent]) -> Result<bool, RecoverError> {
+        Ok((self.0)(Call::block(b)) && (self.0)(Call::Refs(refs.to_vec())))
+    }
+    fn rep(&mut self, b: &BlockEvent, run: &RepRun) -> Result<bool, RecoverError> {
+        Ok((self.0)(Call::block(b)) && (self.0)(Call::Rep(*run)))
+    }
+    fn marker(&mut self, thread: u32, m: Marker) -> Result<bool, RecoverError> {
+        Ok((self.0)(Call::Marker(thread, m)))
+    }
+    fn run(&mut self, run: &Run) -> Result<bool, RecoverError> {
+        let blocks = run.blocks().iter().map(|b| (b.addr, b.id, b.executed, b.refs)).collect();
+        Ok((self.0)(Call::Run { thread: run.thread, blocks, refs: run.refs().to_vec() }))
+    }
+    fn finish(&mut self) -> Result<(), RecoverError> {
+        (self.0)(Call::Finish);
+        Ok(())
+    }
+}
+
+/// Each thread's calls, the whole stream of each in its first turn, and how the run ended.
+fn calls_then(rec: &Recovery, cores: usize) -> (Vec<Vec<Call>>, Result<(), String>) {
+    let mut got = vec![Vec::new(); rec.profile.threads.len()];
+    let end = rec.events(Source::Dep).apart(cores).interleaved(
+        0,
+        |_, tx| Log(move |c| tx.send(c)),
+        |t, _, c: &mut Call| {
+            got[t as usize].push(c.clone());
+            Ok(Turn::Next)
+        },
+    );
+    (got, end.map_err(|e| e.to_string()))
+}
+
+fn calls(rec: &Recovery, cores: usize) -> Vec<Vec<Call>> {
+    let (got, end) = calls_then(rec, cores);
+    end.unwrap();
+    got
+}
+
+/// A thread recovered apart from its sink (its events recorded on tapes and replayed)
+/// gives the sink every call, with every field, that recovering in place gives: blocks,
+/// references, rep strings, markers and compiled runs, over threads long enough for many
+/// tapes each.
+#[test]
+fn threads_recovered_apart_give_their_sinks_the_same_calls() {
+    let mut reps = 0;
+    let mut runs = 0;
+    for seed in 0..4u64 {
+        let (_dir, p) = program_profile(100 + seed, 2 + (seed % 2) as usize, 30_000, true);
+        let rec = Recovery::new(&p, 2);
+        let here = calls(&rec, 0);
+        let apart = calls(&rec, usize::MAX);
+        for (t, (h, a)) in here.iter().zip(&apart).enumerate() {
+            assert_eq!(h.len(), a.len(), "seed {seed} thread {t}: calls");
+            if let Some(k) = h.iter().zip(a).position(|(x, y)| x != y) {
+                panic!("seed {seed} thread {t}: call {k} in place {:?}, apart {:?}", h[k], a[k]);
+            }
+        }
+        let all = here.iter().flatten();
+        reps += all.clone().filter(|c| matches!(c, Call::Rep(_))).count();
+        runs += all.filter(|c| matches!(c, Call::Run { .. })).count();
+    }
+    // The streams hold what the tapes must carry.
+    assert!(reps > 0 && runs > 0, "{reps} rep strings, {runs} runs");
+}
+
+/// A damaged chunk met by a thread recovered apart ends its stream as in place: the same
+/// calls before it, then the same error, and no call after it.
+#[test]
+fn a_damaged_chunk_ends_a_thread_recovered_apart_as_in_place() {
+    let (dir, p) = program_profile(7, 2, 30_000, true);
+    let chunks = Recovery::new(&p, 2).thread_chunks(1).to_vec();
+    assert!(chunks.len() >= 3, "{} chunks", chunks.len());
+    // A byte of the second chunk's payload flipped: its checksum no longer matches.
+    let mut bytes = std::fs::read(p.path()).unwrap();
+    bytes[chunks[1].offset as usize + 40] ^= 0x5a;
+    let bad = dir.path().join("bad.dep");
+    std::fs::write(&bad, &bytes).unwrap();
+    let p = dep_profile::container::Profile::open(&bad).unwrap();
+    let rec = Recovery::new(&p, 2);
+    let (here, here_end) = calls_then(&rec, 0);
+    let (apart, apart_end) = calls_then(&rec, usize::MAX);
+    let e = here_end.expect_err("the damaged chunk is met");
+    assert!(e.contains("checksum"), "{e}");
+    assert_eq!(apart_end, Err(e));
+    assert_eq!(here, apart);
+    assert!(!here[1].is_empty() && !here[1].contains(&Call::Finish), "thread 1 ends at the error, unfinished");
 }
