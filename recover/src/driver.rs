@@ -223,11 +223,10 @@ impl<'a> Events<'a> {
         Events { progress, ..self }
     }
 
-    /// [`interleaved`](Self::interleaved) recovers each thread that holds an eighth of the
-    /// profile's chunks or more on an OS thread of its own, apart from the one running its
-    /// sink ([`tape`](crate::tape)), where `cores` outnumber such threads: for sinks whose own
-    /// work outweighs recovery's, whose busiest thread otherwise does both on one core while
-    /// another waits.
+    /// [`interleaved`](Self::interleaved) recovers each thread holding more than one of
+    /// `cores`' share of the profile's chunks on an OS thread of its own, apart from the one
+    /// running its sink ([`tape`](crate::tape)): for sinks whose own work outweighs
+    /// recovery's, whose busiest thread otherwise does both on one core while another waits.
     pub fn apart(self, cores: usize) -> Self {
         Events { apart: cores, ..self }
     }

@@ -375,9 +375,8 @@ fn interleave(rec: &Recovery, facts: &Facts, known: &Known, syncs: Vec<Vec<u64>>
     // (xz's compressing threads' run to 500,000 events), while which the other threads'
     // producers would otherwise wait.
     let shared = (128 << 20) / (feed::BATCH * std::mem::size_of::<Act>());
-    // A busy thread's recovery (a quarter of its producer's time) on a core of its own,
-    // where one is to spare: xz -T2 of 256 KiB, one compressing thread, on 2 cores 1.9 s
-    // against 2.2 s.
+    // A busy thread's recovery (a quarter of its producer's time) on a core of its own:
+    // xz -T2 of 256 KiB, one compressing thread, on 2 cores 1.9-2.2 s against 2.2-2.7 s.
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     rec.events(Source::Dep).apart(cores).interleaved(
         shared,
