@@ -212,8 +212,8 @@ pub struct Events<'a> {
     rec: &'a Recovery<'a>,
     source: Source,
     progress: &'a (dyn Fn(u64) + Sync),
-    /// [`interleaved`](Self::interleaved) recovers threads apart from their sinks where
-    /// this many cores outnumber the busy threads (0: never).
+    /// The cores [`apart`](Self::apart) was given: a thread holding more than one of their
+    /// shares of the chunks is recovered apart from its sink (0 or 1: none is).
     pub(crate) apart: usize,
 }
 

@@ -377,8 +377,7 @@ fn interleave(rec: &Recovery, facts: &Facts, known: &Known, syncs: Vec<Vec<u64>>
     let shared = (128 << 20) / (feed::BATCH * std::mem::size_of::<Act>());
     // A busy thread's recovery (a quarter of its producer's time) on a core of its own:
     // xz -T2 of 256 KiB, one compressing thread, on 2 cores 1.9-2.2 s against 2.2-2.7 s.
-    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    rec.events(Source::Dep).apart(cores).interleaved(
+    rec.events(Source::Dep).apart(rec.workers()).interleaved(
         shared,
         |t, tx| Feed::new(facts, Local::new(known, t), move |acts| if tx.send(Stretch { acts, at: 0 }) { Ok(()) } else { Err(feed::Gone) }),
         |t, key, batch: &mut Stretch| {
