@@ -338,6 +338,7 @@ impl<'a> Engine<'a> {
 
     /// Starts instance of instruction `i` of block `bid` (`again`: another iteration of the
     /// rep string just ended).
+    #[inline(always)]
     fn start(&mut self, bid: u32, i: u32, again: bool) -> Result<(), EngineError> {
         let ops = &self.ops;
         let at = ops.first(bid) + i;
@@ -363,18 +364,31 @@ impl<'a> Engine<'a> {
         let mut port = 1u32;
         let scratch = &mut self.scratch;
         for r in ops.reads(op) {
-            scratch.clear();
-            self.t.regs.read(r, scratch);
-            for &d in scratch.iter() {
-                emit(&mut self.out, &mut self.deps, self.st, seg0 + port, id, inst, d)?;
+            // One definer for the whole register (most reads): the port's one dependence.
+            if let Some(d) = self.t.regs.single(r) {
+                if d != NONE {
+                    emit(&mut self.out, &mut self.deps, self.st, seg0 + port, id, inst, d)?;
+                }
+            } else {
+                scratch.clear();
+                self.t.regs.read(r, scratch);
+                for &d in scratch.iter() {
+                    emit(&mut self.out, &mut self.deps, self.st, seg0 + port, id, inst, d)?;
+                }
             }
             port += 1;
         }
         if op.flags_read != 0 {
-            scratch.clear();
-            self.t.flags.read(op.flags_read, scratch);
-            for &d in scratch.iter() {
-                emit(&mut self.out, &mut self.deps, self.st, seg0 + port, id, inst, d)?;
+            if let Some(d) = self.t.flags.single(op.flags_read) {
+                if d != NONE {
+                    emit(&mut self.out, &mut self.deps, self.st, seg0 + port, id, inst, d)?;
+                }
+            } else {
+                scratch.clear();
+                self.t.flags.read(op.flags_read, scratch);
+                for &d in scratch.iter() {
+                    emit(&mut self.out, &mut self.deps, self.st, seg0 + port, id, inst, d)?;
+                }
             }
         }
         self.t.cur = Some(Cur { idx: i, at, id, inst, def, reads: 0, writes: 0, events: 0 });
@@ -428,6 +442,7 @@ impl<'a> Engine<'a> {
     }
 
     /// Ends the current instance: its definitions take effect.
+    #[inline(always)]
     fn end(&mut self) -> io::Result<()> {
         let Some(c) = self.t.cur.take() else { return Ok(()) };
         let Some((_, executed)) = self.t.block else { return Ok(()) };

@@ -121,8 +121,21 @@ impl Registers {
         }
     }
 
-    /// `d` defines the bytes of `r`.
+    /// The one definition the bytes `r` reads depend on, where one instance defined the
+    /// whole register ([`NONE`] where none did, or where `r` reads no byte); None where its
+    /// bytes are held one by one ([`read`](Self::read) then tells them apart). The common
+    /// case, taken without a list to gather and compare definitions in.
     #[inline]
+    pub fn single(&self, r: &RegSpan) -> Option<Def> {
+        let u = self.uni[r.reg as usize];
+        if u == MIXED {
+            return None;
+        }
+        Some(if r.full || r.len > 0 { u } else { NONE })
+    }
+
+    /// `d` defines the bytes of `r`.
+    #[inline(always)]
     pub fn define(&mut self, r: &RegSpan, d: Def) {
         let u = &mut self.uni[r.reg as usize];
         if r.full {
@@ -189,6 +202,14 @@ impl Flags {
             last = d;
             bits &= bits - 1;
         }
+    }
+
+    /// The one definition a read of the flags in `bits` depends on, where one instance
+    /// defined all the arithmetic flags and `bits` holds no other ([`NONE`] where none did);
+    /// None otherwise ([`read`](Self::read) then tells them apart).
+    #[inline]
+    pub fn single(&self, bits: u32) -> Option<Def> {
+        (self.arith != MIXED && bits & !ARITH == 0).then_some(if bits != 0 { self.arith } else { NONE })
     }
 
     /// `d` defines the flags in `bits`.
