@@ -14,17 +14,67 @@ use dep_profile::semantics::{Address, Insn, RegEffect};
 /// Definers waiting for a register's value, at most (older ones are dropped).
 const MAX_WAITING: usize = 64;
 
+/// Instances waiting for one register's value, oldest first, in a ring of
+/// [`MAX_WAITING`]: a push when it is full drops the oldest. Each is held with
+/// [`Reg::added`] as it stood when the instance defined the register.
+#[derive(Clone)]
+struct Waiting {
+    items: [(Def, u64); MAX_WAITING],
+    start: usize,
+    len: usize,
+}
+
+impl Default for Waiting {
+    fn default() -> Self {
+        Waiting { items: [(NONE, 0); MAX_WAITING], start: 0, len: 0 }
+    }
+}
+
+impl Waiting {
+    #[inline]
+    fn push(&mut self, w: (Def, u64)) {
+        if self.len == MAX_WAITING {
+            self.items[self.start] = w;
+            self.start = (self.start + 1) % MAX_WAITING;
+        } else {
+            self.items[(self.start + self.len) % MAX_WAITING] = w;
+            self.len += 1;
+        }
+    }
+
+    #[inline]
+    fn clear(&mut self) {
+        (self.start, self.len) = (0, 0);
+    }
+
+    /// Hands each to `f`, oldest first, and clears.
+    #[inline]
+    fn drain(&mut self, mut f: impl FnMut((Def, u64))) {
+        for k in 0..self.len {
+            f(self.items[(self.start + k) % MAX_WAITING]);
+        }
+        self.clear();
+    }
+}
+
 #[derive(Default, Clone)]
 struct Reg {
     value: Option<u64>,
-    /// Instances whose result is `value - offset`, once `value` is known.
-    waiting: Vec<(Def, u64)>,
+    /// Instances whose result is the value to come less what was added after them, once
+    /// the value is known.
+    waiting: Waiting,
+    /// The constants added to the register while its value is unknown, summed: a constant
+    /// added is one addition here, not one for every instance waiting (a loop stepping a
+    /// pointer whose value no address shows kept 64 waiting and added to each, every
+    /// iteration, and dropped the oldest by moving the rest).
+    added: u64,
 }
 
-/// One thread's knowledge of its general registers' values.
+/// One thread's knowledge of its general registers' values (boxed: a thread's state moves
+/// when another thread's events come, and the rings are 16 KiB).
 #[derive(Default)]
 pub struct Values {
-    regs: [Reg; 16],
+    regs: Box<[Reg; 16]>,
 }
 
 /// The register an address reveals, if it is the address's only one.
@@ -43,15 +93,14 @@ impl Values {
     #[inline]
     pub fn learn(&mut self, reg: u8, v: u64, emit: &mut impl FnMut(Def, u64)) {
         let r = &mut self.regs[reg as usize];
-        for (d, off) in r.waiting.drain(..) {
-            emit(d, v.wrapping_sub(off));
-        }
+        let added = r.added;
+        r.waiting.drain(|(d, at)| emit(d, v.wrapping_sub(added.wrapping_sub(at))));
         r.value = Some(v);
     }
 
     /// After instance `d` of an instruction with value steps `steps` ([`steps`]): `emit`
     /// gets `d`'s result when it is known now.
-    #[inline]
+    #[inline(always)]
     pub fn after(&mut self, steps: &[Step], d: Def, emit: &mut impl FnMut(Def, u64)) {
         for s in steps {
             let r = &mut self.regs[s.reg as usize];
@@ -65,14 +114,9 @@ impl Values {
                         }
                     }
                     None => {
-                        for w in &mut r.waiting {
-                            w.1 = w.1.wrapping_add(c);
-                        }
+                        r.added = r.added.wrapping_add(c);
                         if mine {
-                            if r.waiting.len() >= MAX_WAITING {
-                                r.waiting.remove(0);
-                            }
-                            r.waiting.push((d, 0));
+                            r.waiting.push((d, r.added));
                         }
                     }
                 },
@@ -80,7 +124,7 @@ impl Values {
                     r.value = None;
                     r.waiting.clear();
                     if mine {
-                        r.waiting.push((d, 0));
+                        r.waiting.push((d, r.added));
                     }
                 }
             }
@@ -130,4 +174,104 @@ pub fn steps(insn: &Insn, whole: u16, partial: u16) -> Vec<Step> {
         out.push(Step { reg: k as u8, add, mine: result == Some(k) && whole & bit != 0 });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rule as first written: every waiting instance holds its own distance from the
+    /// value to come, each added constant is added to each, and the oldest is dropped from
+    /// the front of a list when it is full.
+    /// A register's value, if known, and its waiting instances with their distances.
+    type ModelReg = (Option<u64>, Vec<(Def, u64)>);
+
+    #[derive(Default)]
+    struct Model {
+        regs: [ModelReg; 16],
+    }
+
+    impl Model {
+        fn learn(&mut self, reg: u8, v: u64, out: &mut Vec<(Def, u64)>) {
+            let r = &mut self.regs[reg as usize];
+            for (d, off) in r.1.drain(..) {
+                out.push((d, v.wrapping_sub(off)));
+            }
+            r.0 = Some(v);
+        }
+
+        fn after(&mut self, steps: &[Step], d: Def, out: &mut Vec<(Def, u64)>) {
+            for s in steps {
+                let r = &mut self.regs[s.reg as usize];
+                let mine = s.mine && d != NONE;
+                match (s.add, r.0) {
+                    (Some(c), Some(v)) => {
+                        r.0 = Some(v.wrapping_add(c));
+                        if mine {
+                            out.push((d, v.wrapping_add(c)));
+                        }
+                    }
+                    (Some(c), None) => {
+                        for w in &mut r.1 {
+                            w.1 = w.1.wrapping_add(c);
+                        }
+                        if mine {
+                            if r.1.len() >= MAX_WAITING {
+                                r.1.remove(0);
+                            }
+                            r.1.push((d, 0));
+                        }
+                    }
+                    (None, _) => {
+                        r.0 = None;
+                        r.1.clear();
+                        if mine {
+                            r.1.push((d, 0));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Long runs of constant steps with no value known (a pointer stepped in a loop whose
+    /// addresses never show it), past the ring's size, then learned, on three registers:
+    /// the values stated and their order are the first rule's.
+    #[test]
+    fn waiting_instances_get_what_the_first_rule_gave_them() {
+        let (mut new, mut old) = (Values::default(), Model::default());
+        let (mut got, mut want) = (Vec::new(), Vec::new());
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for i in 0..200_000u64 {
+            let r = next();
+            let reg = (r % 3) as u8;
+            let d = if r >> 60 == 0 { NONE } else { i };
+            match (r >> 8) % 1000 {
+                0..=1 => {
+                    let v = next();
+                    new.learn(reg, v, &mut |d, v| got.push((d, v)));
+                    old.learn(reg, v, &mut want);
+                }
+                2..=4 => {
+                    let s = [Step { reg, add: None, mine: r & 1 == 0 }];
+                    new.after(&s, d, &mut |d, v| got.push((d, v)));
+                    old.after(&s, d, &mut want);
+                }
+                _ => {
+                    let c = if r & 2 == 0 { 8 } else { (next() as i64 >> 40) as u64 };
+                    let s = [Step { reg, add: Some(c), mine: r & 4 != 0 }];
+                    new.after(&s, d, &mut |d, v| got.push((d, v)));
+                    old.after(&s, d, &mut want);
+                }
+            }
+        }
+        assert!(want.len() > 10_000 && want.iter().any(|&(_, v)| v > 1 << 32), "the run states values");
+        assert_eq!(got, want);
+    }
 }
