@@ -14,45 +14,40 @@ use dep_profile::semantics::{Address, Insn, RegEffect};
 /// Definers waiting for a register's value, at most (older ones are dropped).
 const MAX_WAITING: usize = 64;
 
-/// Instances waiting for one register's value, oldest first, in a ring of
-/// [`MAX_WAITING`]: a push when it is full drops the oldest. Each is held with
-/// [`Reg::added`] as it stood when the instance defined the register.
-#[derive(Clone)]
+/// Instances waiting for one register's value, oldest first, at most [`MAX_WAITING`]: a
+/// push when it is full drops the oldest, overwriting it in place (the list is then a
+/// ring starting at `start`). Each is held with [`Reg::added`] as it stood when the
+/// instance defined the register. Its room grows with use, as a thread's registers seldom
+/// have more than a few waiting (a run of 3,000 threads keeps each thread's).
+#[derive(Clone, Default)]
 struct Waiting {
-    items: [(Def, u64); MAX_WAITING],
+    items: Vec<(Def, u64)>,
+    /// The oldest's place; 0 until the list is full.
     start: usize,
-    len: usize,
-}
-
-impl Default for Waiting {
-    fn default() -> Self {
-        Waiting { items: [(NONE, 0); MAX_WAITING], start: 0, len: 0 }
-    }
 }
 
 impl Waiting {
     #[inline]
     fn push(&mut self, w: (Def, u64)) {
-        if self.len == MAX_WAITING {
+        if self.items.len() < MAX_WAITING {
+            self.items.push(w);
+        } else {
             self.items[self.start] = w;
             self.start = (self.start + 1) % MAX_WAITING;
-        } else {
-            self.items[(self.start + self.len) % MAX_WAITING] = w;
-            self.len += 1;
         }
     }
 
     #[inline]
     fn clear(&mut self) {
-        (self.start, self.len) = (0, 0);
+        self.items.clear();
+        self.start = 0;
     }
 
     /// Hands each to `f`, oldest first, and clears.
     #[inline]
     fn drain(&mut self, mut f: impl FnMut((Def, u64))) {
-        for k in 0..self.len {
-            f(self.items[(self.start + k) % MAX_WAITING]);
-        }
+        let (newer, older) = self.items.split_at(self.start);
+        older.iter().chain(newer).for_each(|&w| f(w));
         self.clear();
     }
 }
@@ -70,11 +65,10 @@ struct Reg {
     added: u64,
 }
 
-/// One thread's knowledge of its general registers' values (boxed: a thread's state moves
-/// when another thread's events come, and the rings are 16 KiB).
+/// One thread's knowledge of its general registers' values.
 #[derive(Default)]
 pub struct Values {
-    regs: Box<[Reg; 16]>,
+    regs: [Reg; 16],
 }
 
 /// The register an address reveals, if it is the address's only one.
