@@ -322,6 +322,40 @@ impl<'a> TagDecoder<'a> {
         self.pos / 2
     }
 
+    /// Takes the whole H-tag changes at the current position, as [`next_item`](Self::next_item)
+    /// would, so that [`word_offset`](Self::word_offset) names the item they precede: where a
+    /// fault in it is reported, whether the walk or compiled code (which leaves at the L-tag
+    /// after taking an H change itself) read the change. A change cut short is left for
+    /// `next_item` to report.
+    pub fn skip_hi_changes(&mut self) {
+        let word = |bytes: &[u8], k: usize| bytes.get(k..k + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+        loop {
+            let at = self.pos;
+            if word(self.bytes, at) != Some(ESC) {
+                return;
+            }
+            match word(self.bytes, at + 2) {
+                Some(c @ 1..=MAX_SHORT_H) => {
+                    self.hi = (self.hi & !0xffff) | c as u64;
+                    self.pos = at + 4;
+                }
+                Some(CTL_SET_HI) => {
+                    let parts = if self.width == Width::W64 { 3 } else { 1 };
+                    let mut hi = 0u64;
+                    for k in 0..parts {
+                        match word(self.bytes, at + 4 + 2 * k) {
+                            Some(p) => hi |= (p as u64) << (16 * k),
+                            None => return,
+                        }
+                    }
+                    self.hi = hi;
+                    self.pos = at + 4 + 2 * parts;
+                }
+                _ => return,
+            }
+        }
+    }
+
     #[inline]
     fn word(&mut self, start: usize) -> Result<u16, TagError> {
         match self.bytes.get(self.pos..self.pos + 2) {

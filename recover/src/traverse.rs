@@ -110,6 +110,10 @@ pub fn recover_chunk<S: Sink>(
             #[cfg(not(target_arch = "x86_64"))]
             w.run_plain(plans, &cache, &mut tags, sink)?;
         }
+        if pending.is_none() {
+            // A fault names the item's own word, not an H-tag change before it.
+            tags.skip_hi_changes();
+        }
         let word = tags.word_offset();
         let item = match pending.take() {
             Some(i) => i,
@@ -375,6 +379,9 @@ pub fn walk_blocks<S: Sink>(
     loop {
         if fast && pending.is_none() && version == 0 {
             run_blocks(plans, &cache, &mut tags, thread, &mut run, sink)?;
+        }
+        if pending.is_none() {
+            tags.skip_hi_changes();
         }
         let word = tags.word_offset();
         let item = match pending.take() {

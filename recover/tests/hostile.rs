@@ -151,6 +151,30 @@ fn a_block_that_does_not_decode_is_named() {
     }
 }
 
+/// A fault in a block reached by an H-tag change names the block's own tag word on every
+/// engine: compiled code takes the change itself and leaves at the L-tag, and the walk once
+/// named the change's first word instead (fuzzing found the two messages differing).
+#[test]
+fn a_fault_after_an_h_tag_change_names_the_same_word_on_every_engine() {
+    use dep_profile::blocks::BlockError;
+    let dir = tempfile::tempdir().unwrap();
+    // The long change (three words of H-tag), then the short one (its low 16 bits).
+    let cases: [(u64, &[u16], usize); 2] =
+        [(0x0005_0000_1234, &[ESC, CTL_SET_HI, 0x0000, 0x0005, 0x0000, 0x1234], 5), (0x0003_1234, &[ESC, 0x0003, 0x1234], 2)];
+    for (addr, tags, word) in cases {
+        let bad = BlockEntry { addr, version: 0, insn_count: 5, code: vec![0x90, 0x90] };
+        let p = hostile_with(&sample(5), dir.path(), 0, tags, true, &[bad]);
+        for e in ENGINES {
+            let plans = Plans::build_with(&p, 1, e);
+            let view = p.chunk(&p.threads[0].chunks[0]).unwrap();
+            match recover_chunk(p.width, &plans, &view, &mut Scratch::default(), &mut Counts::default()) {
+                Err(Halt::Fault(ChunkFault::BadBlock { word: w, addr: a, why: BlockError::Count { .. } })) if (w, a) == (word, addr) => {}
+                other => panic!("{e:?} {tags:x?}: got {other:?}"),
+            }
+        }
+    }
+}
+
 /// A block's known successors are tested by L-tag alone, which says the successor's address
 /// only under the block's own H-tag: after an H-tag change the same L-tag names a block in
 /// another 64 KiB, which every engine must run (here a jump's target has one instruction and
