@@ -274,6 +274,8 @@ pub struct TagDecoder<'a> {
     pos: usize,
     width: Width,
     hi: u64,
+    /// The byte where the last item given began ([`item_word`](Self::item_word)).
+    item: usize,
 }
 
 impl<'a> TagDecoder<'a> {
@@ -282,7 +284,7 @@ impl<'a> TagDecoder<'a> {
         if bytes.len() % 2 != 0 {
             return Err(TagError::OddLength(bytes.len()));
         }
-        Ok(TagDecoder { bytes, pos: 0, width, hi })
+        Ok(TagDecoder { bytes, pos: 0, width, hi, item: 0 })
     }
 
     /// The current H-tag.
@@ -322,38 +324,11 @@ impl<'a> TagDecoder<'a> {
         self.pos / 2
     }
 
-    /// Takes the whole H-tag changes at the current position, as [`next_item`](Self::next_item)
-    /// would, so that [`word_offset`](Self::word_offset) names the item they precede: where a
-    /// fault in it is reported, whether the walk or compiled code (which leaves at the L-tag
-    /// after taking an H change itself) read the change. A change cut short is left for
-    /// `next_item` to report.
-    pub fn skip_hi_changes(&mut self) {
-        let word = |bytes: &[u8], k: usize| bytes.get(k..k + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
-        loop {
-            let at = self.pos;
-            if word(self.bytes, at) != Some(ESC) {
-                return;
-            }
-            match word(self.bytes, at + 2) {
-                Some(c @ 1..=MAX_SHORT_H) => {
-                    self.hi = (self.hi & !0xffff) | c as u64;
-                    self.pos = at + 4;
-                }
-                Some(CTL_SET_HI) => {
-                    let parts = if self.width == Width::W64 { 3 } else { 1 };
-                    let mut hi = 0u64;
-                    for k in 0..parts {
-                        match word(self.bytes, at + 4 + 2 * k) {
-                            Some(p) => hi |= (p as u64) << (16 * k),
-                            None => return,
-                        }
-                    }
-                    self.hi = hi;
-                    self.pos = at + 4 + 2 * parts;
-                }
-                _ => return,
-            }
-        }
+    /// Where the last item [`next_item`](Self::next_item) gave began, in words: its own
+    /// first word, after the H-tag changes it took on the way (a fault in a block is named
+    /// there, as compiled code, which takes those changes itself, leaves there).
+    pub fn item_word(&self) -> usize {
+        self.item / 2
     }
 
     #[inline]
@@ -385,6 +360,7 @@ impl<'a> TagDecoder<'a> {
         if let Some(b) = self.bytes.get(self.pos..self.pos + 2) {
             let w = u16::from_le_bytes([b[0], b[1]]);
             if w != ESC {
+                self.item = self.pos;
                 self.pos += 2;
                 return Ok(Some(TagItem::Block((self.hi << 16) | w as u64)));
             }
@@ -401,6 +377,7 @@ impl<'a> TagDecoder<'a> {
             }
             let w = self.word(start)?;
             if w != ESC {
+                self.item = start;
                 return Ok(Some(TagItem::Block((self.hi << 16) | w as u64)));
             }
             let c = self.word(start)?;
@@ -473,6 +450,7 @@ impl<'a> TagDecoder<'a> {
                     TagItem::Escape(Escape::Kernel { write: flags & KERNEL_WRITE != 0, addr, size: self.u32(start)? })
                 }
             };
+            self.item = start;
             return Ok(Some(item));
         }
     }

@@ -110,15 +110,12 @@ pub fn recover_chunk<S: Sink>(
             #[cfg(not(target_arch = "x86_64"))]
             w.run_plain(plans, &cache, &mut tags, sink)?;
         }
-        if pending.is_none() {
-            // A fault names the item's own word, not an H-tag change before it.
-            tags.skip_hi_changes();
-        }
         let word = tags.word_offset();
-        let item = match pending.take() {
-            Some(i) => i,
+        // A fault names the item's own word, not an H-tag change it took before it.
+        let (word, item) = match pending.take() {
+            Some(i) => (word, i),
             None => match tags.next_item() {
-                Ok(Some(i)) => i,
+                Ok(Some(i)) => (tags.item_word(), i),
                 Ok(None) => break,
                 Err(err) => return Err(ChunkFault::Tags { word, err }.into()),
             },
@@ -380,14 +377,11 @@ pub fn walk_blocks<S: Sink>(
         if fast && pending.is_none() && version == 0 {
             run_blocks(plans, &cache, &mut tags, thread, &mut run, sink)?;
         }
-        if pending.is_none() {
-            tags.skip_hi_changes();
-        }
         let word = tags.word_offset();
-        let item = match pending.take() {
-            Some(i) => i,
+        let (word, item) = match pending.take() {
+            Some(i) => (word, i),
             None => match tags.next_item() {
-                Ok(Some(i)) => i,
+                Ok(Some(i)) => (tags.item_word(), i),
                 Ok(None) => return Ok(()),
                 Err(err) => return Err(ChunkFault::Tags { word, err }.into()),
             },
