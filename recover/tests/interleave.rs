@@ -74,8 +74,8 @@ fn interleave(rec: &Recovery, batch: usize, shared: usize, stop: Option<usize>) 
     interleave_apart(rec, batch, shared, stop, 0)
 }
 
-/// [`interleave`], recovering threads apart from their sinks where `cores` outnumber the
-/// busy threads ([`Events::apart`](dep_recover::Events::apart)).
+/// [`interleave`], recovering apart from their sinks the threads holding more than one of
+/// `cores`' share of the chunks ([`Events::apart`](dep_recover::Events::apart)).
 fn interleave_apart(rec: &Recovery, batch: usize, shared: usize, stop: Option<usize>, cores: usize) -> Vec<(u32, u64, Item)> {
     let mut got = Vec::new();
     rec.events(Source::Dep)
