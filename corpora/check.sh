@@ -21,7 +21,7 @@ run() { # run <name> <tag> [wrapper...]
     echo $? >"$TMP/$name.$tag.rc"
 }
 
-for prog in attach hello libcalls exit_code threads signal_loop longtrace siglongjmp repstring avx exceptions forkexec jit syscalls stack sigblock vfork clone execmissing fdexhaust many_threads; do
+for prog in attach hello libcalls exit_code threads signal_loop longtrace siglongjmp repstring avx exceptions forkexec jit syscalls stack sigblock vfork clone execmissing fdexhaust many_threads vdso; do
     if [ ! -x "$OUT/$prog" ]; then echo "MISSING $prog"; fail=1; continue; fi
     want=$(expected_status "$prog")
     run "$prog" 1

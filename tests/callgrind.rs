@@ -669,3 +669,53 @@ fn names_and_calls_agree_with_valgrind_on_libc_programs() {
         assert!(checked > 10, "{prog}: only {checked} entries checked");
     }
 }
+
+/// This process's vDSO, copied out of /proc/self/mem into `path` (the range /proc/self/maps
+/// gives it), for nm to read.
+fn copy_own_vdso(path: &Path) {
+    use std::io::{Read, Seek, SeekFrom};
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let line = maps.lines().find(|l| l.ends_with("[vdso]")).expect("this kernel maps a vDSO");
+    let (start, end) = line.split_whitespace().next().unwrap().split_once('-').unwrap();
+    let (start, end) = (u64::from_str_radix(start, 16).unwrap(), u64::from_str_radix(end, 16).unwrap());
+    let mut mem = std::fs::File::open("/proc/self/mem").unwrap();
+    mem.seek(SeekFrom::Start(start)).unwrap();
+    let mut image = vec![0; (end - start) as usize];
+    mem.read_exact(&mut image).unwrap();
+    std::fs::write(path, image).unwrap();
+}
+
+/// The kernel's vDSO has no file, so its functions were named by offset (`[vdso]+0xb10`,
+/// with a warning on every profile). The launcher records the build id of its own vDSO, and
+/// readers on the same kernel read their own image: `dep callgrind` names corpora/vdso's
+/// calls into it as the vDSO's symbol table does (nm on a copy of this process's vDSO, the
+/// same kernel's), with no warning and no function named by offset.
+#[test]
+fn vdso_functions_are_named_as_its_symbol_table_names_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("vdso.so");
+    copy_own_vdso(&image);
+    let p = record(dir.path(), "vdso");
+    let out = dir.path().join("vdso.callgrind");
+    let o = ok(Command::new(dep()).arg("callgrind").arg(&p).arg("-o").arg(&out));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("[vdso]"), "a warning about the vDSO: {err}");
+    // nm's names by address, without their version (`clock_gettime@@LINUX_2.6`).
+    let mut by_addr: HashMap<u64, Vec<String>> = HashMap::new();
+    for (addr, _, name) in nm_symbols(image.to_str().unwrap()) {
+        by_addr.entry(addr).or_default().push(name.split('@').next().unwrap().to_string());
+    }
+    let addr_of = |name: &str| *by_addr.iter().find(|(_, ns)| ns.iter().any(|n| n == name)).expect(name).0;
+    let prof = parse(&out);
+    let in_vdso: Vec<&String> = prof.selfc.iter().filter(|((ob, _), c)| ob == "[vdso]" && c[0] > 0).map(|((_, f), _)| f).collect();
+    assert!(!in_vdso.is_empty(), "no cost in [vdso]: {:?}", prof.selfc.keys().collect::<Vec<_>>());
+    for f in &in_vdso {
+        assert!(!f.contains("[vdso]"), "a vDSO function named by offset: {f} (all: {in_vdso:?})");
+        assert!(by_addr.values().any(|ns| ns.contains(f)), "{f} is no symbol of the vDSO: {by_addr:?}");
+    }
+    // Each entry point the program called is among the functions, under one of its names.
+    for entry in ["__vdso_clock_gettime", "__vdso_gettimeofday", "__vdso_time"] {
+        let names = &by_addr[&addr_of(entry)];
+        assert!(in_vdso.iter().any(|f| names.contains(f)), "{entry} ({names:?}) not among {in_vdso:?}");
+    }
+}

@@ -106,13 +106,30 @@ pub struct Receiver {
 
 /// The GNU build id of an ELF file on disk, in hex.
 fn build_id(path: &str) -> Option<String> {
-    use object::Object;
     let f = File::open(path).ok()?;
     // SAFETY: read-only map of a file the program itself has mapped.
     let map = unsafe { memmap2::Mmap::map(&f) }.ok()?;
-    let obj = object::File::parse(&*map).ok()?;
+    build_id_of(&map)
+}
+
+/// The GNU build id of an ELF image, in hex.
+fn build_id_of(image: &[u8]) -> Option<String> {
+    use object::Object;
+    let obj = object::File::parse(image).ok()?;
     let id = obj.build_id().ok()??;
     Some(id.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The build id a loaded module gets in the profile: its file's, and for the vDSO, which has
+/// no file, the launcher's own vDSO's where it is as large as the program's (the same kernel's
+/// 64-bit vDSO; a 32-bit program's is another image), so that readers on this kernel can name
+/// its functions (`dep_profile::vdso`).
+fn module_build_id(path: &str, size: u64) -> Option<String> {
+    if path == dep_profile::vdso::PATH {
+        let own = dep_profile::vdso::own_image()?;
+        return (own.len() as u64 == size).then(|| build_id_of(own)).flatten();
+    }
+    path.starts_with('/').then(|| build_id(path)).flatten()
 }
 
 impl Receiver {
@@ -300,8 +317,8 @@ impl Receiver {
                 }
                 wire::MODULE => {
                     let mut m: dep_profile::container::ModuleEvent = serde_json::from_slice(&payload).map_err(ReceiveError::Module)?;
-                    if m.build_id.is_none() && m.event == dep_profile::container::ModuleEventKind::Load && m.path.starts_with('/') {
-                        m.build_id = build_id(&m.path);
+                    if m.build_id.is_none() && m.event == dep_profile::container::ModuleEventKind::Load {
+                        m.build_id = module_build_id(&m.path, m.size);
                     }
                     w(writer, RecordKind::Module, &serde_json::to_vec(&m).unwrap_or(payload))
                 }

@@ -17,6 +17,7 @@ pub mod syscalls;
 pub mod tags;
 pub mod truth;
 pub mod values;
+pub mod vdso;
 
 pub use archregs::{ArchReg, ArchSet};
 pub use blocks::{BlockPlan, Step};

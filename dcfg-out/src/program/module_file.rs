@@ -29,6 +29,12 @@ pub enum ModuleFileError {
     NotObject(object::Error),
     #[error("build id {have} is not the recorded {want}")]
     OtherBuild { have: String, want: String },
+    #[error("the kernel's, with no build id recorded (a profile from before the launcher recorded one, or of a 32-bit program)")]
+    NoVdsoId,
+    #[error("the kernel's, and this process has none to compare")]
+    NoVdso,
+    #[error("the kernel's: recorded with build id {want}, this kernel's is {have} (recorded on another kernel)")]
+    OtherKernel { have: String, want: String },
 }
 
 /// Opens `path` for reading if it is a regular file, without waiting on a FIFO or a
@@ -45,9 +51,10 @@ pub fn open_regular(path: impl AsRef<std::path::Path>) -> Result<(std::fs::File,
     Ok((f, meta))
 }
 
-/// A module's file, mapped read-only and checked against the recorded build id.
+/// A module's file, mapped read-only and checked against the recorded build id; or, for the
+/// vDSO, which has no file, this process's own vDSO where its build id is the recorded one.
 pub struct ModuleFile {
-    map: Mmap,
+    map: Bytes,
     /// Whether the profile recorded no build id, so nothing said this is the file that ran.
     pub unchecked: bool,
 }
@@ -56,6 +63,9 @@ impl ModuleFile {
     /// Opens `path` if it is a regular file of bounded size whose build id is `build_id`
     /// (the profile's record of it; None checks nothing and sets `unchecked`).
     pub fn open(path: &str, build_id: Option<&str>) -> Result<ModuleFile, ModuleFileError> {
+        if path == dep_profile::vdso::PATH {
+            return Self::own_vdso(build_id);
+        }
         if path.is_empty() || path.starts_with('[') {
             return Err(ModuleFileError::NoFile);
         }
@@ -77,13 +87,42 @@ impl ModuleFile {
                 return Err(ModuleFileError::OtherBuild { have: have.unwrap_or_else(|| "(none)".into()), want: want.to_string() });
             }
         }
-        Ok(ModuleFile { map, unchecked: build_id.is_none() })
+        Ok(ModuleFile { map: Bytes::Mapped(map), unchecked: build_id.is_none() })
+    }
+
+    /// The vDSO a profile recorded, if this process's own is the same image: the same build
+    /// id (the launcher records its own vDSO's, `dep_profile::vdso`), so the profile was
+    /// recorded on this kernel.
+    fn own_vdso(build_id: Option<&str>) -> Result<ModuleFile, ModuleFileError> {
+        let want = build_id.ok_or(ModuleFileError::NoVdsoId)?;
+        let image = dep_profile::vdso::own_image().ok_or(ModuleFileError::NoVdso)?;
+        let obj = object::File::parse(image).map_err(ModuleFileError::NotObject)?;
+        let have = obj.build_id().ok().flatten().map(hex);
+        if have.as_deref() != Some(want) {
+            return Err(ModuleFileError::OtherKernel { have: have.unwrap_or_else(|| "(none)".into()), want: want.to_string() });
+        }
+        Ok(ModuleFile { map: Bytes::Static(image), unchecked: false })
     }
 
     /// The file's bytes.
     pub fn bytes(&self) -> &[u8] {
-        &self.map
+        match &self.map {
+            Bytes::Mapped(m) => m,
+            Bytes::Static(b) => b,
+        }
     }
+
+    /// Whether this is an image in memory rather than a file (the vDSO): there is no path to
+    /// read its debugging information from.
+    pub fn in_memory(&self) -> bool {
+        matches!(self.map, Bytes::Static(_))
+    }
+}
+
+/// Where a [`ModuleFile`]'s bytes are.
+enum Bytes {
+    Mapped(Mmap),
+    Static(&'static [u8]),
 }
 
 fn kind_name(kind: &std::fs::FileType) -> &'static str {

@@ -69,7 +69,8 @@ struct File {
     module: ModuleFile,
     /// Subtracted from a run-time address to give the file's virtual address.
     bias: u64,
-    dwarf: Mutex<addr2line::Loader>,
+    /// None for an image in memory without a debug file (the vDSO).
+    dwarf: Option<Mutex<addr2line::Loader>>,
     /// PLT stubs: (start, end, name@plt), file addresses, sorted.
     plt: Vec<(u64, u64, String)>,
     /// Function symbols of the module and its debug file (static and dynamic).
@@ -276,7 +277,7 @@ impl Symbolizer {
         if file.plt_stub(probe).is_some() {
             return place;
         }
-        let Ok(dwarf) = file.dwarf.lock() else { return place };
+        let Some(Ok(dwarf)) = file.dwarf.as_ref().map(Mutex::lock) else { return place };
         place.function = String::new();
         // The innermost frame, as `addr2line -f` names it: the inlined function if any.
         if let Ok(mut frames) = dwarf.find_frames(probe) {
@@ -452,7 +453,7 @@ impl File {
 
     /// The (outermost, not inlined) function DWARF says holds file address `probe`.
     fn subprogram(&self, probe: u64) -> Option<String> {
-        let dwarf = self.dwarf.lock().ok()?;
+        let dwarf = self.dwarf.as_ref()?.lock().ok()?;
         let mut frames = dwarf.find_frames(probe).ok()?;
         let mut outer = None;
         while let Ok(Some(frame)) = frames.next() {
@@ -519,9 +520,12 @@ fn read(m: &Module, dirs: &DebugDirs) -> Result<File, String> {
     drop(debug_obj);
     let loader = |path: &Path, sup: Option<&Path>| addr2line::Loader::new_with_sup(path, sup);
     let dwarf = match &debug {
-        Some(d) => loader(&d.path, d.sup.as_deref()).or_else(|_| loader(Path::new(&m.path), None)),
-        None => loader(Path::new(&m.path), None),
+        Some(d) if module.in_memory() => loader(&d.path, d.sup.as_deref()).ok().map(Ok),
+        None if module.in_memory() => None,
+        Some(d) => Some(loader(&d.path, d.sup.as_deref()).or_else(|_| loader(Path::new(&m.path), None))),
+        None => Some(loader(Path::new(&m.path), None)),
     }
+    .transpose()
     .map_err(|e| format!("cannot read its debugging information ({e})"))?;
     let plt_sections = obj
         .sections()
@@ -529,7 +533,7 @@ fn read(m: &Module, dirs: &DebugDirs) -> Result<File, String> {
         .map(|s| (s.address(), s.address() + s.size()))
         .collect();
     drop(obj);
-    Ok(File { module, bias, dwarf: Mutex::new(dwarf), plt, functions, extents, objects, text, plt_sections })
+    Ok(File { module, bias, dwarf: dwarf.map(Mutex::new), plt, functions, extents, objects, text, plt_sections })
 }
 
 /// The address ranges of `obj`'s `.eh_frame` FDEs, sorted and disjoint: a range that
