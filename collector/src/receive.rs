@@ -120,13 +120,13 @@ fn build_id_of(image: &[u8]) -> Option<String> {
     Some(id.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// The build id a loaded module gets in the profile: its file's, and for the vDSO, which has
-/// no file, the launcher's own vDSO's where it is as large as the program's (the same kernel's
-/// 64-bit vDSO; a 32-bit program's is another image), so that readers on this kernel can name
-/// its functions (`dep_profile::vdso`).
-fn module_build_id(path: &str, size: u64) -> Option<String> {
+/// The build id a loaded module gets in the profile: its file's, and for the vDSO of a 64-bit
+/// program (`wide`), which has no file, the launcher's own vDSO's where it is as large as the
+/// program's (the same kernel's 64-bit vDSO; a 32-bit program's is another image), so that
+/// readers on this kernel can name its functions (`dep_profile::vdso`).
+fn module_build_id(path: &str, size: u64, wide: bool) -> Option<String> {
     if path == dep_profile::vdso::PATH {
-        let own = dep_profile::vdso::own_image()?;
+        let own = dep_profile::vdso::own_image().filter(|_| wide)?;
         return (own.len() as u64 == size).then(|| build_id_of(own)).flatten();
     }
     path.starts_with('/').then(|| build_id(path)).flatten()
@@ -267,6 +267,8 @@ impl Receiver {
         let mut hdr = [0u8; wire::FRAME_HEADER];
         // Truth sent ahead of its chunk, per thread.
         let mut truth_ahead: std::collections::HashMap<u32, Vec<u8>> = std::collections::HashMap::new();
+        // Whether the program is a 64-bit process, as the launcher is (from its hello).
+        let mut wide = false;
         loop {
             if !read_full(s, &mut hdr)? {
                 break;
@@ -293,6 +295,7 @@ impl Receiver {
                 wire::HELLO => {
                     let mut meta: Metadata = serde_json::from_slice(&payload).map_err(ReceiveError::Hello)?;
                     res.pid = meta.pid;
+                    wide = meta.width == 64;
                     {
                         let mut pids = self.pids.lock().unwrap();
                         if pids.contains(&meta.pid) {
@@ -318,7 +321,7 @@ impl Receiver {
                 wire::MODULE => {
                     let mut m: dep_profile::container::ModuleEvent = serde_json::from_slice(&payload).map_err(ReceiveError::Module)?;
                     if m.build_id.is_none() && m.event == dep_profile::container::ModuleEventKind::Load {
-                        m.build_id = module_build_id(&m.path, m.size);
+                        m.build_id = module_build_id(&m.path, m.size, wide);
                     }
                     w(writer, RecordKind::Module, &serde_json::to_vec(&m).unwrap_or(payload))
                 }
