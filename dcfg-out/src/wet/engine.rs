@@ -138,10 +138,14 @@ pub struct Engine<'a> {
     pub deps: u64,
     /// Peak bytes of memory shadow in any thread.
     pub shadow_peak: usize,
+    /// Whether instances' values are worked out: only the comprehensive format keeps them,
+    /// and they never change a dependence.
+    values: bool,
 }
 
 impl<'a> Engine<'a> {
     pub fn new(st: &'a Statics, exits: &'a BlockExits, plans: &'a Plans, out: Out) -> Self {
+        let values = matches!(out, Out::Store(_));
         Engine {
             st,
             exits,
@@ -158,6 +162,7 @@ impl<'a> Engine<'a> {
             instances: 0,
             deps: 0,
             shadow_peak: 0,
+            values,
         }
     }
 
@@ -424,7 +429,7 @@ impl<'a> Engine<'a> {
             }
         };
         self.t.cur = Some(c);
-        if let (Some(k), false) = (mref, op.kind & GATHER != 0) {
+        if let (Some(k), false, true) = (mref, op.kind & GATHER != 0, self.values) {
             let r = self.ops.reveal(op, k as usize);
             if let Some(reg) = r.reg {
                 let v = ev.addr.wrapping_sub(r.disp);
@@ -457,7 +462,7 @@ impl<'a> Engine<'a> {
         }
         self.t.flags.define(op.flags_written, c.def);
         let steps = ops.steps(op);
-        if !steps.is_empty() {
+        if !steps.is_empty() && self.values {
             let (st, out) = (self.st, &mut self.out);
             let mut res = Ok(());
             self.t.values.after(steps, c.def, &mut |d, v| {
