@@ -82,9 +82,8 @@ impl ModuleFile {
         let map = unsafe { Mmap::map(&f) }.map_err(ModuleFileError::Map)?;
         let obj = object::File::parse(&*map).map_err(ModuleFileError::NotObject)?;
         if let Some(want) = build_id {
-            let have = obj.build_id().ok().flatten().map(hex);
-            if have.as_deref() != Some(want) {
-                return Err(ModuleFileError::OtherBuild { have: have.unwrap_or_else(|| "(none)".into()), want: want.to_string() });
+            if let Some(have) = other_build(&obj, want) {
+                return Err(ModuleFileError::OtherBuild { have, want: want.to_string() });
             }
         }
         Ok(ModuleFile { map: Bytes::Mapped(map), unchecked: build_id.is_none() })
@@ -97,9 +96,8 @@ impl ModuleFile {
         let want = build_id.ok_or(ModuleFileError::NoVdsoId)?;
         let image = dep_profile::vdso::own_image().ok_or(ModuleFileError::NoVdso)?;
         let obj = object::File::parse(image).map_err(ModuleFileError::NotObject)?;
-        let have = obj.build_id().ok().flatten().map(hex);
-        if have.as_deref() != Some(want) {
-            return Err(ModuleFileError::OtherKernel { have: have.unwrap_or_else(|| "(none)".into()), want: want.to_string() });
+        if let Some(have) = other_build(&obj, want) {
+            return Err(ModuleFileError::OtherKernel { have, want: want.to_string() });
         }
         Ok(ModuleFile { map: Bytes::Static(image), unchecked: false })
     }
@@ -117,6 +115,12 @@ impl ModuleFile {
     pub fn in_memory(&self) -> bool {
         matches!(self.map, Bytes::Static(_))
     }
+}
+
+/// The build id `obj` has (`(none)` where it has none) if it is not `want`.
+fn other_build(obj: &object::File, want: &str) -> Option<String> {
+    let have = obj.build_id().ok().flatten().map(hex);
+    (have.as_deref() != Some(want)).then(|| have.unwrap_or_else(|| "(none)".into()))
 }
 
 /// Where a [`ModuleFile`]'s bytes are.
