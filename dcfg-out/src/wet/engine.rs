@@ -31,6 +31,13 @@ pub enum Out {
 }
 
 impl Out {
+    /// Whether instances' values are worked out: only the comprehensive format keeps them,
+    /// and they never change a dependence.
+    #[inline(always)]
+    fn keeps_values(&self) -> bool {
+        matches!(self, Out::Store(_))
+    }
+
     /// Instance `d` computed `v` (only the comprehensive format keeps values).
     fn value(&mut self, st: &Statics, d: Def, v: u64) -> io::Result<()> {
         match self {
@@ -138,14 +145,10 @@ pub struct Engine<'a> {
     pub deps: u64,
     /// Peak bytes of memory shadow in any thread.
     pub shadow_peak: usize,
-    /// Whether instances' values are worked out: only the comprehensive format keeps them,
-    /// and they never change a dependence.
-    values: bool,
 }
 
 impl<'a> Engine<'a> {
     pub fn new(st: &'a Statics, exits: &'a BlockExits, plans: &'a Plans, out: Out) -> Self {
-        let values = matches!(out, Out::Store(_));
         Engine {
             st,
             exits,
@@ -162,7 +165,6 @@ impl<'a> Engine<'a> {
             instances: 0,
             deps: 0,
             shadow_peak: 0,
-            values,
         }
     }
 
@@ -429,7 +431,7 @@ impl<'a> Engine<'a> {
             }
         };
         self.t.cur = Some(c);
-        if let (Some(k), false, true) = (mref, op.kind & GATHER != 0, self.values) {
+        if let (Some(k), false, true) = (mref, op.kind & GATHER != 0, self.out.keeps_values()) {
             let r = self.ops.reveal(op, k as usize);
             if let Some(reg) = r.reg {
                 let v = ev.addr.wrapping_sub(r.disp);
@@ -462,7 +464,7 @@ impl<'a> Engine<'a> {
         }
         self.t.flags.define(op.flags_written, c.def);
         let steps = ops.steps(op);
-        if !steps.is_empty() && self.values {
+        if !steps.is_empty() && self.out.keeps_values() {
             let (st, out) = (self.st, &mut self.out);
             let mut res = Ok(());
             self.t.values.after(steps, c.def, &mut |d, v| {
