@@ -10,8 +10,9 @@
 //! effect after the instance's uses, memory writes after its reads.
 
 use super::control::Control;
+use super::memside::{Apart, MemHalf, MemOp};
 use super::ops::{Op, Ops, BRANCH, GATHER, REP};
-use super::shadow::{self, id_of, inst_of, pack, At, Def, Flags, Memory, Registers, Segment, NONE};
+use super::shadow::{self, id_of, inst_of, pack, At, Def, Flags, Registers, NONE};
 use super::statics::{Statics, NO_NODE};
 use super::store::Background;
 use super::values::Values;
@@ -122,6 +123,15 @@ pub enum EngineError {
     Misplaced { thread: u32, pc: u64, block: u64, insn: u16, at: u64 },
 }
 
+/// Where the engine's memory half runs.
+enum Mem {
+    /// In the engine's turn: the dependences it finds go out in the engine's order (the
+    /// limited history keeps the last ones found).
+    Inline(Box<MemHalf>),
+    /// On a thread of its own ([`Apart`]).
+    Apart(Apart),
+}
+
 /// The dependence engine over a whole trace.
 pub struct Engine<'a> {
     st: &'a Statics,
@@ -134,9 +144,10 @@ pub struct Engine<'a> {
     /// The thread whose events come now, and the others, parked between their segments.
     t: Thread,
     parked: rustc_hash::FxHashMap<u32, Thread>,
-    /// Memory, for all threads, and every segment so far.
-    mem: Memory,
-    segs: Vec<Segment>,
+    /// Memory, for all threads, and every segment so far: in the engine's turn, or apart.
+    mem: Mem,
+    /// Segments so far (the memory half keeps them).
+    segs: u32,
     scratch: Vec<Def>,
     /// Blocks skipped for want of a decodable plan.
     pub unplanned: u64,
@@ -148,8 +159,15 @@ pub struct Engine<'a> {
 }
 
 impl<'a> Engine<'a> {
-    pub fn new(st: &'a Statics, exits: &'a BlockExits, plans: &'a Plans, out: Out) -> Self {
-        Engine {
+    pub fn new(st: &'a Statics, exits: &'a BlockExits, plans: &'a Plans, out: Out) -> io::Result<Self> {
+        // Only the limited history needs memory's dependences in the engine's order among
+        // the others': the comprehensive trace keeps them per use port, `--count` a number.
+        let mem = match &out {
+            Out::Store(s) => Mem::Apart(Apart::start(Some(s.feeder()))?),
+            Out::History { cap: 0, .. } => Mem::Apart(Apart::start(None)?),
+            Out::History { .. } => Mem::Inline(Box::default()),
+        };
+        Ok(Engine {
             st,
             exits,
             plans,
@@ -158,14 +176,33 @@ impl<'a> Engine<'a> {
             out,
             t: Thread::new(u32::MAX, 0),
             parked: Default::default(),
-            mem: Memory::default(),
-            segs: vec![Segment { thread: u32::MAX, end: u64::MAX }],
+            mem,
+            segs: 1,
             scratch: Vec::with_capacity(64),
             unplanned: 0,
             instances: 0,
             deps: 0,
             shadow_peak: 0,
+        })
+    }
+
+    /// Hands `op` to the memory half.
+    #[inline(always)]
+    fn memory(&mut self, op: MemOp) -> io::Result<()> {
+        match &mut self.mem {
+            Mem::Apart(a) => a.push(op).map_err(|e| cause(&mut self.out, e)),
+            Mem::Inline(m) => {
+                let (out, deps, st) = (&mut self.out, &mut self.deps, self.st);
+                m.apply(op, &mut |port, inst, id, d| emit(out, deps, st, port, id, inst, d))
+            }
         }
+    }
+
+    /// Begins the next segment, in `thread`, and answers its number.
+    fn begin_segment(&mut self, thread: u32) -> io::Result<u32> {
+        self.memory(MemOp::Begin { thread })?;
+        self.segs += 1;
+        Ok(self.segs - 1)
     }
 
     /// Switches to `thread` (a new one starts its first segment); the one running so far
@@ -174,10 +211,7 @@ impl<'a> Engine<'a> {
         if self.t.index != thread {
             let next = match self.parked.remove(&thread) {
                 Some(t) => t,
-                None => {
-                    self.segs.push(Segment { thread, end: u64::MAX });
-                    Thread::new(thread, self.segs.len() as u32 - 1)
-                }
+                None => Thread::new(thread, self.begin_segment(thread)?),
             };
             let prev = std::mem::replace(&mut self.t, next);
             if prev.index != u32::MAX {
@@ -287,7 +321,7 @@ impl<'a> Engine<'a> {
                         self.catch_up(bid, i)?;
                         if let Some(c) = self.t.cur {
                             let at = self.at();
-                            self.mem.write(addr, size.min(dep_profile::syscalls::SHADOWED), c.def, at, &self.segs);
+                            self.memory(MemOp::Write { addr, size: size.min(dep_profile::syscalls::SHADOWED), def: c.def, at })?;
                         }
                     }
                 }
@@ -296,9 +330,8 @@ impl<'a> Engine<'a> {
             // a block comes between its instructions' references (the hand-over puts it
             // there), so the block goes on in the new segment.
             Marker::Sync { seq, .. } => {
-                self.segs[self.t.seg as usize].end = seq;
-                self.segs.push(Segment { thread, end: u64::MAX });
-                self.t.seg = self.segs.len() as u32 - 1;
+                self.memory(MemOp::End { seg: self.t.seg, seq })?;
+                self.t.seg = self.begin_segment(thread)?;
                 self.t.seg_start = seq;
             }
             Marker::ThreadStart | Marker::ThreadEnd | Marker::WindowStart | Marker::WindowEnd | Marker::Unrecorded(_) => {
@@ -327,7 +360,14 @@ impl<'a> Engine<'a> {
             self.thread(t)?;
             self.finish_block()?;
         }
-        self.shadow_peak = self.mem.bytes();
+        match &mut self.mem {
+            Mem::Inline(m) => self.shadow_peak = m.bytes(),
+            Mem::Apart(a) => {
+                let done = a.finish().map_err(|e| cause(&mut self.out, e))?;
+                self.deps += done.deps;
+                self.shadow_peak = done.shadow;
+            }
+        }
         Ok(())
     }
 
@@ -411,19 +451,15 @@ impl<'a> Engine<'a> {
         let mref = match ev.access {
             Access::Read => {
                 let k = c.reads.min(nreads.saturating_sub(1));
-                let seg = op.seg0 + op.mem_port as u32 + k;
-                self.scratch.clear();
+                let port = op.seg0 + op.mem_port as u32 + k;
                 let at = self.at();
-                self.mem.read(ev.addr, ev.size, at, &self.segs, &mut self.scratch);
-                for &d in &self.scratch {
-                    emit(&mut self.out, &mut self.deps, self.st, seg, c.id, c.inst, d)?;
-                }
+                self.memory(MemOp::Read { addr: ev.addr, size: ev.size, port, id: c.id, inst: c.inst, at })?;
                 c.reads += 1;
                 (k < nreads).then_some(k)
             }
             Access::Write => {
                 let at = self.at();
-                self.mem.write(ev.addr, ev.size, c.def, at, &self.segs);
+                self.memory(MemOp::Write { addr: ev.addr, size: ev.size, def: c.def, at })?;
                 let writes = op.refs_n as u32 - nreads;
                 let m = (writes > 0).then(|| nreads + c.writes.min(writes - 1));
                 c.writes += 1;
@@ -481,6 +517,15 @@ impl<'a> Engine<'a> {
             }
         }
         Ok(())
+    }
+}
+
+/// What to report for `e`, the memory half's failure: where it fed the store, the store's
+/// own error (a spill that failed) stopped them both.
+fn cause(out: &mut Out, e: io::Error) -> io::Error {
+    match out {
+        Out::Store(s) => s.cause(e),
+        Out::History { .. } => e,
     }
 }
 

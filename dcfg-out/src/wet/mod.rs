@@ -5,11 +5,13 @@
 //!
 //! Three passes over the profile: DEP_c alone for the targets of indirect jumps (the only
 //! edges the block table cannot give), the full recovery into the dependence engine (the
-//! recovery on one core, the engine on another, handing events over in batches), then the
-//! comprehensive format's reordering, from memory and from runs spilled to temporary files.
+//! recovery beside the engine, handing events over in batches, and the engine's memory
+//! half on a thread of its own, [`memside`]), then the comprehensive format's reordering,
+//! from memory and from runs spilled to temporary files.
 
 pub mod control;
 pub mod engine;
+pub mod memside;
 pub mod ops;
 pub mod shadow;
 pub mod statics;
@@ -94,7 +96,7 @@ pub fn write(
         None => Out::Store(store::Background::new(store::Store::new(st.segs as usize, opts.memory))?),
     };
     let exits = BlockExits::build(&rec.plans, symbols);
-    let mut engine = Engine::new(&st, &exits, &rec.plans, sink);
+    let mut engine = Engine::new(&st, &exits, &rec.plans, sink).map_err(EngineError::Io)?;
     let started = std::time::Instant::now();
     run_pipelined(rec, &mut engine)?;
     // The store's thread may still be encoding the last records: that is the engine's time.
@@ -340,7 +342,7 @@ impl<F: FnMut(Batch) -> bool> Sink for Forward<F> {
     }
 }
 
-/// Feeds every thread's events to `fwd` in an order the sync records allow
+/// Feeds every thread's events to `take` in an order the sync records allow
 /// ([`Events::interleaved`](dep_recover::Events::interleaved)): each thread's segments (its
 /// events after a sync point, up to and including its next) whole, in the order of the
 /// numbers that begin them. A write in a segment that ended before another began precedes
@@ -350,7 +352,8 @@ impl<F: FnMut(Batch) -> bool> Sink for Forward<F> {
 /// known while the other threads' turns before that number run: their writes are
 /// settled against it. Profiles without sync records give each thread one segment:
 /// threads one after another.
-fn linearize<F: FnMut(Batch) -> bool>(rec: &Recovery, fwd: &mut Forward<F>) -> Result<(), RecoverError> {
+/// (`take` answers false to stop: the engine failed, and says why.)
+fn linearize(rec: &Recovery, mut take: impl FnMut(Ev, &[MemEvent]) -> bool) -> Result<(), RecoverError> {
     rec.events(Source::Dep).interleaved(
         // (No batches ahead beyond each producer's own: the engine, not the recovery, is
         // what the run waits on.)
@@ -368,7 +371,7 @@ fn linearize<F: FnMut(Batch) -> bool>(rec: &Recovery, fwd: &mut Forward<F>) -> R
                     }
                     _ => &[],
                 };
-                if !fwd.push(ev, refs) {
+                if !take(ev, refs) {
                     // The engine failed, and says why.
                     return Ok(Turn::Stop);
                 }
@@ -382,26 +385,50 @@ fn linearize<F: FnMut(Batch) -> bool>(rec: &Recovery, fwd: &mut Forward<F>) -> R
     )
 }
 
-/// Recovers on this thread and runs the engine on another.
+/// Hands one event, with its references, to the engine.
+#[inline]
+fn engine_event(engine: &mut Engine, ev: Ev, refs: &[MemEvent]) -> Result<(), EngineError> {
+    match ev {
+        Ev::Block { thread, addr, id, executed, interrupted } => {
+            let b = BlockEvent { thread, addr, version: 0, id, plan: None, executed, interrupted };
+            engine.block(&b)
+        }
+        Ev::Refs { thread, .. } => engine.refs(thread, refs),
+        Ev::Marker(thread, m) => engine.marker(thread, m),
+    }
+}
+
+/// Runs the engine beside the recovery: one thread's recovery here and the engine on
+/// another thread; several threads' recoveries each on a producer of its own, and the
+/// engine here, taking their batches in the interleaving's order as they come (a second
+/// hop for every event cost the two cores nearly as much as the recovery).
 fn run_pipelined(rec: &Recovery, engine: &mut Engine) -> Result<(), WetError> {
+    if rec.profile.threads.len() > 1 {
+        let mut failed = None;
+        let recovered = linearize(rec, |ev, refs| match engine_event(engine, ev, refs) {
+            Ok(()) => true,
+            Err(e) => {
+                failed = Some(e);
+                false
+            }
+        });
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        recovered?;
+        engine.finish()?;
+        return Ok(());
+    }
     let (tx, rx) = crossbeam::channel::bounded::<Batch>(16);
     let (free_tx, free_rx) = crossbeam::channel::bounded::<Batch>(16);
     std::thread::scope(|s| {
         let consumer = s.spawn(move || -> Result<(), EngineError> {
             for mut batch in rx {
                 let mut at = 0usize;
-                for ev in &batch.evs {
-                    match *ev {
-                        Ev::Block { thread, addr, id, executed, interrupted } => {
-                            let b = BlockEvent { thread, addr, version: 0, id, plan: None, executed, interrupted };
-                            engine.block(&b)?;
-                        }
-                        Ev::Refs { thread, n } => {
-                            engine.refs(thread, &batch.refs[at..at + n as usize])?;
-                            at += n as usize;
-                        }
-                        Ev::Marker(thread, m) => engine.marker(thread, m)?,
-                    }
+                for &ev in &batch.evs {
+                    let n = if let Ev::Refs { n, .. } = ev { n as usize } else { 0 };
+                    engine_event(engine, ev, &batch.refs[at..at + n])?;
+                    at += n;
                 }
                 batch.evs.clear();
                 batch.refs.clear();
@@ -412,12 +439,8 @@ fn run_pipelined(rec: &Recovery, engine: &mut Engine) -> Result<(), WetError> {
         });
         let mut fwd = Forward { batch: Batch::default(), send: move |b| tx.send(b).is_ok(), free: free_rx };
         // One thread needs no interleaving (its own writes are always ordered before its
-        // reads): the plain in-order run, one hop shorter.
-        let recovered = if rec.profile.threads.len() <= 1 {
-            rec.events(Source::Dep).run(&mut fwd)
-        } else {
-            linearize(rec, &mut fwd).and_then(|()| fwd.finish())
-        };
+        // reads): the plain in-order run.
+        let recovered = rec.events(Source::Dep).run(&mut fwd);
         drop(fwd);
         let engined = consumer.join().expect("WET engine panicked");
         engined?;

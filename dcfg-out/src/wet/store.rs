@@ -249,10 +249,17 @@ impl Store {
 /// A [`Store`] filled on a thread of its own: the engine hands it records in batches, so
 /// that encoding them runs beside the engine instead of in its turn.
 pub struct Background {
+    feeder: Feeder,
+    thread: Option<std::thread::JoinHandle<io::Result<Store>>>,
+}
+
+/// Hands a [`Background`] store records in batches, from the thread it is on. Each
+/// feeder's records arrive in its order; a store segment is fed by one feeder only (the
+/// engine's memory half has the memory reads' use ports, the engine the others).
+pub struct Feeder {
     batch: Vec<Record>,
     tx: Option<crossbeam::channel::Sender<Vec<Record>>>,
     free: crossbeam::channel::Receiver<Vec<Record>>,
-    thread: Option<std::thread::JoinHandle<io::Result<Store>>>,
 }
 
 /// One record for the store: a dependence (`seg` a use port) or a value (`seg` with
@@ -291,9 +298,57 @@ impl Background {
             }
             Ok(store)
         })?;
-        Ok(Background { batch: Vec::with_capacity(RECORDS), tx: Some(tx), free, thread: Some(thread) })
+        Ok(Background { feeder: Feeder { batch: Vec::with_capacity(RECORDS), tx: Some(tx), free }, thread: Some(thread) })
     }
 
+    /// Another feeder of the same store, for another thread.
+    pub fn feeder(&self) -> Feeder {
+        Feeder { batch: Vec::with_capacity(RECORDS), tx: self.feeder.tx.clone(), free: self.feeder.free.clone() }
+    }
+
+    /// In use-port segment `seg`, instance `inst` depends on `dep` (see [`Store::dep`]).
+    #[inline]
+    pub fn dep(&mut self, seg: u32, inst: u64, dep: Def) -> io::Result<()> {
+        match self.feeder.dep(seg, inst, dep) {
+            Err(_) => Err(self.stop().err().unwrap_or_else(|| io::Error::other("the WET store stopped"))),
+            ok => ok,
+        }
+    }
+
+    /// In value segment `seg`, instance `inst` computed `value` (see [`Store::value`]).
+    #[inline]
+    pub fn value(&mut self, seg: u32, inst: u64, value: u64) -> io::Result<()> {
+        match self.feeder.value(seg, inst, value) {
+            Err(_) => Err(self.stop().err().unwrap_or_else(|| io::Error::other("the WET store stopped"))),
+            ok => ok,
+        }
+    }
+
+    /// What to report for `e`, another feeder's failure to hand records over: the store's
+    /// own error, which stopped it. (The store is done with.)
+    pub fn cause(&mut self, e: io::Error) -> io::Error {
+        self.stop().err().unwrap_or(e)
+    }
+
+    /// Waits for the thread and takes back its store (or its error).
+    fn stop(&mut self) -> io::Result<Store> {
+        self.feeder.tx = None;
+        match self.thread.take() {
+            Some(t) => t.join().map_err(|_| io::Error::other("the WET store's thread panicked"))?,
+            None => Err(io::Error::other("the WET store stopped")),
+        }
+    }
+
+    /// Hands over the last records and returns the filled store, once every other feeder
+    /// has finished too.
+    pub fn finish(mut self) -> io::Result<Store> {
+        let sent = std::mem::replace(&mut self.feeder, Feeder { batch: Vec::new(), tx: None, free: crossbeam::channel::never() }).finish();
+        let store = self.stop();
+        sent.and(store)
+    }
+}
+
+impl Feeder {
     /// In use-port segment `seg`, instance `inst` depends on `dep` (see [`Store::dep`]).
     #[inline]
     pub fn dep(&mut self, seg: u32, inst: u64, dep: Def) -> io::Result<()> {
@@ -315,31 +370,24 @@ impl Background {
         Ok(())
     }
 
+    /// Sends the batch. (An error means the store's thread stopped: its owner's `finish`
+    /// says why.)
     fn send(&mut self) -> io::Result<()> {
         let next = self.free.try_recv().unwrap_or_else(|_| Vec::with_capacity(RECORDS));
         let full = std::mem::replace(&mut self.batch, next);
         match &self.tx {
             Some(tx) if tx.send(full).is_ok() => Ok(()),
-            // The store's thread stopped on an error: `finish` says which.
-            _ => Err(self.stop().err().unwrap_or_else(|| io::Error::other("the WET store stopped"))),
+            _ => Err(io::Error::other("the WET store stopped")),
         }
     }
 
-    /// Waits for the thread and takes back its store (or its error).
-    fn stop(&mut self) -> io::Result<Store> {
-        self.tx = None;
-        match self.thread.take() {
-            Some(t) => t.join().map_err(|_| io::Error::other("the WET store's thread panicked"))?,
-            None => Err(io::Error::other("the WET store stopped")),
-        }
-    }
-
-    /// Hands over the last records and returns the filled store.
-    pub fn finish(mut self) -> io::Result<Store> {
+    /// Hands over the last records: the store is whole once every feeder has finished.
+    pub fn finish(mut self) -> io::Result<()> {
         if !self.batch.is_empty() {
             self.send()?;
         }
-        self.stop()
+        self.tx = None;
+        Ok(())
     }
 }
 
