@@ -203,8 +203,20 @@ fn dependences_of_the_wet_corpus_program() {
 
     // The limited history with room for everything holds every dependence of the
     // comprehensive format, with the same instance numbers; a small one holds its tail.
-    let all = dir.path().join("all.txt");
-    ok(Command::new(dep()).arg("wet").arg(&profile).arg("-o").arg(&all).args(["--history", "100000000"]));
+    let all = history_holds_the_trace(&profile, dir.path(), &t);
+    let tail = dir.path().join("tail.txt");
+    ok(Command::new(dep()).arg("wet").arg(&profile).arg("-o").arg(&tail).args(["--history", "10"]));
+    let tail = std::fs::read_to_string(&tail).unwrap();
+    let last10: Vec<&str> = all.lines().skip(all.lines().count() - 10).collect();
+    assert_eq!(tail.lines().collect::<Vec<_>>(), last10);
+}
+
+/// Checks that the limited history with room for everything (the engine's shadow in its
+/// turn) holds every dependence of the comprehensive trace `t` (the shadow on a thread of
+/// its own), with the same instance numbers; answers the history's text.
+fn history_holds_the_trace(profile: &Path, dir: &Path, t: &Trace) -> String {
+    let all = dir.join("all.txt");
+    ok(Command::new(dep()).arg("wet").arg(profile).arg("-o").arg(&all).args(["--history", "100000000"]));
     let all = std::fs::read_to_string(&all).unwrap();
     let mut from_history: Vec<(u64, u64, u64, u64)> = all
         .lines()
@@ -224,11 +236,7 @@ fn dependences_of_the_wet_corpus_program() {
     from_full.sort();
     assert_eq!(from_history.len(), from_full.len());
     assert!(from_history == from_full, "the two formats disagree");
-    let tail = dir.path().join("tail.txt");
-    ok(Command::new(dep()).arg("wet").arg(&profile).arg("-o").arg(&tail).args(["--history", "10"]));
-    let tail = std::fs::read_to_string(&tail).unwrap();
-    let last10: Vec<&str> = all.lines().skip(all.lines().count() - 10).collect();
-    assert_eq!(tail.lines().collect::<Vec<_>>(), last10);
+    all
 }
 
 /// Memory dependences of whole (single-threaded) programs equal the independent script's,
@@ -330,6 +338,8 @@ fn dependences_between_threads() {
     let id = |s: &str| t.id(at(s));
     assert_eq!(t.port(at("wet_xload"), "mem0"), [(0, id("wet_xstore"), 0)]);
     assert_eq!(t.port(at("wet_yload"), "mem0"), [(0, id("wet_ystore"), 0)]);
+    // Threads interleaved with the shadow in the engine's turn and on its own thread alike.
+    history_holds_the_trace(&profile, dir.path(), &t);
     // (The compare-exchange's own read of the flag gets no dependence on the xchg: each
     // atomic's access lies between its two stamps, and the two pairs may overlap.)
 }
