@@ -207,16 +207,25 @@ impl<'a> Engine<'a> {
 
     /// Switches to `thread` (a new one starts its first segment); the one running so far
     /// is parked as it is, mid-block if need be: its next segment goes on from there.
+    /// (Asked at every block and its references, and nearly always already so: inlined.)
+    #[inline(always)]
     fn thread(&mut self, thread: u32) -> Result<(), EngineError> {
         if self.t.index != thread {
-            let next = match self.parked.remove(&thread) {
-                Some(t) => t,
-                None => Thread::new(thread, self.begin_segment(thread)?),
-            };
-            let prev = std::mem::replace(&mut self.t, next);
-            if prev.index != u32::MAX {
-                self.parked.insert(prev.index, prev);
-            }
+            self.switch(thread)?;
+        }
+        Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn switch(&mut self, thread: u32) -> Result<(), EngineError> {
+        let next = match self.parked.remove(&thread) {
+            Some(t) => t,
+            None => Thread::new(thread, self.begin_segment(thread)?),
+        };
+        let prev = std::mem::replace(&mut self.t, next);
+        if prev.index != u32::MAX {
+            self.parked.insert(prev.index, prev);
         }
         Ok(())
     }
