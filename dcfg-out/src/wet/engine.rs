@@ -239,9 +239,8 @@ impl<'a> Engine<'a> {
     pub fn block(&mut self, b: &BlockEvent) -> Result<(), EngineError> {
         self.thread(b.thread)?;
         self.finish_block()?;
-        self.t.block = match b.id.and_then(|id| self.plans.get_plan(id).map(|p| (id, p))) {
-            Some((id, p)) => {
-                let n = p.insns.len() as u32;
+        self.t.block = match b.id.and_then(|id| self.ops.len(id).map(|n| (id, n))) {
+            Some((id, n)) => {
                 // The call or jump that left the last block is its last instance.
                 if let Some(tr) = self.t.flow.block(self.exits, id, !b.interrupted && b.executed >= n) {
                     self.t.cd.flow(tr, self.t.last_cd);

@@ -58,13 +58,18 @@ pub struct Reveal {
 /// Every block's instructions' [`Op`]s, each block's together (a block's run reads them in
 /// order).
 pub struct Ops {
-    /// Per block id, where its instructions start in `ops` (blocks without a plan have none).
-    first: Vec<u32>,
+    /// Per block id, where its instructions start in `ops` and how many it has ([`NO_PLAN`]
+    /// for a block without a plan, which has none): the engine asks at every block, and a
+    /// block's plan, ten times the size, is a cache miss further.
+    blocks: Vec<(u32, u32)>,
     ops: Vec<Op>,
     spans: Vec<RegSpan>,
     reveals: Vec<Reveal>,
     steps: Vec<Step>,
 }
+
+/// A block without a plan, in [`Ops`]' table.
+const NO_PLAN: u32 = u32::MAX;
 
 fn len16(n: usize) -> u16 {
     u16::try_from(n).expect("an instruction's operands fit 16 bits")
@@ -74,23 +79,33 @@ impl Ops {
     /// The table for every block of `plans`, with `st`'s ids, nodes and segments.
     pub fn build(st: &Statics, plans: &Plans) -> Ops {
         let mut ops =
-            Ops { first: Vec::with_capacity(st.blocks() + 1), ops: Vec::new(), spans: Vec::new(), reveals: Vec::new(), steps: Vec::new() };
+            Ops { blocks: Vec::with_capacity(st.blocks()), ops: Vec::new(), spans: Vec::new(), reveals: Vec::new(), steps: Vec::new() };
         for b in 0..st.blocks() as u32 {
-            ops.first.push(ops.ops.len() as u32);
-            let Some(p) = plans.get_plan(b) else { continue };
+            let first = ops.ops.len() as u32;
+            let Some(p) = plans.get_plan(b) else {
+                ops.blocks.push((first, NO_PLAN));
+                continue;
+            };
             for (k, (insn, &id)) in p.insns.iter().zip(st.block(b)).enumerate() {
                 let op = ops.add(insn, id, st.node(b, k as u16), st.insns[id as usize].first_seg);
                 ops.ops.push(op);
             }
+            ops.blocks.push((first, p.insns.len() as u32));
         }
-        ops.first.push(ops.ops.len() as u32);
         ops
     }
 
     /// Where block `b`'s instructions start.
     #[inline]
     pub fn first(&self, b: u32) -> u32 {
-        self.first[b as usize]
+        self.blocks[b as usize].0
+    }
+
+    /// How many instructions block `b` has, if it has a plan (as `Plans::get_plan`
+    /// answers).
+    #[inline]
+    pub fn len(&self, b: u32) -> Option<u32> {
+        self.blocks.get(b as usize).map(|&(_, n)| n).filter(|&n| n != NO_PLAN)
     }
 
     /// The instruction at `at` (a block's [`first`](Self::first) plus its index there).
