@@ -309,19 +309,15 @@ impl Background {
     /// In use-port segment `seg`, instance `inst` depends on `dep` (see [`Store::dep`]).
     #[inline]
     pub fn dep(&mut self, seg: u32, inst: u64, dep: Def) -> io::Result<()> {
-        match self.feeder.dep(seg, inst, dep) {
-            Err(_) => Err(self.stop().err().unwrap_or_else(|| io::Error::other("the WET store stopped"))),
-            ok => ok,
-        }
+        let sent = self.feeder.dep(seg, inst, dep);
+        sent.map_err(|e| self.cause(e))
     }
 
     /// In value segment `seg`, instance `inst` computed `value` (see [`Store::value`]).
     #[inline]
     pub fn value(&mut self, seg: u32, inst: u64, value: u64) -> io::Result<()> {
-        match self.feeder.value(seg, inst, value) {
-            Err(_) => Err(self.stop().err().unwrap_or_else(|| io::Error::other("the WET store stopped"))),
-            ok => ok,
-        }
+        let sent = self.feeder.value(seg, inst, value);
+        sent.map_err(|e| self.cause(e))
     }
 
     /// What to report for `e`, another feeder's failure to hand records over: the store's
