@@ -9,6 +9,7 @@
 //! ports of their own; `--count` keeps only a number), the shadow works on another core
 //! (a third of the engine's time on gzip and `xz -T2` profiles).
 
+use super::handoff::{self, Batcher, Gone};
 use super::shadow::{At, Def, Memory, Segment};
 use super::store::Feeder;
 use std::io;
@@ -77,9 +78,7 @@ const BATCH: usize = 1 << 12;
 /// A [`MemHalf`] on a thread of its own, handed operations in batches: its dependences go
 /// to a store's [`Feeder`] (the comprehensive trace), or are only counted.
 pub struct Apart {
-    batch: Vec<MemOp>,
-    tx: Option<crossbeam::channel::Sender<Vec<MemOp>>>,
-    free: crossbeam::channel::Receiver<Vec<MemOp>>,
+    ops: Batcher<MemOp>,
     thread: Option<std::thread::JoinHandle<io::Result<Done>>>,
 }
 
@@ -92,8 +91,7 @@ pub struct Done {
 impl Apart {
     /// Starts the thread, its dependences going to `store` (None: counted only).
     pub fn start(mut store: Option<Feeder>) -> io::Result<Apart> {
-        let (tx, rx) = crossbeam::channel::bounded::<Vec<MemOp>>(8);
-        let (free_tx, free) = crossbeam::channel::bounded::<Vec<MemOp>>(8);
+        let (ops, batches) = handoff::channel::<MemOp>(BATCH, 8);
         let thread = std::thread::Builder::new().name("wet-memory".into()).spawn(move || -> io::Result<Done> {
             let mut half = MemHalf::default();
             let mut deps = 0u64;
@@ -104,45 +102,29 @@ impl Apart {
                     None => Ok(()),
                 }
             };
-            for mut batch in rx {
-                for &op in &batch {
-                    half.apply(op, &mut dep)?;
-                }
-                batch.clear();
-                let _ = free_tx.try_send(batch);
-            }
+            batches.each(|&op| half.apply(op, &mut dep))?;
             if let Some(s) = store {
                 s.finish()?;
             }
             Ok(Done { deps, shadow: half.bytes() })
         })?;
-        Ok(Apart { batch: Vec::with_capacity(BATCH), tx: Some(tx), free, thread: Some(thread) })
+        Ok(Apart { ops, thread: Some(thread) })
     }
 
     /// Hands `op` over.
     #[inline]
     pub fn push(&mut self, op: MemOp) -> io::Result<()> {
-        self.batch.push(op);
-        if self.batch.len() >= BATCH {
-            return self.send();
-        }
-        Ok(())
+        self.ops.push(op).map_err(|Gone| self.failure())
     }
 
+    /// Why the thread stopped taking operations: its error.
     #[cold]
-    #[inline(never)]
-    fn send(&mut self) -> io::Result<()> {
-        let next = self.free.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH));
-        let full = std::mem::replace(&mut self.batch, next);
-        match &self.tx {
-            Some(tx) if tx.send(full).is_ok() => Ok(()),
-            // The thread stopped on an error: `finish` says which.
-            _ => Err(self.stop().err().unwrap_or_else(|| io::Error::other("the WET memory thread stopped"))),
-        }
+    fn failure(&mut self) -> io::Error {
+        self.stop().err().unwrap_or_else(|| io::Error::other("the WET memory thread stopped"))
     }
 
     fn stop(&mut self) -> io::Result<Done> {
-        self.tx = None;
+        self.ops.disconnect();
         match self.thread.take() {
             Some(t) => t.join().map_err(|_| io::Error::other("the WET memory thread panicked"))?,
             None => Err(io::Error::other("the WET memory thread stopped")),
@@ -151,10 +133,10 @@ impl Apart {
 
     /// Hands over the last operations and waits for the thread's findings (once).
     pub fn finish(&mut self) -> io::Result<Done> {
-        if !self.batch.is_empty() {
-            self.send()?;
+        match self.ops.close() {
+            Ok(()) => self.stop(),
+            Err(Gone) => Err(self.failure()),
         }
-        self.stop()
     }
 }
 
@@ -162,7 +144,7 @@ impl Drop for Apart {
     /// Lets the thread end (dropping its store feeder) if `finish` was not reached: the
     /// store's own thread ends only once every feeder has.
     fn drop(&mut self) {
-        self.tx = None;
+        self.ops.disconnect();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

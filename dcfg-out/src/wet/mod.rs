@@ -11,6 +11,7 @@
 
 pub mod control;
 pub mod engine;
+pub mod handoff;
 pub mod memside;
 pub mod ops;
 pub mod shadow;

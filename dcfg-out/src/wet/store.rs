@@ -12,6 +12,7 @@
 //! A spilled run is the segments that had records, in segment order, each with its index,
 //! record count and length; every run starts its deltas afresh.
 
+use super::handoff::{self, Batcher, Gone};
 use super::shadow::{id_of, inst_of, Def};
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
@@ -256,11 +257,7 @@ pub struct Background {
 /// Hands a [`Background`] store records in batches, from the thread it is on. Each
 /// feeder's records arrive in its order; a store segment is fed by one feeder only (the
 /// engine's memory half has the memory reads' use ports, the engine the others).
-pub struct Feeder {
-    batch: Vec<Record>,
-    tx: Option<crossbeam::channel::Sender<Vec<Record>>>,
-    free: crossbeam::channel::Receiver<Vec<Record>>,
-}
+pub struct Feeder(Batcher<Record>);
 
 /// One record for the store: a dependence (`seg` a use port) or a value (`seg` with
 /// [`VALUE`] set).
@@ -282,28 +279,17 @@ impl Background {
         if store.segs.len() > VALUE as usize {
             return Err(io::Error::other(format!("{} WET store segments, more than {VALUE}", store.segs.len())));
         }
-        let (tx, rx) = crossbeam::channel::bounded::<Vec<Record>>(4);
-        let (free_tx, free) = crossbeam::channel::bounded::<Vec<Record>>(4);
+        let (feeder, records) = handoff::channel::<Record>(RECORDS, 4);
         let thread = std::thread::Builder::new().name("wet-store".into()).spawn(move || -> io::Result<Store> {
-            for mut batch in rx {
-                for r in &batch {
-                    if r.seg & VALUE == 0 {
-                        store.dep(r.seg, r.inst, r.x)?;
-                    } else {
-                        store.value(r.seg & !VALUE, r.inst, r.x)?;
-                    }
-                }
-                batch.clear();
-                let _ = free_tx.try_send(batch);
-            }
+            records.each(|r| if r.seg & VALUE == 0 { store.dep(r.seg, r.inst, r.x) } else { store.value(r.seg & !VALUE, r.inst, r.x) })?;
             Ok(store)
         })?;
-        Ok(Background { feeder: Feeder { batch: Vec::with_capacity(RECORDS), tx: Some(tx), free }, thread: Some(thread) })
+        Ok(Background { feeder: Feeder(feeder), thread: Some(thread) })
     }
 
     /// Another feeder of the same store, for another thread.
     pub fn feeder(&self) -> Feeder {
-        Feeder { batch: Vec::with_capacity(RECORDS), tx: self.feeder.tx.clone(), free: self.feeder.free.clone() }
+        Feeder(self.feeder.0.clone())
     }
 
     /// In use-port segment `seg`, instance `inst` depends on `dep` (see [`Store::dep`]).
@@ -328,7 +314,7 @@ impl Background {
 
     /// Waits for the thread and takes back its store (or its error).
     fn stop(&mut self) -> io::Result<Store> {
-        self.feeder.tx = None;
+        self.feeder.0.disconnect();
         match self.thread.take() {
             Some(t) => t.join().map_err(|_| io::Error::other("the WET store's thread panicked"))?,
             None => Err(io::Error::other("the WET store stopped")),
@@ -338,7 +324,7 @@ impl Background {
     /// Hands over the last records and returns the filled store, once every other feeder
     /// has finished too.
     pub fn finish(mut self) -> io::Result<Store> {
-        let sent = std::mem::replace(&mut self.feeder, Feeder { batch: Vec::new(), tx: None, free: crossbeam::channel::never() }).finish();
+        let sent = self.feeder.0.close().map_err(stopped);
         let store = self.stop();
         sent.and(store)
     }
@@ -359,32 +345,18 @@ impl Feeder {
 
     #[inline]
     fn push(&mut self, r: Record) -> io::Result<()> {
-        self.batch.push(r);
-        if self.batch.len() >= RECORDS {
-            self.send()?;
-        }
-        Ok(())
-    }
-
-    /// Sends the batch. (An error means the store's thread stopped: its owner's `finish`
-    /// says why.)
-    fn send(&mut self) -> io::Result<()> {
-        let next = self.free.try_recv().unwrap_or_else(|_| Vec::with_capacity(RECORDS));
-        let full = std::mem::replace(&mut self.batch, next);
-        match &self.tx {
-            Some(tx) if tx.send(full).is_ok() => Ok(()),
-            _ => Err(io::Error::other("the WET store stopped")),
-        }
+        self.0.push(r).map_err(stopped)
     }
 
     /// Hands over the last records: the store is whole once every feeder has finished.
     pub fn finish(mut self) -> io::Result<()> {
-        if !self.batch.is_empty() {
-            self.send()?;
-        }
-        self.tx = None;
-        Ok(())
+        self.0.close().map_err(stopped)
     }
+}
+
+/// A feeder's error where the store's thread stopped (its owner's `finish` says why).
+fn stopped(_: Gone) -> io::Error {
+    io::Error::other("the WET store stopped")
 }
 
 struct RunReader {
