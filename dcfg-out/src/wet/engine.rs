@@ -140,12 +140,14 @@ pub struct Engine<'a> {
     ops: Ops,
     /// Instances so far, per static instruction.
     pub counts: Vec<u64>,
+    /// Memory, for all threads, and every segment so far: in the engine's turn, or apart.
+    /// (Declared before `out`, so dropped first: apart, it feeds the store, whose thread a
+    /// dropped store waits for, and which ends only once every feeder has.)
+    mem: Mem,
     pub out: Out,
     /// The thread whose events come now, and the others, parked between their segments.
     t: Thread,
     parked: rustc_hash::FxHashMap<u32, Thread>,
-    /// Memory, for all threads, and every segment so far: in the engine's turn, or apart.
-    mem: Mem,
     /// Segments so far (the memory half keeps them).
     segs: u32,
     scratch: Vec<Def>,
