@@ -144,9 +144,6 @@ impl Drop for Apart {
     /// Lets the thread end (dropping its store feeder) if `finish` was not reached: the
     /// store's own thread ends only once every feeder has.
     fn drop(&mut self) {
-        self.ops.disconnect();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        let _ = self.stop();
     }
 }

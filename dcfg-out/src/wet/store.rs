@@ -336,10 +336,7 @@ impl Drop for Background {
     /// gone. The thread ends once every other feeder has too: an owner drops those first
     /// (the engine drops its memory half, which holds one, before its output).
     fn drop(&mut self) {
-        self.feeder.0.disconnect();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        let _ = self.stop();
     }
 }
 
