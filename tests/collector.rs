@@ -938,18 +938,51 @@ fn shadow_forms_recover_exactly() {
     ];
     for form in ["branch", "advance"] {
         for (name, args) in progs {
-            let p = dir.path().join(format!("{name}-{form}.dep"));
-            let prog = corpus().join(name);
-            let native = run(Command::new(&prog).args(args));
-            let mut cmd = Command::new(dep());
-            cmd.args(["record", "--truth", "-o"]).arg(&p).arg("--").arg(&prog).args(args).env("DEP_SHADOW_FORM", form);
-            let o = run(&mut cmd);
-            assert_eq!(o.status.code(), native.status.code(), "{name} {form}: {}", String::from_utf8_lossy(&o.stderr));
-            assert_eq!(String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&native.stdout), "{name} {form}: stdout differs");
-            let (refs, blocks) = check_profile(&p);
-            assert!(blocks > 0 && refs > 0, "{name} {form}: {blocks} blocks, {refs} references");
+            recovers_exactly_with(dir.path(), name, args, ("DEP_SHADOW_FORM", form));
         }
     }
+}
+
+/// Records corpus program `name` with `--truth` and the environment variable `env` into
+/// `dir`, and checks that it ran as natively and that its profile recovers exactly.
+fn recovers_exactly_with(dir: &Path, name: &str, args: &[&str], env: (&str, &str)) {
+    let p = dir.join(format!("{name}-{}.dep", env.1));
+    let prog = corpus().join(name);
+    let native = run(Command::new(&prog).args(args));
+    let o = run(Command::new(dep()).args(["record", "--truth", "-o"]).arg(&p).arg("--").arg(&prog).args(args).env(env.0, env.1));
+    let what = format!("{name} with {}={}", env.0, env.1);
+    assert_eq!(o.status.code(), native.status.code(), "{what}: {}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&native.stdout), "{what}: stdout differs");
+    let (refs, blocks) = check_profile(&p);
+    assert!(blocks > 0 && refs > 0, "{what}: {blocks} blocks, {refs} references");
+}
+
+/// A block DynamoRIO builds outside a trace enters through one shared stub
+/// (collector/client/src/stub.rs), a trace's blocks inline; `DEP_ENTRY_FORM=inline` puts
+/// the inline entry everywhere, and the profile then recovers exactly its truth too (the
+/// other tests record with both), on programs with signals, threads, writable code and rep
+/// strings. Then python3 under a
+/// 0.5 ms interval timer: start-up runs about 900,000 cold blocks' entries, so timer signals
+/// land inside the stub (outside the code cache, where DynamoRIO delays them), and the
+/// program must still see every one and recover exactly.
+#[test]
+fn entry_forms_recover_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let progs: [(&str, &[&str]); 5] = [("signal_loop", &["300"]), ("threads", &[]), ("rwx", &[]), ("repstring", &[]), ("longtrace", &[])];
+    for (name, args) in progs {
+        recovers_exactly_with(dir.path(), name, args, ("DEP_ENTRY_FORM", "inline"));
+    }
+    let exe = run(Command::new("python3").args(["-c", "import sys; print(sys.executable)"]));
+    let exe = String::from_utf8(exe.stdout).unwrap();
+    // Counts its signals until it has had 200, importing modules (new code) meanwhile.
+    let script = "import signal, sys\nn = 0\ndef on(s, f):\n    global n\n    n += 1\nsignal.signal(signal.SIGALRM, on)\n\
+                  signal.setitimer(signal.ITIMER_REAL, 0.0005, 0.0005)\nimport json, decimal, fractions, email.parser, argparse\n\
+                  while n < 200:\n    sum(i * i for i in range(1000))\nsignal.setitimer(signal.ITIMER_REAL, 0)\nprint('signals', n >= 200)\n";
+    let p = dir.path().join("python3-timer.dep");
+    let o = run(Command::new(dep()).args(["record", "--truth", "-o"]).arg(&p).arg("--").arg(exe.trim()).args(["-c", script]));
+    assert!(o.status.success(), "python3 under a timer: {}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "signals True\n");
+    check_profile(&p);
 }
 
 /// A step that records a register and another computed from it in its block, through the

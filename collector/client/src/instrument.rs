@@ -61,6 +61,9 @@ pub struct BlockInfo {
     /// Registers whose shadow a jump-form test's path set to RECORDED, with that test's
     /// skip label: their end-of-block store goes where no call comes between.
     zeroed: Vec<(Reg, *mut instr_t)>,
+    /// A block outside any trace: its entry code is the shared stub's, given this
+    /// ([`crate::stub::entry_arg`]).
+    cold: Option<u64>,
 }
 
 /// Whether the value pointer can stay in a register across the block's steps, loaded
@@ -352,7 +355,7 @@ pub unsafe extern "C" fn analysis(
     dc: *mut c_void,
     _tag: *mut c_void,
     bb: *mut instrlist_t,
-    _for_trace: bool_,
+    for_trace: bool_,
     _translating: bool_,
     ud: *mut *mut c_void,
 ) -> dr_emit_flags_t {
@@ -458,6 +461,11 @@ pub unsafe extern "C" fn analysis(
     // Code that runs once per block, as straight-line instrumentation assumes.
     let may_zero = !expanded && !on_writable_page(plan.addr as app_pc);
     let touched = keeps_pointer(bb, &plan, may_zero, syncs > 0 || syscall);
+    // A block DynamoRIO builds for a trace is built again for each trace holding it: its
+    // entry is inline, where the trace's own checks can merge (traces.rs). Any other block
+    // enters through the shared stub, unless it records a code version (rare: rewritten code).
+    // The same inputs give the same form, as DynamoRIO's rebuilding for a fault needs.
+    let cold = if for_trace == 0 && version == 0 && ENTRY_FORM == EntryForm::Auto { crate::stub::entry_arg(start, n) } else { None };
     *ud = Box::into_raw(Box::new(Built::Recorded(BlockInfo {
         plan,
         decisions,
@@ -477,6 +485,7 @@ pub unsafe extern "C" fn analysis(
         trigger,
         may_zero,
         zeroed: Vec::new(),
+        cold,
     }))) as *mut c_void;
     dr_emit_flags_t::DR_EMIT_DEFAULT
 }
@@ -629,25 +638,26 @@ unsafe fn block_entry(e: &Emit, info: &BlockInfo) {
         crate::window::entry_check(e, info.plan.insns.len() as u32, true, info.plan.addr);
     }
     let r = reserve(dc, e.bb, e.at);
+    if let Some(arg) = info.cold {
+        // The stub's entry code: its facts, where to come back to, and the jump.
+        let lret = e.label();
+        e.mov_imm64(r, arg);
+        e.mov_st(tls(S_ARG, 0, OPSZ_8), reg(r));
+        e.mov_addr(r, lret);
+        e.mov_st(tls(S_ERET, 0, OPSZ_8), reg(r));
+        e.jmp_pc(crate::stub::entry_stub(dc));
+        e.ins(lret);
+        unreserve(dc, e.bb, e.at, r);
+        check(drreg_unreserve_aflags(dc, e.bb, e.at), "unreserve aflags");
+        return;
+    }
     let big = hi >= 1 << 31;
     let r2 = if big || opts().truth { reserve(dc, e.bb, e.at) } else { 0 };
 
     let lflush = e.label();
     let lok = traces::mark(dc, Mark::CheckEnd, [0; 4]);
     e.ins(traces::mark(dc, Mark::CheckStart, [info.need_tag, info.need_v, if opts().truth { info.need_t } else { 0 }, r as usize]));
-    if info.need_v > 0 {
-        e.mov_ld(r, tls(S_VALPTR, 0, OPSZ_8));
-        e.cmp(reg(r), tls(S_VALLIM, 0, OPSZ_8));
-        e.jcc(OP_jnb, lflush);
-    }
-    if opts().truth {
-        e.mov_ld(r, tls(S_TRUPTR, 0, OPSZ_8));
-        e.cmp(reg(r), tls(S_TRULIM, 0, OPSZ_8));
-        e.jcc(OP_jnb, lflush);
-    }
-    e.mov_ld(r, tls(S_TAGPTR, 0, OPSZ_8));
-    e.cmp(reg(r), tls(S_TAGLIM, 0, OPSZ_8));
-    e.jcc(OP_jb, lok);
+    room_checks(e, r, info.need_v > 0, lflush, lok);
     e.ins(lflush);
     // A full buffer: to the stub (stub.rs), which hands the buffers off and comes back.
     // The return address goes through `r` as a 64-bit immediate: DynamoRIO's instrlist_clone,
@@ -720,6 +730,28 @@ unsafe fn block_entry(e: &Emit, info: &BlockInfo) {
     check(drreg_unreserve_aflags(dc, e.bb, e.at), "unreserve aflags");
 }
 
+/// The buffer checks at a block's entry: to `lflush` where the value buffer (if `values`),
+/// the truth buffer or the tag buffer is past its limit, else to `lok` with the tag pointer
+/// in `r`. The limits leave each buffer its slack, the most one block writes.
+///
+/// # Safety
+/// `e` is an [`Emit`] of a live list; `lflush` and `lok` are labels to be inserted in it.
+pub(crate) unsafe fn room_checks(e: &Emit, r: reg_id_t, values: bool, lflush: *mut instr_t, lok: *mut instr_t) {
+    if values {
+        e.mov_ld(r, tls(S_VALPTR, 0, OPSZ_8));
+        e.cmp(reg(r), tls(S_VALLIM, 0, OPSZ_8));
+        e.jcc(OP_jnb, lflush);
+    }
+    if opts().truth {
+        e.mov_ld(r, tls(S_TRUPTR, 0, OPSZ_8));
+        e.cmp(reg(r), tls(S_TRULIM, 0, OPSZ_8));
+        e.jcc(OP_jnb, lflush);
+    }
+    e.mov_ld(r, tls(S_TAGPTR, 0, OPSZ_8));
+    e.cmp(reg(r), tls(S_TAGLIM, 0, OPSZ_8));
+    e.jcc(OP_jb, lok);
+}
+
 /// Makes a value register's application value available: a general register is restored
 /// in place and returned; a segment base is loaded into `scratch`.
 ///
@@ -754,6 +786,17 @@ enum ShadowForm {
 
 static mut SHADOW_FORM: ShadowForm = ShadowForm::Auto;
 
+/// Where blocks' entry code goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum EntryForm {
+    /// In the shared stub for blocks outside traces, inline in traces.
+    Auto,
+    /// Inline everywhere (`DEP_ENTRY_FORM=inline`, for measuring and tests).
+    Inline,
+}
+
+static mut ENTRY_FORM: EntryForm = EntryForm::Auto;
+
 /// Reads `DEP_SHADOW_FORM`; once, in dr_client_main before any block is built.
 ///
 /// # Safety
@@ -764,6 +807,10 @@ pub unsafe fn init() {
         Ok("branch") => ShadowForm::Branch,
         Ok("advance") => ShadowForm::Advance,
         _ => ShadowForm::Auto,
+    };
+    ENTRY_FORM = match std::env::var("DEP_ENTRY_FORM").as_deref() {
+        Ok("inline") => EntryForm::Inline,
+        _ => EntryForm::Auto,
     };
 }
 
