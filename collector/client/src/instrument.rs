@@ -632,25 +632,30 @@ unsafe fn block_entry(e: &Emit, info: &BlockInfo) {
         // Before any register is taken: the call may resume the block from its start.
         crate::window::trigger_call(e, k, start);
     }
+    if let Some(arg) = info.cold {
+        if opts().partial() {
+            // First, as below.
+            check(drreg_reserve_aflags(dc, e.bb, e.at), "aflags");
+            crate::window::entry_check(e, info.plan.insns.len() as u32, true, info.plan.addr);
+            check(drreg_unreserve_aflags(dc, e.bb, e.at), "unreserve aflags");
+        }
+        // The stub's entry: its facts, where to come back to, and the jump; the stub keeps
+        // the flags and the registers it uses, so no register or flags are reserved here.
+        let lret = e.label();
+        e.mov_st_data(tls(S_ARG, 0, OPSZ_4), imm32(arg as u32));
+        e.mov_st_data(tls(S_ARG, 4, OPSZ_4), imm32((arg >> 32) as u32));
+        let (mut first, mut last) = (core::ptr::null_mut(), core::ptr::null_mut());
+        instrlist_insert_mov_instr_addr(dc, lret, core::ptr::null_mut(), tls(S_ERET, 0, OPSZ_8), e.bb, e.at, &mut first, &mut last);
+        e.jmp_pc(crate::stub::entry_stub(dc));
+        e.ins(lret);
+        return;
+    }
     check(drreg_reserve_aflags(dc, e.bb, e.at), "aflags");
     if opts().partial() {
         // First: the check may end the chunk, and the buffer checks below find the next.
         crate::window::entry_check(e, info.plan.insns.len() as u32, true, info.plan.addr);
     }
     let r = reserve(dc, e.bb, e.at);
-    if let Some(arg) = info.cold {
-        // The stub's entry code: its facts, where to come back to, and the jump.
-        let lret = e.label();
-        e.mov_imm64(r, arg);
-        e.mov_st(tls(S_ARG, 0, OPSZ_8), reg(r));
-        e.mov_addr(r, lret);
-        e.mov_st(tls(S_ERET, 0, OPSZ_8), reg(r));
-        e.jmp_pc(crate::stub::entry_stub(dc));
-        e.ins(lret);
-        unreserve(dc, e.bb, e.at, r);
-        check(drreg_unreserve_aflags(dc, e.bb, e.at), "unreserve aflags");
-        return;
-    }
     let big = hi >= 1 << 31;
     let r2 = if big || opts().truth { reserve(dc, e.bb, e.at) } else { 0 };
 

@@ -35,9 +35,9 @@ pub const COUNT_SLOTS: u32 = 8;
 pub const S_ARG: u32 = S_LEFT + COUNT_SLOTS;
 /// Where the block-entry stub returns to.
 pub const S_ERET: u32 = S_ARG + 1;
-/// The block-entry stub's own two scratch registers, kept while it runs.
+/// The block-entry stub's own two scratch registers and the flags, kept while it runs.
 pub const S_SPILL: u32 = S_ERET + 1;
-pub const NUM_SLOTS: u32 = S_SPILL + 2;
+pub const NUM_SLOTS: u32 = S_SPILL + 3;
 
 pub const TAG_BUF: usize = 2 << 20;
 /// Room a block's entry code, the sync records of its instructions (in blocks of at most

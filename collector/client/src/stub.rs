@@ -13,9 +13,10 @@
 //! 9 labels, half of what DynamoRIO builds, mangles and encodes for an instrumented block,
 //! and python3 builds 42,000 blocks before it runs its first line. A block outside any trace
 //! runs a few times (traces take over hot code, and DynamoRIO builds their blocks again,
-//! with the inline entry), so it only hands the entry stub its facts and jumps there: five
-//! instructions. The stub writes exactly the records the inline code does
-//! ([`entry_arg`]).
+//! with the inline entry), so it only hands the entry stub its facts and where to come back
+//! to, in four stores of immediates, and jumps there, reserving no register and saving no
+//! flags (the stub keeps what it uses). The stub writes exactly the records the inline
+//! code does ([`entry_arg`]).
 
 use crate::codegen::*;
 use crate::state::*;
@@ -62,7 +63,7 @@ unsafe fn build(dc: *mut c_void) -> *mut u8 {
 /// one with a larger H-tag or more instructions.
 pub fn entry_arg(addr: u64, insns: usize) -> Option<u64> {
     let hi = addr >> 16;
-    (hi < 1 << 31 && insns < 1 << 16).then(|| hi | (addr & 0xffff) << 32 | (insns as u64) << 48)
+    (hi < 1 << 31 && insns < 1 << 16).then_some(hi | (addr & 0xffff) << 32 | (insns as u64) << 48)
 }
 
 /// The block-entry stub's address, built with `dc` by the first caller.
@@ -76,8 +77,8 @@ pub unsafe fn entry_stub(dc: *mut c_void) -> *mut u8 {
 }
 
 /// The entry code of `instrument::block_entry`, for any block, reading the block's facts
-/// from [`S_ARG`] ([`entry_arg`]). It keeps its two registers in [`S_SPILL`] and changes
-/// none but the arithmetic flags (the block reserves them), and jumps back through
+/// from [`S_ARG`] ([`entry_arg`]). It keeps its two registers and the arithmetic flags in
+/// [`S_SPILL`] and restores them, changing no machine state, and jumps back through
 /// [`S_ERET`].
 ///
 /// # Safety
@@ -94,6 +95,11 @@ unsafe fn build_entry(dc: *mut c_void) -> *mut u8 {
     let jmp = |l: *mut instr_t| e.jcc(OP_jmp, l);
     e.mov_st(tls(S_SPILL, 0, OPSZ_8), reg(rax));
     e.mov_st(tls(S_SPILL + 1, 0, OPSZ_8), reg(rdx));
+    // The arithmetic flags, as drreg keeps them: SF, ZF, AF, PF and CF in ah, OF in al.
+    let al = DR_REG_AL as reg_id_t;
+    e.ins(instr_create_1dst_0src(dc, OP_lahf as c_int, reg(DR_REG_AH as reg_id_t)));
+    e.ins(instr_create_1dst_0src(dc, OP_seto as c_int, reg(al)));
+    e.mov_st(tls(S_SPILL + 2, 0, OPSZ_8), reg(rax));
 
     // Room: as the inline check, for the most any block needs (its slack).
     let (lflush, lok) = (e.label(), e.label());
@@ -164,6 +170,10 @@ unsafe fn build_entry(dc: *mut c_void) -> *mut u8 {
         e.add_lea(rax, 24);
         e.mov_st(tls(S_TRUPTR, 0, OPSZ_8), reg(rax));
     }
+    // OF from al (0x7f + 1 overflows), then the others from ah.
+    e.mov_ld(rax, tls(S_SPILL + 2, 0, OPSZ_8));
+    op2(OP_add, reg(al), imm(0x7f, OPSZ_1));
+    e.ins(instr_create_0dst_1src(dc, OP_sahf as c_int, reg(DR_REG_AH as reg_id_t)));
     e.mov_ld(rax, tls(S_SPILL, 0, OPSZ_8));
     e.mov_ld(rdx, tls(S_SPILL + 1, 0, OPSZ_8));
     e.ins(instr_create_0dst_1src(dc, OP_jmp_ind as c_int, tls(S_ERET, 0, OPSZ_8)));
