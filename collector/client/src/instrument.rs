@@ -740,7 +740,9 @@ unsafe fn block_entry(e: &Emit, info: &BlockInfo) {
 /// in `r`. The limits leave each buffer its slack, the most one block writes.
 ///
 /// # Safety
-/// `e` is an [`Emit`] of a live list; `lflush` and `lok` are labels to be inserted in it.
+/// `e` is an [`Emit`] of a live list; `lflush` and `lok` are labels to be inserted in it;
+/// exercised by tests/collector.rs hello, python3_from_the_system (buffers filled in blocks
+/// and in the entry stub) and entry_forms_recover_exactly.
 pub(crate) unsafe fn room_checks(e: &Emit, r: reg_id_t, values: bool, lflush: *mut instr_t, lok: *mut instr_t) {
     if values {
         e.mov_ld(r, tls(S_VALPTR, 0, OPSZ_8));
@@ -802,11 +804,12 @@ enum EntryForm {
 
 static mut ENTRY_FORM: EntryForm = EntryForm::Auto;
 
-/// Reads `DEP_SHADOW_FORM`; once, in dr_client_main before any block is built.
+/// Reads `DEP_SHADOW_FORM` and `DEP_ENTRY_FORM`; once, in dr_client_main before any block is
+/// built.
 ///
 /// # Safety
 /// Called once from dr_client_main before any thread runs application code; exercised by
-/// tests/collector.rs shadow_forms_recover_exactly.
+/// tests/collector.rs shadow_forms_recover_exactly and entry_forms_recover_exactly.
 pub unsafe fn init() {
     SHADOW_FORM = match std::env::var("DEP_SHADOW_FORM").as_deref() {
         Ok("branch") => ShadowForm::Branch,

@@ -184,7 +184,8 @@ unsafe fn build_entry(dc: *mut c_void) -> *mut u8 {
 /// then makes it read-only, and frees the list.
 ///
 /// # Safety
-/// `list` was built with `dc`, the live drcontext of a basic-block event.
+/// `list` was built with `dc`, the live drcontext of a basic-block event; exercised by
+/// tests/collector.rs hello and python3_from_the_system (both stubs run).
 unsafe fn place(dc: *mut c_void, list: *mut instrlist_t, what: &str) -> *mut u8 {
     // dr_nonheap_alloc'd memory is reachable from the code caches (its documentation).
     let mem = dr_nonheap_alloc(STUB_BYTES, DR_MEMPROT_READ | DR_MEMPROT_WRITE | DR_MEMPROT_EXEC) as *mut u8;
