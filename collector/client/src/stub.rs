@@ -23,16 +23,14 @@ use crate::state::*;
 use core::ffi::c_void;
 use dep_profile::tags::{CTL_SET_HI, MAX_SHORT_H};
 use dynamorio_sys::*;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Once;
+use std::sync::OnceLock;
 
 /// Bytes reserved for each stub (one page; they take 112 and about 400).
 const STUB_BYTES: usize = 4096;
 
-static ONCE: Once = Once::new();
-static STUB: AtomicUsize = AtomicUsize::new(0);
-static ENTRY_ONCE: Once = Once::new();
-static ENTRY: AtomicUsize = AtomicUsize::new(0);
+/// Each stub's address, once built.
+static STUB: OnceLock<usize> = OnceLock::new();
+static ENTRY: OnceLock<usize> = OnceLock::new();
 
 /// The stub's address, built with `dc` by the first caller.
 ///
@@ -40,8 +38,7 @@ static ENTRY: AtomicUsize = AtomicUsize::new(0);
 /// `dc` is the live drcontext of a basic-block event; exercised by tests/collector.rs hello,
 /// eight_threads_with_mutexes and every test whose program fills a buffer (python3_from_the_system).
 pub unsafe fn flush_stub(dc: *mut c_void) -> *mut u8 {
-    ONCE.call_once(|| STUB.store(build(dc) as usize, Ordering::Release));
-    STUB.load(Ordering::Acquire) as *mut u8
+    *STUB.get_or_init(|| build(dc) as usize) as *mut u8
 }
 
 /// Encodes the stub into memory DynamoRIO allocates within a 32-bit jump of its code caches.
@@ -72,8 +69,7 @@ pub fn entry_arg(addr: u64, insns: usize) -> Option<u64> {
 /// As [`flush_stub`]; exercised by tests/collector.rs hello, python3_from_the_system and every
 /// recovery-equals-truth test (each block runs as a cold block first).
 pub unsafe fn entry_stub(dc: *mut c_void) -> *mut u8 {
-    ENTRY_ONCE.call_once(|| ENTRY.store(build_entry(dc) as usize, Ordering::Release));
-    ENTRY.load(Ordering::Acquire) as *mut u8
+    *ENTRY.get_or_init(|| build_entry(dc) as usize) as *mut u8
 }
 
 /// The entry code of `instrument::block_entry`, for any block, reading the block's facts
