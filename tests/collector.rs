@@ -430,10 +430,13 @@ fn gzip_from_the_system() {
 
 #[test]
 fn python3_from_the_system() {
-    // The interpreter itself, not a wrapper script around it.
+    check("python3", &system_python3(), &["-c", "print(sum(i * i for i in range(20000)))"]);
+}
+
+/// The system's python3 interpreter itself, not a wrapper script around it.
+fn system_python3() -> PathBuf {
     let exe = run(Command::new("python3").args(["-c", "import sys; print(sys.executable)"]));
-    let exe = String::from_utf8(exe.stdout).unwrap();
-    check("python3", Path::new(exe.trim()), &["-c", "print(sum(i * i for i in range(20000)))"]);
+    String::from_utf8(exe.stdout).unwrap().trim().into()
 }
 
 /// Where the shell finds program `name`; it must be installed (scripts/setup.sh does).
@@ -958,13 +961,12 @@ fn recovers_exactly_with(dir: &Path, name: &str, args: &[&str], env: (&str, &str
 }
 
 /// A block DynamoRIO builds outside a trace enters through one shared stub
-/// (collector/client/src/stub.rs), a trace's blocks inline; `DEP_ENTRY_FORM=inline` puts
-/// the inline entry everywhere, and the profile then recovers exactly its truth too (the
-/// other tests record with both), on programs with signals, threads, writable code and rep
-/// strings. Then python3 under a
-/// 0.5 ms interval timer: start-up runs about 900,000 cold blocks' entries, so timer signals
-/// land inside the stub (outside the code cache, where DynamoRIO delays them), and the
-/// program must still see every one and recover exactly.
+/// (collector/client/src/stub.rs), a trace's blocks inline (as every other test records).
+/// `DEP_ENTRY_FORM=inline` puts the inline entry everywhere, and the profile then recovers
+/// exactly its truth too, on programs with signals, threads, writable code and rep strings.
+/// Then python3 under a 0.5 ms interval timer: start-up runs about 900,000 cold blocks'
+/// entries, so timer signals land inside the stub (outside the code cache, where DynamoRIO
+/// delays them); the program must see 200 of them within two minutes and recover exactly.
 #[test]
 fn entry_forms_recover_exactly() {
     let dir = tempfile::tempdir().unwrap();
@@ -972,14 +974,14 @@ fn entry_forms_recover_exactly() {
     for (name, args) in progs {
         recovers_exactly_with(dir.path(), name, args, ("DEP_ENTRY_FORM", "inline"));
     }
-    let exe = run(Command::new("python3").args(["-c", "import sys; print(sys.executable)"]));
-    let exe = String::from_utf8(exe.stdout).unwrap();
-    // Counts its signals until it has had 200, importing modules (new code) meanwhile.
-    let script = "import signal, sys\nn = 0\ndef on(s, f):\n    global n\n    n += 1\nsignal.signal(signal.SIGALRM, on)\n\
+    // Counts its signals until it has had 200 (or two minutes passed: a lost signal fails
+    // the test rather than hanging it), importing modules (new code) meanwhile.
+    let script = "import signal, time\nn = 0\ndef on(s, f):\n    global n\n    n += 1\nsignal.signal(signal.SIGALRM, on)\n\
                   signal.setitimer(signal.ITIMER_REAL, 0.0005, 0.0005)\nimport json, decimal, fractions, email.parser, argparse\n\
-                  while n < 200:\n    sum(i * i for i in range(1000))\nsignal.setitimer(signal.ITIMER_REAL, 0)\nprint('signals', n >= 200)\n";
+                  end = time.monotonic() + 120\nwhile n < 200 and time.monotonic() < end:\n    sum(i * i for i in range(1000))\n\
+                  signal.setitimer(signal.ITIMER_REAL, 0)\nprint('signals', n >= 200)\n";
     let p = dir.path().join("python3-timer.dep");
-    let o = run(Command::new(dep()).args(["record", "--truth", "-o"]).arg(&p).arg("--").arg(exe.trim()).args(["-c", script]));
+    let o = run(Command::new(dep()).args(["record", "--truth", "-o"]).arg(&p).arg("--").arg(system_python3()).args(["-c", script]));
     assert!(o.status.success(), "python3 under a timer: {}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(String::from_utf8_lossy(&o.stdout), "signals True\n");
     check_profile(&p);
