@@ -217,23 +217,91 @@ fn check_edges(p: &Path) {
     }
 }
 
+/// What a profile says of a run that went wrong: `dep stats`' account of how it ended and
+/// of each thread (signals, chunks), the modules, and the last blocks each thread ran by the
+/// truth, module-relative.
+fn postmortem(profile: &Path) -> String {
+    let mut out = String::new();
+    let stats = run(Command::new(dep()).arg("stats").arg(profile));
+    out += &String::from_utf8_lossy(&stats.stderr);
+    for l in String::from_utf8_lossy(&stats.stdout).lines().filter(|l| l.starts_with("thread ") || l.contains("chunks")) {
+        out += l;
+        out.push('\n');
+    }
+    // The modules: `dump`'s header, up to its block table.
+    let dump = run(Command::new(dep()).args(["dump", "--max", "0"]).arg(profile));
+    let mut modules = Vec::new();
+    for l in String::from_utf8_lossy(&dump.stdout).lines().take_while(|l| !l.starts_with("blocks (")) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if let [_, range, path, ..] = f[..] {
+            if let Some((a, b)) = range.split_once('-') {
+                if let (Ok(a), Ok(b)) =
+                    (u64::from_str_radix(a.trim_start_matches("0x"), 16), u64::from_str_radix(b.trim_start_matches("0x"), 16))
+                {
+                    modules.push((a, b, path.to_string()));
+                }
+            }
+        }
+    }
+    let mut child = Command::new(dep())
+        .arg("recover")
+        .arg(profile)
+        .args(["--truth", "--format", "blocks"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut last: std::collections::BTreeMap<u32, std::collections::VecDeque<String>> = Default::default();
+    for l in BufReader::new(child.stdout.take().unwrap()).lines().map_while(Result::ok) {
+        let f: Vec<&str> = l.split(' ').collect();
+        let (Some(t), Some(pc)) =
+            (f.first().and_then(|t| t.parse().ok()), f.get(1).and_then(|p| u64::from_str_radix(p.trim_start_matches("0x"), 16).ok()))
+        else {
+            continue;
+        };
+        let at = match modules.iter().find(|m| m.0 <= pc && pc < m.1) {
+            Some((a, _, path)) => format!("{path}+{:#x}", pc - a),
+            None => format!("{pc:#x} (no module)"),
+        };
+        let q = last.entry(t).or_default();
+        q.push_back(format!("{l}  {at}"));
+        if q.len() > 4 {
+            q.pop_front();
+        }
+    }
+    let _ = child.wait();
+    out += "last blocks of each thread (truth):\n";
+    for q in last.values() {
+        for l in q {
+            out += l;
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// Runs `prog args` natively and under `dep record --truth`; compares behaviour and traces.
 fn check(name: &str, prog: &Path, args: &[&str]) -> Vec<(u64, u64)> {
     let native = run(Command::new(prog).args(args));
     let dir = tempfile::tempdir().unwrap();
     let profile = dir.path().join(format!("{name}.dep"));
     let recorded = run(Command::new(dep()).arg("record").arg("--truth").arg("-o").arg(&profile).arg("--").arg(prog).args(args));
-    // (On a mismatch, what the recorded run said and how it ended: a program that died
-    // under the collector prints less, and its stderr and status say why.)
-    assert_eq!(
-        String::from_utf8_lossy(&recorded.stdout),
-        String::from_utf8_lossy(&native.stdout),
-        "{name}: stdout differs; recorded run's status {:?}, stderr:\n{}",
-        recorded.status,
-        String::from_utf8_lossy(&recorded.stderr)
-    );
+    // On a mismatch, what the recorded run said and how it ended, and where its profile
+    // says each thread was: a program that died under the collector prints less, and a rare
+    // death (the JVM killed by SIGBUS, once in CI) must say where it happened.
+    if recorded.stdout != native.stdout || recorded.status.code() != native.status.code() {
+        panic!(
+            "{name}: stdout or status differs (recorded run's status {:?}, native {:?})\nrecorded stdout:\n{}\nnative stdout:\n{}\nrecorded stderr:\n{}\n{}",
+            recorded.status,
+            native.status,
+            String::from_utf8_lossy(&recorded.stdout),
+            String::from_utf8_lossy(&native.stdout),
+            String::from_utf8_lossy(&recorded.stderr),
+            postmortem(&profile)
+        );
+    }
     assert_eq!(String::from_utf8_lossy(&recorded.stderr), String::from_utf8_lossy(&native.stderr), "{name}: stderr differs");
-    assert_eq!(recorded.status.code(), native.status.code(), "{name}: exit status differs");
     // The main profile and those of forked children and exec'd images.
     let mut profiles: Vec<PathBuf> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
     profiles.sort();
