@@ -228,21 +228,16 @@ fn postmortem(profile: &Path) -> String {
         out += l;
         out.push('\n');
     }
-    // The modules: `dump`'s header, up to its block table.
-    let dump = run(Command::new(dep()).args(["dump", "--max", "0"]).arg(profile));
-    let mut modules = Vec::new();
-    for l in String::from_utf8_lossy(&dump.stdout).lines().take_while(|l| !l.starts_with("blocks (")) {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        if let [_, range, path, ..] = f[..] {
-            if let Some((a, b)) = range.split_once('-') {
-                if let (Ok(a), Ok(b)) =
-                    (u64::from_str_radix(a.trim_start_matches("0x"), 16), u64::from_str_radix(b.trim_start_matches("0x"), 16))
-                {
-                    modules.push((a, b, path.to_string()));
-                }
-            }
-        }
-    }
+    // The modules the profile loads; none where it cannot be opened.
+    let modules: Vec<(u64, u64, String)> = dep_profile::container::Profile::open(profile)
+        .map(|p| {
+            p.modules
+                .iter()
+                .filter(|m| matches!(m.event, dep_profile::container::ModuleEventKind::Load))
+                .map(|m| (m.base, m.base + m.size, m.path.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
     let mut child = Command::new(dep())
         .arg("recover")
         .arg(profile)
