@@ -4,7 +4,7 @@
 //! and returned from within the chunk (calls.rs's `Local`), with what is left for the
 //! thread's call stack, which is rebuilt chunk after chunk.
 
-use crate::program::calls::{BlockExits, CallFlow, Exit, Transition};
+use crate::program::calls::{BlockExits, CallFlow, Transition};
 use dep_profile::semantics::{Access, Special};
 use dep_recover::events::{BlockEvent, Marker, MemEvent, RepRun, Run};
 use dep_recover::plans::Plans;
@@ -37,20 +37,12 @@ pub struct Tables {
     pub exits: BlockExits,
     /// Per block: whether an instruction's references must be counted one by one.
     has_dynamic: Vec<bool>,
-    /// Per block: its whole cost, and [`KIND_*`] bits for the fast path.
+    /// Per block: its whole cost.
     full: Vec<(u64, u64, u64)>,
-    kind: Vec<u8>,
+    /// Per block: it never takes the run's fast path (it has no plan, or instructions whose
+    /// references are counted one by one).
+    slow: Vec<bool>,
 }
-
-/// The block leaves by a call or a return: the call stack moves.
-const KIND_CALL_RET: u8 = 1;
-/// The block leaves by a jump (a tail call if it reaches another function's entry).
-const KIND_JUMP: u8 = 2;
-/// A function starts at the block.
-const KIND_ENTRY: u8 = 4;
-/// The block is PLT code or the lazy binder, or has instructions whose references are
-/// counted one by one.
-const KIND_SLOW: u8 = 8;
 
 impl Tables {
     /// The tables of `plans`' blocks, which leave as `exits` says.
@@ -66,7 +58,7 @@ impl Tables {
             exits,
             has_dynamic: Vec::with_capacity(n),
             full: Vec::with_capacity(n),
-            kind: Vec::with_capacity(n),
+            slow: Vec::with_capacity(n),
         };
         for b in 0..n as u32 {
             t.first.push(t.pc.len() as u32);
@@ -74,7 +66,7 @@ impl Tables {
                 t.prefix.push((0, 0));
                 t.has_dynamic.push(false);
                 t.full.push((0, 0, 0));
-                t.kind.push(KIND_SLOW);
+                t.slow.push(true);
                 continue;
             };
             let (mut r, mut w) = (0u64, 0u64);
@@ -97,19 +89,7 @@ impl Tables {
             }
             t.has_dynamic.push(p.insns.iter().any(|i| matches!(i.special, Special::Rep(_) | Special::Gather(_))));
             t.full.push((p.insns.len() as u64, r, w));
-            let bi = b as usize;
-            let mut k = match t.exits.exit[bi] {
-                Exit::Call { .. } | Exit::Return => KIND_CALL_RET,
-                Exit::Jump { .. } => KIND_JUMP,
-                Exit::Other => 0,
-            };
-            if t.exits.entry[bi] {
-                k |= KIND_ENTRY;
-            }
-            if t.exits.plt[bi] || t.exits.binder[bi] || *t.has_dynamic.last().expect("pushed") {
-                k |= KIND_SLOW;
-            }
-            t.kind.push(k);
+            t.slow.push(*t.has_dynamic.last().expect("pushed"));
         }
         t.first.push(t.pc.len() as u32);
         t
@@ -403,14 +383,8 @@ impl Sink for CostSink<'_> {
         for (b, mine) in run.records() {
             let id = b.id;
             let c = &mut self.c;
-            let kid = t.kind[id as usize];
-            let fast = match c.flow.last {
-                Some(p) if c.flow.plt.is_none() && kid & KIND_SLOW == 0 => {
-                    let kp = t.kind[p as usize];
-                    kp & KIND_CALL_RET == 0 && (kp & KIND_JUMP == 0 || kid & KIND_ENTRY == 0) && b.executed as u32 == t.len(id)
-                }
-                _ => false,
-            };
+            let fast =
+                !t.slow[id as usize] && b.executed as u32 == t.len(id) && c.flow.last.is_some_and(|p| c.flow.plain_step(&t.exits, p, id));
             if fast {
                 c.count_transition(c.flow.last.expect("fast"), id);
                 c.whole[id as usize] += 1;
@@ -450,18 +424,10 @@ mod tests {
             binder: vec![false, false, false, false, false, true],
             addr: vec![0x105, 0xf0, 0x200, 0x300, 0x1f0, 0x400],
             names: ["main", "f@plt", "f", "_dl_runtime_resolve_xsavec"].map(String::from).to_vec(),
-        };
+            kind: Vec::new(),
+        }
+        .with_kinds();
         let n = exits.exit.len();
-        let kind = (0..n)
-            .map(|b| {
-                let k = match exits.exit[b] {
-                    Exit::Call { .. } | Exit::Return => KIND_CALL_RET,
-                    Exit::Jump { .. } => KIND_JUMP,
-                    Exit::Other => 0,
-                };
-                k | if exits.entry[b] { KIND_ENTRY } else { 0 } | if exits.plt[b] || exits.binder[b] { KIND_SLOW } else { 0 }
-            })
-            .collect();
         Tables {
             first: (0..=n as u32).collect(),
             pc: exits.addr.clone(),
@@ -472,7 +438,7 @@ mod tests {
             exits,
             has_dynamic: vec![false; n],
             full: vec![(1, 0, 0); n],
-            kind,
+            slow: vec![false; n],
         }
     }
 

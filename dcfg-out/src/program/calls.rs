@@ -79,9 +79,38 @@ pub struct BlockExits {
     pub addr: Vec<u64>,
     /// Function names by index.
     pub names: Vec<String>,
+    /// Per block, the `KIND_*` bits of the above that tell a step with no transition
+    /// ([`CallFlow::plain_step`]): one byte a block, where most steps look no further.
+    pub kind: Vec<u8>,
 }
 
+/// The block leaves by a call or a return.
+const KIND_CALL_RET: u8 = 1;
+/// The block leaves by a jump (a tail call where it reaches another function's entry).
+const KIND_JUMP: u8 = 2;
+/// A function starts at the block.
+const KIND_ENTRY: u8 = 4;
+/// The block is PLT code or the lazy binder.
+const KIND_LINK: u8 = 8;
+
 impl BlockExits {
+    /// The tables with [`kind`](Self::kind) made from the others (as `build` makes it; for
+    /// tables assembled by hand).
+    pub fn with_kinds(mut self) -> BlockExits {
+        self.kind = (0..self.exit.len())
+            .map(|b| {
+                let k = match self.exit[b] {
+                    Exit::Call { .. } | Exit::Return => KIND_CALL_RET,
+                    Exit::Jump { .. } => KIND_JUMP,
+                    Exit::Other => 0,
+                };
+                let flag = |v: &[bool], bit: u8| if v.get(b).copied().unwrap_or(false) { bit } else { 0 };
+                k | flag(&self.entry, KIND_ENTRY) | flag(&self.plt, KIND_LINK) | flag(&self.binder, KIND_LINK)
+            })
+            .collect();
+        self
+    }
+
     /// The exits of every block `plans` can decode; functions are named by `symbols`.
     pub fn build(plans: &Plans, symbols: &Symbolizer) -> BlockExits {
         let n = plans.len();
@@ -95,6 +124,7 @@ impl BlockExits {
             binder: Vec::with_capacity(n),
             addr: Vec::with_capacity(n),
             names: Vec::new(),
+            kind: Vec::new(),
         };
         for b in 0..n as u32 {
             let Some(p) = plans.get_plan(b) else {
@@ -128,7 +158,7 @@ impl BlockExits {
             e.addr.push(p.addr);
         }
         e.names = names;
-        e
+        e.with_kinds()
     }
 
     /// Blocks in the table.
@@ -194,6 +224,7 @@ impl CallFlow {
     #[inline]
     pub fn block(&mut self, exits: &BlockExits, b: u32, whole: bool) -> Option<Transition> {
         let t = match self.last {
+            Some(p) if self.plain_step(exits, p, b) => None,
             Some(p) => self.step(exits, p, b),
             None => {
                 self.plt = None;
@@ -204,6 +235,23 @@ impl CallFlow {
         t
     }
 
+    /// Whether control passing from block `p` into block `b` is surely no transition and
+    /// leaves the flow as it is, from the blocks' [`kind`](BlockExits::kind) bits alone: `p`
+    /// leaves by neither a call nor a return, nor by a jump into a function's entry, and
+    /// where PLT code is folded into calls, no stub is under way and neither block is PLT
+    /// code or the binder. (Where it says no, [`step`](Self::step) decides.)
+    #[inline]
+    pub fn plain_step(&self, exits: &BlockExits, p: u32, b: u32) -> bool {
+        let (Some(&kp), Some(&kb)) = (exits.kind.get(p as usize), exits.kind.get(b as usize)) else {
+            return false;
+        };
+        if kp & KIND_CALL_RET != 0 || (kp & KIND_JUMP != 0 && kb & KIND_ENTRY != 0) {
+            return false;
+        }
+        !self.skip_plt || (self.plt.is_none() && (kp | kb) & KIND_LINK == 0)
+    }
+
+    #[inline(never)]
     fn step(&mut self, exits: &BlockExits, p: u32, b: u32) -> Option<Transition> {
         if !self.skip_plt {
             return exits.transition(p, b);
@@ -634,7 +682,9 @@ mod tests {
             binder: vec![false; 6],
             addr: vec![0x100, 0x200, 0x300, 0x400, 0x105, 0x120],
             names: vec!["main".into(), "f@plt".into(), "f".into(), "g".into()],
+            kind: Vec::new(),
         }
+        .with_kinds()
     }
 
     #[test]
@@ -667,6 +717,51 @@ mod tests {
         assert_eq!(f.block(&e, 0, true), None);
     }
 
+    /// Where the kinds alone say a step makes no transition, the full step agrees and
+    /// leaves the flow as it was: every pair of 32 blocks, one of each way of leaving (a
+    /// call, a return, a jump, falling through) with and without a function's entry, PLT
+    /// code and the binder, with PLT code folded into calls or not, and a stub under way
+    /// or not.
+    #[test]
+    fn plain_steps_are_steps_with_no_transition() {
+        let ways = [Exit::Call { site: 0x10, ret: 0x15 }, Exit::Return, Exit::Jump { site: 0x20, conditional: Some(0x30) }, Exit::Other];
+        let bit = |b: usize, k: u32| b >> k & 1 == 1;
+        let e = BlockExits {
+            exit: (0..32).map(|b| ways[b & 3]).collect(),
+            entry: (0..32).map(|b| bit(b, 2)).collect(),
+            func: (0..32).map(|b| (b % 3) as u32).collect(),
+            plt: (0..32).map(|b| bit(b, 3)).collect(),
+            binder: (0..32).map(|b| bit(b, 4)).collect(),
+            addr: (0..32).map(|b| 0x1000 * b as u64).collect(),
+            names: vec!["a".into(), "b".into(), "c".into()],
+            kind: Vec::new(),
+        }
+        .with_kinds();
+        let (mut plain, mut not) = (0, 0);
+        for p in 0..32 {
+            for b in 0..32 {
+                for folded in [false, true] {
+                    for stub in [None, Some((0x10, Some(0x15)))] {
+                        let mut f = if folded { CallFlow::skipping_plt() } else { CallFlow::default() };
+                        f.plt = stub;
+                        f.last = Some(p);
+                        if !f.plain_step(&e, p, b) {
+                            not += 1;
+                            continue;
+                        }
+                        plain += 1;
+                        assert_eq!(f.step(&e, p, b), None, "{p} -> {b}, folded {folded}, stub {stub:?}");
+                        assert_eq!((f.last, f.plt), (Some(p), stub), "{p} -> {b}");
+                    }
+                }
+            }
+        }
+        assert!(plain > 0 && not > 0, "{plain} plain, {not} not");
+        // A table without kinds takes the full step every time.
+        let bare = BlockExits { kind: Vec::new(), ..e };
+        assert!(!CallFlow::default().plain_step(&bare, 3, 3));
+    }
+
     #[test]
     fn the_lazy_binder_closes_and_its_caller_calls_what_it_bound() {
         // 0: main, calls the stub 1 (or jumps to it: 6); 1: the stub, jumps to the binder
@@ -688,7 +783,9 @@ mod tests {
             binder: vec![false, false, true, false, true, false, false],
             addr: vec![0x100, 0x200, 0x300, 0x400, 0x305, 0x500, 0x10c],
             names: ["main", "f@plt", "_dl_runtime_resolve_xsavec", "_dl_fixup", "f"].map(String::from).to_vec(),
-        };
+            kind: Vec::new(),
+        }
+        .with_kinds();
         let mut f = CallFlow::skipping_plt();
         assert_eq!(f.block(&e, 0, true), None);
         assert_eq!(f.block(&e, 1, true), None);

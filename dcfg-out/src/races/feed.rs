@@ -716,7 +716,9 @@ mod tests {
             binder: vec![false; 7],
             addr: code.iter().map(|c| c.0).collect(),
             names: Vec::new(),
-        };
+            kind: Vec::new(),
+        }
+        .with_kinds();
         let runtime = 0x5000..0x7000;
         let code_at = |pc: u64| if runtime.contains(&pc) { Code::Runtime } else { Code::Program };
         let facts = Facts::of(plans.iter().map(|p| Some(Facts::of_plan(p, &code_at))), exits);
