@@ -157,6 +157,14 @@ fn packing(c: &mut Criterion) {
         .collect();
     let mut small_packed = Vec::new();
     packing::pack(&small, 8, &mut small_packed).unwrap();
+    g.bench_function("pack_mostly_small", |b| {
+        let mut out = Vec::with_capacity(small_packed.len() + 64);
+        b.iter(|| {
+            out.clear();
+            packing::pack(&small, 8, &mut out).unwrap();
+            black_box(out.len())
+        })
+    });
     g.bench_function("unpack_mostly_small", |b| {
         let mut out = Vec::with_capacity(small.len() + 64);
         b.iter(|| {
