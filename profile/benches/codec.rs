@@ -129,50 +129,34 @@ fn packing(c: &mut Criterion) {
         })
         .collect();
     let raw: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let mut packed = Vec::new();
-    packing::pack(&raw, 8, &mut packed).unwrap();
-    let mut g = c.benchmark_group("packing");
-    g.throughput(Throughput::Elements(n as u64));
-    g.measurement_time(Duration::from_secs(4)).sample_size(20);
-    g.bench_function("pack", |b| {
-        let mut out = Vec::with_capacity(packed.len() + 64);
-        b.iter(|| {
-            out.clear();
-            packing::pack(&raw, 8, &mut out).unwrap();
-            black_box(out.len())
-        })
-    });
-    g.bench_function("unpack", |b| {
-        let mut out = Vec::with_capacity(raw.len() + 64);
-        b.iter(|| {
-            out.clear();
-            packing::unpack(&packed, 8, raw.len(), &mut out).unwrap();
-            black_box(out.len())
-        })
-    });
     // Mostly one-byte words, as a bytecode interpreter reloading its operands records them
     // (the suite's interp: 97% of its DEP_m words), with a pointer now and then.
     let small: Vec<u8> = (0..n)
         .flat_map(|_| if rng.below(32) == 0 { 0x7ffc_a000_0000 + rng.below(1 << 16) * 8 } else { rng.below(1 << 8) }.to_le_bytes())
         .collect();
-    let mut small_packed = Vec::new();
-    packing::pack(&small, 8, &mut small_packed).unwrap();
-    g.bench_function("pack_mostly_small", |b| {
-        let mut out = Vec::with_capacity(small_packed.len() + 64);
-        b.iter(|| {
-            out.clear();
-            packing::pack(&small, 8, &mut out).unwrap();
-            black_box(out.len())
-        })
-    });
-    g.bench_function("unpack_mostly_small", |b| {
-        let mut out = Vec::with_capacity(small.len() + 64);
-        b.iter(|| {
-            out.clear();
-            packing::unpack(&small_packed, 8, small.len(), &mut out).unwrap();
-            black_box(out.len())
-        })
-    });
+    let mut g = c.benchmark_group("packing");
+    g.throughput(Throughput::Elements(n as u64));
+    g.measurement_time(Duration::from_secs(4)).sample_size(20);
+    for (suffix, raw) in [("", &raw), ("_mostly_small", &small)] {
+        let mut packed = Vec::new();
+        packing::pack(raw, 8, &mut packed).unwrap();
+        g.bench_function(format!("pack{suffix}"), |b| {
+            let mut out = Vec::with_capacity(packed.len() + 64);
+            b.iter(|| {
+                out.clear();
+                packing::pack(raw, 8, &mut out).unwrap();
+                black_box(out.len())
+            })
+        });
+        g.bench_function(format!("unpack{suffix}"), |b| {
+            let mut out = Vec::with_capacity(raw.len() + 64);
+            b.iter(|| {
+                out.clear();
+                packing::unpack(&packed, 8, raw.len(), &mut out).unwrap();
+                black_box(out.len())
+            })
+        });
+    }
     g.finish();
 }
 
