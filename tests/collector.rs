@@ -580,26 +580,30 @@ fn killed_program_status_and_readable_profile() {
     assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
 }
 
+/// At least `bytes` of text for gzip: lines of twelve words `wN`, N below `vocabulary`
+/// (pseudo-random, the same every run).
+fn words(bytes: usize, vocabulary: u64) -> String {
+    let mut text = String::with_capacity(bytes + 128);
+    let mut x: u64 = 7;
+    while text.len() < bytes {
+        for _ in 0..12 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            text.push_str(&format!("w{} ", x % vocabulary));
+        }
+        text.push('\n');
+    }
+    text
+}
+
 /// The full-size case: gzip -c of 40 MB behaves exactly as natively under dep record
 /// (the profile is recovered to a null sink: 1.7e9 blocks are too many to compare as text here).
 #[test]
 fn gzip_40_mb_matches_native() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("big.txt");
-    let mut text = String::with_capacity(42 << 20);
-    let mut x: u64 = 1;
-    while text.len() < 40 << 20 {
-        for _ in 0..12 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let w = (x % 5000) as usize;
-            text.push_str(&format!("w{w} "));
-        }
-        text.push('\n');
-    }
-    std::fs::write(&input, &text).unwrap();
-    drop(text);
+    std::fs::write(&input, words(40 << 20, 5000)).unwrap();
     let native = run(Command::new("gzip").arg("-c").arg(&input));
     let profile = dir.path().join("gzip.dep");
     let recorded = run(Command::new(dep()).arg("record").arg("-o").arg(&profile).args(["--", "gzip", "-c"]).arg(&input));
@@ -730,14 +734,7 @@ fn full_disk_keeps_a_readable_prefix() {
     let Some(fs) = Tmpfs::mount("8m") else { return };
     let work = tempfile::tempdir().unwrap();
     let input = work.path().join("in.txt");
-    let mut text = String::new();
-    let mut x: u64 = 7;
-    while text.len() < 2 << 20 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        text.push_str(&format!("w{} ", x % 50_000));
-    }
+    let text = words(2 << 20, 50_000);
     std::fs::write(&input, &text).unwrap();
     let native = run(Command::new("gzip").arg("-c").arg(&input));
     let profile = fs.0.path().join("full.dep");
@@ -835,6 +832,71 @@ fn sigkill_loses_at_most_the_last_period() {
         .count();
     assert_eq!(stores, 4096, "stores to the array recovered from the killed program's profile");
     assert_eq!(hash_stdout(&["recover", p, "--format", "text"]), hash_stdout(&["recover", p, "--truth", "--format", "text"]));
+}
+
+/// A process's state letter and parent, from /proc (None once it is gone).
+fn proc_state(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid ...`: the name may hold spaces and parentheses.
+    let mut f = stat[stat.rfind(')')? + 1..].split_whitespace();
+    Some((f.next()?.chars().next()?, f.next()?.parse().ok()?))
+}
+
+/// A launcher that dies while it holds a thread's slots (killed here, as the OOM killer or
+/// a user's `kill -9` would) leaves the program running to its end: the thread waiting for
+/// a slot sees the connection closed and goes on, losing only what it records from then on.
+/// It used to wait for ever, deaf even to SIGTERM (DynamoRIO holds the signal until the
+/// thread is back in the code cache).
+#[test]
+fn a_killed_launcher_leaves_the_program_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    let text = words(3 << 20, 3000);
+    std::fs::write(&input, &text).unwrap();
+    let out = dir.path().join("out.gz");
+    // --truth: 16 MiB more a slot, which gzip fills in a fraction of a second.
+    let mut launcher = Command::new(dep())
+        .arg("record")
+        .arg("--truth")
+        .arg("-o")
+        .arg(dir.path().join("k.dep"))
+        .args(["--", "gzip", "-c"])
+        .arg(&input)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let signal = |sig: &str, pid: u32| assert!(run(Command::new("kill").arg(sig).arg(pid.to_string())).status.success());
+    let started = std::time::Instant::now();
+    let prog = loop {
+        let child = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .find(|&p| proc_state(p).is_some_and(|(_, ppid)| ppid == launcher.id()));
+        if let Some(p) = child {
+            break p;
+        }
+        assert!(started.elapsed().as_secs() < 30, "the program did not start");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    // The launcher stopped takes no more chunks: the program fills its slots and waits.
+    signal("-STOP", launcher.id());
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let waiting = proc_state(prog).map(|s| s.0);
+    signal("-KILL", launcher.id());
+    launcher.wait().unwrap();
+    assert_eq!(waiting, Some('S'), "the program was not waiting for a slot when its launcher died");
+    let started = std::time::Instant::now();
+    while proc_state(prog).is_some_and(|(state, _)| state != 'Z') {
+        if started.elapsed().as_secs() >= 60 {
+            signal("-KILL", prog);
+            panic!("the program still waited for its slots 60 s after its launcher died");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let unzipped = run(Command::new("gzip").arg("-dc").arg(&out));
+    assert!(unzipped.stdout == text.as_bytes(), "the program's output is not whole");
 }
 
 /// A profile cut mid-record (a copy stopped short, or a length damaged) has no end record

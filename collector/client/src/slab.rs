@@ -2,7 +2,7 @@
 //! fills one slot while the launcher compresses the ones handed to it, and a full slot
 //! changes hands with a small frame instead of its bytes going through the socket.
 
-use crate::state::{send_with_fd, LOST, TAG_BUF, TRU_BUF, VAL_BUF};
+use crate::state::{launcher_gone, send_with_fd, LOST, TAG_BUF, TRU_BUF, VAL_BUF};
 use core::ffi::c_void;
 use dep_collector::wire::{self, SlabLayout, SLOT_FREE, SLOT_FULL};
 use dynamorio_sys::*;
@@ -94,7 +94,7 @@ impl Slab {
         self.current = (self.current + 1) % self.layout.slots;
         let next = self.word(4 * self.current as u64);
         while next.load(Ordering::Acquire) != SLOT_FREE {
-            if self.word(SlabLayout::CLOSED).load(Ordering::Acquire) != 0 || LOST.load(Ordering::Relaxed) {
+            if self.word(SlabLayout::CLOSED).load(Ordering::Acquire) != 0 || LOST.load(Ordering::Relaxed) || launcher_gone() {
                 // What the slot holds will not be read: the thread goes on, and loses it.
                 break;
             }

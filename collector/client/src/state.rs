@@ -177,6 +177,27 @@ fn write_all(fd: c_int, mut b: &[u8]) -> bool {
 /// to it will come back.
 pub static LOST: AtomicBool = AtomicBool::new(false);
 
+/// Whether the launcher's end of the connection is closed (it was killed, or gave up on the
+/// stream), asked while a thread waits for a slot: a launcher that died between taking a
+/// slot and giving it back leaves no failed send to set [`LOST`] and no closed word, and the
+/// thread would wait for it for ever. (The launcher closes its end only when it reads no
+/// more: a half-closed or hung-up end means no slot comes back.) Sets [`LOST`] when so.
+pub fn launcher_gone() -> bool {
+    let fd = SOCK_FD.load(Ordering::Relaxed);
+    if fd < 0 {
+        return false;
+    }
+    let mut p = libc::pollfd { fd, events: libc::POLLRDHUP, revents: 0 };
+    // SAFETY: one live pollfd, a zero timeout: poll only reads the descriptor's state;
+    // exercised by tests/collector.rs a_killed_launcher_leaves_the_program_running.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    let gone = r > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0;
+    if gone {
+        LOST.store(true, Ordering::Relaxed);
+    }
+    gone
+}
+
 /// Sends one frame whose first byte carries the descriptor `fd` (SCM_RIGHTS), after any
 /// queued frames; false if it could not be sent whole.
 pub fn send_with_fd(kind: u32, thread: u32, payload: &[u8], fd: c_int) -> bool {
