@@ -842,6 +842,69 @@ fn proc_state(pid: u32) -> Option<(char, u32)> {
     Some((f.next()?.chars().next()?, f.next()?.parse().ok()?))
 }
 
+/// The first child of process `pid` (the program `dep record` started), waited for.
+fn child_of(pid: u32) -> u32 {
+    let started = std::time::Instant::now();
+    loop {
+        let child = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .find(|&p| proc_state(p).is_some_and(|(_, ppid)| ppid == pid));
+        if let Some(p) = child {
+            return p;
+        }
+        assert!(started.elapsed().as_secs() < 30, "the program did not start");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Sends signal `sig` (`-TERM`, ...) to process `pid`.
+fn signal(sig: &str, pid: u32) {
+    assert!(run(Command::new("kill").arg(sig).arg(pid.to_string())).status.success());
+}
+
+/// `timeout`, `kill` or a closed terminal signals dep, not the program: dep passes SIGTERM
+/// (and SIGHUP) on to the program and stays to end the profile, whose status is the
+/// program's and which recovers to its truth. dep used to die at once, leaving the profile
+/// cut mid-record and the program running on, unrecorded.
+#[test]
+fn terminating_dep_ends_the_program_and_keeps_the_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("t.dep");
+    let mut launcher = Command::new(dep())
+        .arg("record")
+        .arg("--truth")
+        .arg("-o")
+        .arg(&profile)
+        .args(["--", "sleep", "60"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let prog = child_of(launcher.id());
+    // Under way (DynamoRIO and the client set up, the program asleep) before the signal.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    signal("-TERM", launcher.id());
+    let started = std::time::Instant::now();
+    while launcher.try_wait().unwrap().is_none() {
+        if started.elapsed().as_secs() >= 30 {
+            signal("-KILL", prog);
+            panic!("dep was still running 30 s after its SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let o = launcher.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(128 + 15), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(proc_state(prog).is_none_or(|(state, _)| state == 'Z'), "the program outlived dep");
+    let p = profile.to_str().unwrap();
+    let d = run(Command::new(dep()).args(["dump", "--max", "1", p]));
+    assert!(String::from_utf8_lossy(&d.stdout).contains("ended: exit status 143"), "{}", String::from_utf8_lossy(&d.stdout));
+    let text = run(Command::new(dep()).args(["recover", p, "--format", "text"]));
+    assert!(text.status.success() && text.stderr.is_empty(), "{}", String::from_utf8_lossy(&text.stderr));
+    assert_eq!(hash_stdout(&["recover", p, "--format", "text"]), hash_stdout(&["recover", p, "--truth", "--format", "text"]));
+}
+
 /// A launcher that dies while it holds a thread's slots (killed here, as the OOM killer or
 /// a user's `kill -9` would) leaves the program running to its end: the thread waiting for
 /// a slot sees the connection closed and goes on, losing only what it records from then on.
@@ -867,19 +930,7 @@ fn a_killed_launcher_leaves_the_program_running() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let signal = |sig: &str, pid: u32| assert!(run(Command::new("kill").arg(sig).arg(pid.to_string())).status.success());
-    let started = std::time::Instant::now();
-    let prog = loop {
-        let child = std::fs::read_dir("/proc")
-            .unwrap()
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-            .find(|&p| proc_state(p).is_some_and(|(_, ppid)| ppid == launcher.id()));
-        if let Some(p) = child {
-            break p;
-        }
-        assert!(started.elapsed().as_secs() < 30, "the program did not start");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    };
+    let prog = child_of(launcher.id());
     // The launcher stopped takes no more chunks: the program fills its slots and waits.
     signal("-STOP", launcher.id());
     std::thread::sleep(std::time::Duration::from_secs(2));

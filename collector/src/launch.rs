@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -395,17 +395,56 @@ fn launch(install: &Install, app: &Path, args: &[String], dr_opts: &str) -> Resu
     let old_int = unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
     // SAFETY: as for SIGINT above.
     let old_quit = unsafe { libc::signal(libc::SIGQUIT, libc::SIG_IGN) };
+    // A SIGTERM or SIGHUP for dep (`timeout`, `kill`, a closed terminal) is the program's:
+    // dep passes it on and stays to write the profile's end when the program has handed off
+    // its buffers and ended, rather than dying with the profile cut and the program orphaned.
+    // (exec gives the program the default handlers back.)
+    // SAFETY: signal(2) with valid signal numbers and a handler that only makes
+    // async-signal-safe calls (atomics, kill(2)); the old handlers are restored below;
+    // exercised by tests/collector.rs terminating_dep_ends_the_program_and_keeps_the_profile.
+    let old_fwd =
+        unsafe { [libc::SIGTERM, libc::SIGHUP].map(|sig| libc::signal(sig, forward as extern "C" fn(libc::c_int) as libc::sighandler_t)) };
     let child = cmd.spawn();
-    let status = child.and_then(|mut c| c.wait());
+    let status = child.and_then(|mut c| {
+        CHILD.store(c.id() as i32, Ordering::SeqCst);
+        let early = EARLY.swap(0, Ordering::SeqCst);
+        if early != 0 {
+            // SAFETY: kill(2) of our own child, not yet waited for, with a signal number the
+            // handler was given.
+            unsafe { libc::kill(c.id() as i32, early) };
+        }
+        let s = c.wait();
+        CHILD.store(0, Ordering::SeqCst);
+        s
+    });
     // SAFETY: restores the handlers signal(2) returned above; exercised by tests/collector.rs
     // hello.
     unsafe {
         libc::signal(libc::SIGINT, old_int);
         libc::signal(libc::SIGQUIT, old_quit);
+        libc::signal(libc::SIGTERM, old_fwd[0]);
+        libc::signal(libc::SIGHUP, old_fwd[1]);
     }
     match status {
         Ok(s) => Ok(s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))),
         Err(e) => Err(RecordError::Io { what: "cannot start DynamoRIO".into(), err: e }),
+    }
+}
+
+/// The launched program's pid while dep waits for it (0 otherwise), and a signal that came
+/// before it was known.
+static CHILD: AtomicI32 = AtomicI32::new(0);
+static EARLY: AtomicI32 = AtomicI32::new(0);
+
+/// dep's SIGTERM and SIGHUP handler: the signal goes to the program.
+extern "C" fn forward(sig: libc::c_int) {
+    let child = CHILD.load(Ordering::SeqCst);
+    if child > 0 {
+        // SAFETY: kill(2) is async-signal-safe and has no memory to get wrong; `child` is
+        // dep's child, cleared from CHILD as soon as it has been waited for.
+        unsafe { libc::kill(child, sig) };
+    } else {
+        EARLY.store(sig, Ordering::SeqCst);
     }
 }
 
