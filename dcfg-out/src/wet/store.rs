@@ -324,10 +324,20 @@ impl Background {
     /// Hands over the last records and returns the filled store, once every other feeder
     /// has finished too.
     pub fn finish(mut self) -> io::Result<Store> {
-        let sent = self.feeder.0.close().map_err(stopped);
-        let store = self.stop();
-        sent.and(store)
+        let sent = self.feeder.0.close();
+        settled(sent, self.stop())
     }
+}
+
+/// What a finished store answers: the store thread's own error (a spill that failed) before
+/// the feeder's failure to hand the last records over, which that error caused. (A store
+/// thread that fails after the engine's last full batch is seen only here, and only as
+/// gone from the feeder's side: a loaded machine made `dep wet` say "the WET store
+/// stopped" instead of naming the spill.)
+fn settled(sent: Result<(), Gone>, store: io::Result<Store>) -> io::Result<Store> {
+    let store = store?;
+    sent.map_err(stopped)?;
+    Ok(store)
 }
 
 impl Drop for Background {
@@ -648,6 +658,19 @@ mod tests {
         drop(other);
         drop(bg);
         assert!(!threads().iter().any(|n| n == "wet-store"), "{:?}", threads());
+    }
+
+    /// At the end, a store that failed says why, not that it stopped taking records.
+    #[test]
+    fn a_failed_store_names_its_own_error_at_the_end() {
+        let spill = || Err(io::Error::other("spilling dependences to a temporary file in /x: gone"));
+        for sent in [Err(Gone), Ok(())] {
+            let e = settled(sent, spill()).err().expect("the store failed");
+            assert!(e.to_string().starts_with("spilling dependences"), "{e}");
+        }
+        let e = settled(Err(Gone), Ok(Store::new(1, 0))).err().expect("records were lost");
+        assert_eq!(e.to_string(), "the WET store stopped");
+        assert!(settled(Ok(()), Ok(Store::new(1, 0))).is_ok());
     }
 
     /// Records come back in order whether they stayed in memory or went through runs.
