@@ -7,6 +7,14 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// `eprintln!` that cannot panic: with standard error closed (`dep ... 2>&1 | head`),
+/// dep's messages are lost, not its work or its exit status.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 #[derive(Parser)]
 #[command(name = "dep", version, about = "Detailed Execution Profiles: cheap whole-program memory traces of x86-64 Linux programs")]
 struct Cli {
@@ -327,6 +335,9 @@ fn main() -> ExitCode {
     dep_profile::container::truncation::guard();
     match run(cli) {
         Ok(code) => code,
+        // Whichever command wrote it, output whose reader went away (`dep stats P | head`)
+        // ends there, as the commands that check each write say (`reader_gone`).
+        Err(e) if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(reader_gone)) => ExitCode::SUCCESS,
         Err(e) => {
             // One line: the causes joined, most general first; a cause an error already
             // quotes at its end (`#[error("...: {0}")]` over its source) is not repeated.
@@ -433,7 +444,7 @@ fn seek(rec: &mut dep_recover::Recovery, seek: SeekArgs, thread: Option<u32>, re
         Some(i) => Some(i),
         None if window.whole() => None,
         None => {
-            eprintln!("dep: {}: no seek index; counting every chunk first (`dep index` adds one to the profile)", p.path());
+            say!("dep: {}: no seek index; counting every chunk first (`dep index` adds one to the profile)", p.path());
             let pb = progress_bar(rec.chunks().len() as u64, "indexing");
             counted = dep_recover::seek::count(rec, &|n| pb.inc(n))?;
             pb.finish_and_clear();
@@ -454,7 +465,7 @@ fn report_window(rec: &dep_recover::Recovery) {
         let total = rec.profile.chunk_count();
         let to = if w.to == u64::MAX { String::new() } else { w.to.to_string() };
         let reads = rec.window_reads();
-        eprintln!(
+        say!(
             "dep: {}: instructions {}..{to} are in {} of {total} chunks; {reads} chunk reads",
             rec.profile.path(),
             w.from,
@@ -466,12 +477,12 @@ fn report_window(rec: &dep_recover::Recovery) {
 fn index(profile: &std::path::Path, jobs: usize) -> Result<ExitCode> {
     let p = dep_profile::container::Profile::open(profile)?;
     if p.index.is_some() {
-        eprintln!("dep: {}: has a seek index already", profile.display());
+        say!("dep: {}: has a seek index already", profile.display());
         return Ok(ExitCode::SUCCESS);
     }
     add_index(&p, jobs)?;
     let n = p.chunk_count();
-    eprintln!("dep: {}: indexed {n} chunks of {} threads", profile.display(), p.threads.len());
+    say!("dep: {}: indexed {n} chunks of {} threads", profile.display(), p.threads.len());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -504,7 +515,7 @@ fn written<T>(r: std::io::Result<T>, what: &'static str) -> Result<Option<T>> {
 /// Prints the symbolizers' warnings (a module missing or of another build, say), once each.
 fn warn_symbols<'a>(syms: impl IntoIterator<Item = &'a dep_dcfg_out::program::symbols::Symbolizer>) {
     for w in syms.into_iter().flat_map(|s| s.warnings()) {
-        eprintln!("dep: warning: {w}");
+        say!("dep: warning: {w}");
     }
 }
 
@@ -614,7 +625,7 @@ fn recover(
                 Ok(())
             },
         )?;
-        eprintln!(
+        say!(
             "dep: recovered {} blocks, {} instructions, {} reads, {} writes, checksum {:016x}",
             c.blocks,
             c.instructions,
@@ -623,7 +634,7 @@ fn recover(
             c.checksum()
         );
         if !truth {
-            eprintln!("dep: {} of the blocks by compiled code", rec.plans.compiled_blocks());
+            say!("dep: {} of the blocks by compiled code", rec.plans.compiled_blocks());
         }
         report_window(&rec);
         check_truncated(&p)?;
@@ -732,11 +743,11 @@ fn record(
         }
     }
     for w in &out.warnings {
-        eprintln!("dep: warning: {w}");
+        say!("dep: warning: {w}");
     }
     if discard {
         let [tags, values, truth, chunks] = out.counts;
-        eprintln!("dep: discarded {chunks} chunks: DEP_c {tags} bytes, DEP_m {values} bytes, truth {truth} bytes");
+        say!("dep: discarded {chunks} chunks: DEP_c {tags} bytes, DEP_m {values} bytes, truth {truth} bytes");
     }
     Ok(ExitCode::from((out.status & 0xff) as u8))
 }
@@ -829,20 +840,17 @@ fn champsim(profile: &std::path::Path, output: &std::path::Path, thread: Option<
     let s = dep_dcfg_out::champsim::export(&rec, output, thread, &|n| pb.inc(n))?;
     pb.finish_and_clear();
     for f in &s.files {
-        eprintln!("dep: {}: thread {}, {} records", f.path.display(), f.thread, f.records);
+        say!("dep: {}: thread {}, {} records", f.path.display(), f.thread, f.records);
     }
     let l = &s.losses;
     if l.addresses > 0 {
-        eprintln!("dep: warning: {} memory addresses beyond a record's slots (4 read, 2 written) left out", l.addresses);
+        say!("dep: warning: {} memory addresses beyond a record's slots (4 read, 2 written) left out", l.addresses);
     }
     if l.undirected > 0 {
-        eprintln!("dep: warning: {} conditional branches with no next block known written as not taken", l.undirected);
+        say!("dep: warning: {} conditional branches with no next block known written as not taken", l.undirected);
     }
     if l.unknown_blocks > 0 {
-        eprintln!(
-            "dep: warning: {} blocks had no decodable code in the block table; their instructions are not in the trace",
-            l.unknown_blocks
-        );
+        say!("dep: warning: {} blocks had no decodable code in the block table; their instructions are not in the trace", l.unknown_blocks);
     }
     report_window(&rec);
     check_truncated(&p)?;
@@ -857,7 +865,7 @@ fn umt(profile: &std::path::Path, output: &std::path::Path, jobs: usize, window:
     let pb = progress_bar(2 * rec.chunks().len() as u64, "writing the UMT trace");
     let s = dep_dcfg_out::umt::export(&rec, output, &|n| pb.inc(n))?;
     pb.finish_and_clear();
-    eprintln!(
+    say!(
         "dep: {}: {} records of {} threads, {} instruction rows ({} for partial executions), {} address ranges",
         output.display(),
         s.records,
@@ -867,7 +875,7 @@ fn umt(profile: &std::path::Path, output: &std::path::Path, jobs: usize, window:
         s.address_ranges
     );
     if s.unknown_blocks > 0 {
-        eprintln!(
+        say!(
             "dep: warning: {} blocks had no decodable code in the block table; their instructions are not in the trace (the record after each gap has flag 0x02)",
             s.unknown_blocks
         );
@@ -893,7 +901,7 @@ fn dcfg(profile: &std::path::Path, output: &std::path::Path, trace: Option<&std:
     one_stdout([("-o", Some(output)), ("--trace", trace)])?;
     let (profiles, strays) = dep_profile::container::open_family(profile)?;
     for p in strays {
-        eprintln!("dep: warning: {}: not a child of {}; left out", p.display(), profile.display());
+        say!("dep: warning: {}: not a child of {}; left out", p.display(), profile.display());
     }
     let mut recs: Vec<dep_recover::Recovery> = profiles.iter().map(|p| dep_recover::Recovery::new(p, 0)).collect();
     // A window applies to every process, each numbering its threads' instructions; it must
@@ -961,7 +969,7 @@ fn wet(
     })?;
     if summary {
         let secs = start.elapsed().as_secs_f64();
-        eprintln!(
+        say!(
             "dep wet: {} instances, {} dependences, {} static instructions, {} runs spilled, peak memory shadow {} MiB, {:.1} s ({:.1} M instances/s; dependences {:.1} s, writing {:.1} s)",
             s.instances,
             s.deps,
@@ -975,7 +983,7 @@ fn wet(
         );
     }
     if s.unplanned > 0 {
-        eprintln!("dep: warning: {} blocks had no decodable code in the block table; their instructions are not in the trace", s.unplanned);
+        say!("dep: warning: {} blocks had no decodable code in the block table; their instructions are not in the trace", s.unplanned);
     }
     warn_symbols([&syms]);
     check_truncated(&p)?;
@@ -1001,7 +1009,7 @@ fn callgrind(
     write_profile(&rec, &syms, &Options { separate_threads, dump_instr }, output)?;
     warn_symbols([&syms]);
     report_window(&rec);
-    eprintln!("dep callgrind: naming code took {:.3} s of CPU", syms.busy().as_secs_f64());
+    say!("dep callgrind: naming code took {:.3} s of CPU", syms.busy().as_secs_f64());
     check_truncated(&p)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -1021,7 +1029,7 @@ fn races(
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
     if p.meta.windows.is_some() {
-        eprintln!(
+        say!(
             "dep: note: {}: recorded in windows of instructions; what ordered the threads outside them (locks, thread \
              creation and joins) is not in the profile, so races are reported as if it never happened",
             profile.display()
@@ -1043,7 +1051,7 @@ fn races(
         } else {
             "thread-local, atomic, inside watched library calls"
         };
-        eprintln!(
+        say!(
             "dep races: {} threads, {} accesses checked ({} of them quiet: on pages one thread touches or none writes, or repeats), {} not ({why}), {} sync operations, {} watched calls, {} races; shadow {} MiB; {analysed:.2} s analysis ({:.2} s the first pass), {:.2} s in all",
             a.threads,
             s.checked,
@@ -1088,9 +1096,14 @@ fn dcfg_check(dcfg: &std::path::Path, trace: &std::path::Path, blocks: bool) -> 
         return Ok(ExitCode::SUCCESS);
     }
     out.flush().context("writing output")?;
-    eprintln!(
+    say!(
         "dep: dcfg check passed: {} processes, {} nodes, {} edges, {} routines, {} loops, {} edges decoded",
-        report.processes, report.nodes, report.edges, report.routines, report.loops, report.decoded_edges
+        report.processes,
+        report.nodes,
+        report.edges,
+        report.routines,
+        report.loops,
+        report.decoded_edges
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -505,7 +505,7 @@ fn attach(install: &Install, pid: u32, dr_opts: &str, client_opts: &str, receive
     }
     let _ = child.wait();
     if receiver.connected() > 0 {
-        eprintln!("dep: attached to process {pid}: recording until it ends");
+        let _ = writeln!(std::io::stderr(), "dep: attached to process {pid}: recording until it ends");
     }
     while !exited.done(Duration::from_secs(1)) {}
     Ok(())

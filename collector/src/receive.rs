@@ -360,7 +360,11 @@ impl Receiver {
                     }
                 }
                 wire::EXIT if payload.len() == 4 => res.exit = Some(i32::from_le_bytes(payload[..4].try_into().unwrap())),
-                wire::MESSAGE => eprintln!("dep: {}", String::from_utf8_lossy(&payload)),
+                wire::MESSAGE => {
+                    // Not eprintln!, which panics where standard error is closed: the stream goes on.
+                    use std::io::Write as _;
+                    let _ = writeln!(std::io::stderr(), "dep: {}", String::from_utf8_lossy(&payload));
+                }
                 other => return Err(ReceiveError::UnknownFrame(other)),
             }
         }

@@ -116,7 +116,8 @@ impl Jit {
         match Self::try_build(flat, addr, succ, workers, popcnt) {
             Ok(j) => Some(j),
             Err(e) => {
-                eprintln!("dep: compiling block plans failed ({e}); recovering without compiled blocks");
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stderr(), "dep: compiling block plans failed ({e}); recovering without compiled blocks");
                 None
             }
         }
