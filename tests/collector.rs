@@ -858,6 +858,19 @@ fn child_of(pid: u32) -> u32 {
     }
 }
 
+/// Waits until process `pid` has been asleep for half a second on end (a program reading
+/// its input or starting up sleeps far less at a time): it waits for something.
+fn asleep(pid: u32) {
+    let (started, mut since) = (std::time::Instant::now(), std::time::Instant::now());
+    while since.elapsed().as_millis() < 500 {
+        if proc_state(pid).map(|s| s.0) != Some('S') {
+            since = std::time::Instant::now();
+        }
+        assert!(started.elapsed().as_secs() < 60, "process {pid} never waited: {:?}", proc_state(pid));
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// Sends signal `sig` (`-TERM`, ...) to process `pid`.
 fn signal(sig: &str, pid: u32) {
     assert!(run(Command::new("kill").arg(sig).arg(pid.to_string())).status.success());
@@ -883,8 +896,19 @@ fn terminating_dep_ends_the_program_and_keeps_the_profile() {
         .spawn()
         .unwrap();
     let prog = child_of(launcher.id());
-    // Under way (DynamoRIO and the client set up, the program asleep) before the signal.
-    std::thread::sleep(std::time::Duration::from_secs(1));
+    // Under way (the client has its connection to dep: a socket among the program's
+    // descriptors) and asleep.
+    let started = std::time::Instant::now();
+    let connected = || {
+        std::fs::read_dir(format!("/proc/{prog}/fd"))
+            .map(|d| d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok()).any(|l| l.to_string_lossy().starts_with("socket:")))
+            .unwrap_or(false)
+    };
+    while !connected() {
+        assert!(started.elapsed().as_secs() < 60, "the client never connected");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    asleep(prog);
     signal("-TERM", launcher.id());
     let started = std::time::Instant::now();
     while launcher.try_wait().unwrap().is_none() {
@@ -933,11 +957,9 @@ fn a_killed_launcher_leaves_the_program_running() {
     let prog = child_of(launcher.id());
     // The launcher stopped takes no more chunks: the program fills its slots and waits.
     signal("-STOP", launcher.id());
-    std::thread::sleep(std::time::Duration::from_secs(2));
-    let waiting = proc_state(prog).map(|s| s.0);
+    asleep(prog);
     signal("-KILL", launcher.id());
     launcher.wait().unwrap();
-    assert_eq!(waiting, Some('S'), "the program was not waiting for a slot when its launcher died");
     let started = std::time::Instant::now();
     while proc_state(prog).is_some_and(|(state, _)| state != 'Z') {
         if started.elapsed().as_secs() >= 60 {
