@@ -348,7 +348,7 @@ fn main() -> ExitCode {
                 }
             }
             let msg = causes.join(": ");
-            let _ = writeln!(std::io::stderr(), "dep: error: {msg}");
+            say!("dep: error: {msg}");
             ExitCode::from(2)
         }
     }
@@ -567,7 +567,7 @@ fn check_truncated(p: &dep_profile::container::Profile) -> Result<()> {
         bail!("{}: truncated at byte {t} (the writer stopped mid-record): output covers the complete chunks before it", p.path());
     }
     if let Some(why) = incomplete(p) {
-        let _ = writeln!(std::io::stderr(), "dep: warning: {}: {why}", p.path());
+        say!("dep: warning: {}: {why}", p.path());
     }
     Ok(())
 }

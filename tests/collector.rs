@@ -842,20 +842,30 @@ fn proc_state(pid: u32) -> Option<(char, u32)> {
     Some((f.next()?.chars().next()?, f.next()?.parse().ok()?))
 }
 
+/// Whether `done` holds within `secs` seconds, asked every 10 ms.
+fn within(secs: u64, mut done: impl FnMut() -> bool) -> bool {
+    let started = std::time::Instant::now();
+    while !done() {
+        if started.elapsed().as_secs() >= secs {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    true
+}
+
 /// The first child of process `pid` (the program `dep record` started), waited for.
 fn child_of(pid: u32) -> u32 {
-    let started = std::time::Instant::now();
-    loop {
-        let child = std::fs::read_dir("/proc")
+    let mut child = None;
+    let started = within(30, || {
+        child = std::fs::read_dir("/proc")
             .unwrap()
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
             .find(|&p| proc_state(p).is_some_and(|(_, ppid)| ppid == pid));
-        if let Some(p) = child {
-            return p;
-        }
-        assert!(started.elapsed().as_secs() < 30, "the program did not start");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+        child.is_some()
+    });
+    assert!(started, "the program did not start");
+    child.unwrap()
 }
 
 /// Waits until process `pid` has been asleep for half a second on end (a program reading
@@ -898,25 +908,17 @@ fn terminating_dep_ends_the_program_and_keeps_the_profile() {
     let prog = child_of(launcher.id());
     // Under way (the client has its connection to dep: a socket among the program's
     // descriptors) and asleep.
-    let started = std::time::Instant::now();
     let connected = || {
         std::fs::read_dir(format!("/proc/{prog}/fd"))
             .map(|d| d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok()).any(|l| l.to_string_lossy().starts_with("socket:")))
             .unwrap_or(false)
     };
-    while !connected() {
-        assert!(started.elapsed().as_secs() < 60, "the client never connected");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    assert!(within(60, connected), "the client never connected");
     asleep(prog);
     signal("-TERM", launcher.id());
-    let started = std::time::Instant::now();
-    while launcher.try_wait().unwrap().is_none() {
-        if started.elapsed().as_secs() >= 30 {
-            signal("-KILL", prog);
-            panic!("dep was still running 30 s after its SIGTERM");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    if !within(30, || launcher.try_wait().unwrap().is_some()) {
+        signal("-KILL", prog);
+        panic!("dep was still running 30 s after its SIGTERM");
     }
     let o = launcher.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(128 + 15), "{}", String::from_utf8_lossy(&o.stderr));
@@ -960,13 +962,9 @@ fn a_killed_launcher_leaves_the_program_running() {
     asleep(prog);
     signal("-KILL", launcher.id());
     launcher.wait().unwrap();
-    let started = std::time::Instant::now();
-    while proc_state(prog).is_some_and(|(state, _)| state != 'Z') {
-        if started.elapsed().as_secs() >= 60 {
-            signal("-KILL", prog);
-            panic!("the program still waited for its slots 60 s after its launcher died");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+    if !within(60, || proc_state(prog).is_none_or(|(state, _)| state == 'Z')) {
+        signal("-KILL", prog);
+        panic!("the program still waited for its slots 60 s after its launcher died");
     }
     let unzipped = run(Command::new("gzip").arg("-dc").arg(&out));
     assert!(unzipped.stdout == text.as_bytes(), "the program's output is not whole");
