@@ -29,7 +29,9 @@ impl Engine {
     }
 }
 
-/// Every block of a profile, decoded, looked up by address and version.
+/// Every block of a profile, decoded, looked up by address and version. (The default has
+/// no blocks: for runs made by hand, whose sinks know their blocks otherwise.)
+#[derive(Default)]
 pub struct Plans {
     plans: Vec<Result<BlockPlan, BlockError>>,
     index: FxHashMap<(u64, u32), u32>,

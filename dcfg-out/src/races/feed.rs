@@ -343,7 +343,7 @@ impl Lower for Local<'_> {
     fn access(&mut self, pc: u64, addr: u64, size: u32, write: bool, class: Class, out: &mut Vec<Act>) {
         Local::access(self, pc, addr, size, write, class, false, out)
     }
-    #[inline]
+    #[inline(always)]
     fn quiet(&mut self, block: u32, runtime: bool, insns: &[InsnFacts], refs: &[MemEvent]) -> usize {
         Local::quiet(self, block, runtime, insns, refs)
     }
@@ -538,6 +538,25 @@ impl<'f, L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Feed<'f, L, F> {
         Ok(())
     }
 
+    /// [`on_refs`](Self::on_refs) of the references of a block just entered: those of a
+    /// plain or runtime block that add nothing to the batch (nearly all) are taken here,
+    /// in the run's loop, and only the rest go through the call.
+    #[inline(always)]
+    fn run_refs(&mut self, refs: &[MemEvent]) -> Sent {
+        let Some((id, runtime)) = self.quick else {
+            return self.on_refs(refs);
+        };
+        let n = self.lower.quiet(id, runtime, self.insns, refs);
+        if let Some(last) = refs[..n].last() {
+            self.cur = Some((last.insn, None));
+            self.released = false;
+        }
+        match refs.get(n..) {
+            Some([]) | None => Ok(()),
+            Some(rest) => self.on_refs(rest),
+        }
+    }
+
     #[inline]
     fn one_ref(&mut self, r: &MemEvent) -> Sent {
         let f = self.insns.get(r.insn as usize).map_or(0, |f| f.flags);
@@ -592,7 +611,7 @@ impl<L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Sink for Feed<'_, L, F> {
     fn run(&mut self, run: &Run) -> Result<bool, RecoverError> {
         // (Without the plan each block's event would look up: the facts hold what is used.)
         for (b, refs) in run.records() {
-            if self.on_block(Some(b.id), b.addr, b.executed as u32, false).is_err() || (!refs.is_empty() && self.on_refs(refs).is_err()) {
+            if self.on_block(Some(b.id), b.addr, b.executed as u32, false).is_err() || (!refs.is_empty() && self.run_refs(refs).is_err()) {
                 return Ok(false);
             }
         }
@@ -680,6 +699,7 @@ mod tests {
     fn quiet_path_gives_the_events_of_one_by_one() {
         use crate::program::calls::Exit;
         use dep_profile::{Machine, Semantics};
+        use dep_recover::events::RunBlock;
         let mut sem = Semantics::new(Machine::x86_64(0));
         let code: [(u64, &[u8]); 7] = [
             // mov rax,[rbx]; mov [rcx],rax; push rax; pop rax; mov eax,[rbx+8];
@@ -741,6 +761,18 @@ mod tests {
                 quick.extend(b.into_iter().map(|e| format!("{e:?}")));
                 Ok(())
             });
+            // Blocks taken together as a run (recovery's compiled blocks), given to both
+            // feeds at once before the next block taken alone.
+            let (mut run, mut run_refs) = (Vec::new(), Vec::new());
+            let no_plans = Plans::default();
+            let flush = |a: &mut Feed<_, _>, b: &mut Feed<_, _>, run: &mut Vec<RunBlock>, refs: &mut Vec<MemEvent>| {
+                if !run.is_empty() {
+                    assert!(a.run(&Run::new(0, run, refs, &no_plans)).unwrap());
+                    assert!(b.run(&Run::new(0, run, refs, &no_plans)).unwrap());
+                    run.clear();
+                    refs.clear();
+                }
+            };
             for step in 0..200 {
                 // (The runtime's blocks called by the program or by the runtime.)
                 let id = [0, 0, 1, 1, 2, 3, 3, 4, 4, 5, 5, 6][rand(12) as usize];
@@ -754,8 +786,12 @@ mod tests {
                     executed: plan.insns.len() as u32,
                     interrupted: false,
                 };
-                a.block(&block).unwrap();
-                b.block(&block).unwrap();
+                let in_run = rand(2) == 0;
+                if !in_run {
+                    flush(&mut a, &mut b, &mut run, &mut run_refs);
+                    a.block(&block).unwrap();
+                    b.block(&block).unwrap();
+                }
                 let mut refs = Vec::new();
                 for (k, insn) in plan.insns.iter().enumerate() {
                     let times = if insn.refs.len() == 2
@@ -785,6 +821,11 @@ mod tests {
                         }
                     }
                 }
+                if in_run {
+                    run.push(RunBlock { addr: plan.addr, id: id as u32, executed: plan.insns.len() as u16, refs: refs.len() as u16 });
+                    run_refs.extend(refs);
+                    continue;
+                }
                 // In up to three parts, with markers between.
                 let cut = [rand(refs.len() as u64 + 1) as usize, rand(refs.len() as u64 + 1) as usize];
                 let (lo, hi) = (cut[0].min(cut[1]), cut[0].max(cut[1]));
@@ -812,6 +853,7 @@ mod tests {
                     }
                 }
             }
+            flush(&mut a, &mut b, &mut run, &mut run_refs);
             a.finish_feed().unwrap();
             b.finish_feed().unwrap();
             fast += b.lower.taken;

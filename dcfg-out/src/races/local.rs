@@ -122,16 +122,16 @@ pub struct Local<'k> {
     stack: (u64, u64),
     /// The thread's sites by number, and the last few found.
     sites: FxHashMap<Site, u32>,
-    cache: Box<[Cached]>,
+    cache: Box<[Cached; SITE_CACHE]>,
     /// Sites marked [`SENT`] so far.
     sent: u32,
     /// Blocks asked about with a caller, each with its instructions whose sites are all
     /// sent ([`BlockSites`]).
-    blocks: Box<[BlockSites]>,
+    blocks: Box<[BlockSites; BLOCK_CACHE]>,
     /// Pages asked about (direct-mapped by page number), each as its number shifted left
     /// by two over its [`OWN`] and [`ATOMIC`] bits: an access mostly goes to one of a few
     /// pages (the stack, the data being walked), which one entry alone would keep missing.
-    pages: Box<[u64]>,
+    pages: Box<[u64; PAGE_CACHE]>,
     skipped: u64,
     /// Quiet accesses (to the thread's own pages, and repeats) since the last
     /// [`Act::Quiet`].
@@ -139,6 +139,11 @@ pub struct Local<'k> {
     repeats: Repeats,
     /// The thread's number.
     thread: u32,
+    /// What the quiet path asks of the call stack and watched calls on every block,
+    /// worked out only when they change: the innermost frame's return address and whether
+    /// it returns into the runtime ([`caller`](Self::caller)), or None where a watched
+    /// library call that runs no program code is under way ([`in_library`](Self::in_library)).
+    context: Option<(u64, bool)>,
 }
 
 /// A site number's flag, in the site table and cache: an access of it was sent. The engine
@@ -445,14 +450,15 @@ impl<'k> Local<'k> {
             calls: Watched::default(),
             stack: (u64::MAX, 0),
             sites: FxHashMap::default(),
-            cache: vec![Cached { pc: 0, caller: 0, rest: u32::MAX, id: 0 }; SITE_CACHE].into_boxed_slice(),
+            cache: Box::new([Cached { pc: 0, caller: 0, rest: u32::MAX, id: 0 }; SITE_CACHE]),
             sent: 0,
-            blocks: vec![BlockSites { block: u32::MAX, sent_at: 0, caller: 0, mask: 0, whole: false }; BLOCK_CACHE].into_boxed_slice(),
-            pages: vec![u64::MAX; PAGE_CACHE].into_boxed_slice(),
+            blocks: Box::new([BlockSites { block: u32::MAX, sent_at: 0, caller: 0, mask: 0, whole: false }; BLOCK_CACHE]),
+            pages: Box::new([u64::MAX; PAGE_CACHE]),
             skipped: 0,
             quiet: 0,
             repeats: Repeats::new(),
             thread,
+            context: Some((0, true)),
         }
     }
 
@@ -516,12 +522,12 @@ impl<'k> Local<'k> {
     /// library call, and is either the runtime's called by the runtime (skipped, all of
     /// them), or to the thread's own pages, not a stack access that grows the stack, of a
     /// site already sent (quiet).
-    #[inline]
+    #[inline(always)]
     pub fn quiet(&mut self, block: u32, runtime: bool, insns: &[InsnFacts], refs: &[MemEvent]) -> usize {
-        if self.in_library() {
+        let Some((caller, caller_runtime)) = self.context else {
             return 0;
-        }
-        let (caller, caller_runtime) = self.caller();
+        };
+        debug_assert_eq!(self.context, (!self.in_library()).then(|| self.caller()));
         if runtime && caller_runtime {
             // The runtime's internals: `access` skips each, whatever its page, size or site
             // (a runtime instruction's accesses are of its own class, never a stack one).
@@ -529,6 +535,7 @@ impl<'k> Local<'k> {
             return refs.len();
         }
         let mask = self.sent_sites(block, caller, insns);
+        let (low, high) = self.stack;
         let mut n = 0;
         for r in refs {
             let i = r.insn as usize;
@@ -536,14 +543,14 @@ impl<'k> Local<'k> {
                 break;
             }
             // (The bit is set for instructions of the block only.)
-            let f = &insns[i];
+            let Some(f) = insns.get(i) else { break };
             let write = r.access == Access::Write;
             // Of the size (and pc) whose site was found sent; a size of 0 is skipped.
             if r.size == 0 || r.size != if write { f.write } else { f.read } as u32 || r.pc != f.pc {
                 break;
             }
             let end = access_end(r.addr, r.size);
-            if f.stack && (r.addr < self.stack.0 || end > self.stack.1) {
+            if f.stack && (r.addr < low || end > high) {
                 break;
             }
             if !self.own(r.addr, end) {
@@ -595,8 +602,12 @@ impl<'k> Local<'k> {
     #[inline]
     fn own(&mut self, addr: u64, end: u64) -> bool {
         let p = addr >> 12;
-        // Most accesses lie in one page, and one without atomic locations.
+        // Most accesses lie in one page, and one without atomic locations: one comparison
+        // with its cache entry.
         if end.saturating_sub(1) >> 12 <= p {
+            if self.pages[p as usize & (PAGE_CACHE - 1)] == p << 2 | OWN as u64 {
+                return true;
+            }
             let f = self.page(p);
             return f & OWN != 0 && (f & ATOMIC == 0 || self.no_atomic(addr, end));
         }
@@ -677,6 +688,8 @@ impl<'k> Local<'k> {
     pub fn lower(&mut self, ev: Ev, out: &mut Vec<Act>) {
         let before = out.len();
         let access = matches!(ev, Ev::Access { .. } | Ev::Kernel { .. });
+        // (The events that move the call stack or the watched calls under way.)
+        let moves = matches!(ev, Ev::Block { .. } | Ev::Flow(_) | Ev::Signal | Ev::SignalReturn | Ev::Call { .. } | Ev::Return { .. });
         match ev {
             Ev::Block { addr } => {
                 for e in self.calls.block(addr) {
@@ -714,6 +727,9 @@ impl<'k> Local<'k> {
             Ev::Descriptors(fds) => out.push(Act::Descriptors(fds)),
             Ev::Start => {}
             Ev::End => out.push(Act::End),
+        }
+        if moves {
+            self.context = (!self.in_library()).then(|| self.caller());
         }
         // An event that reaches the engine may change what the thread's next accesses are
         // checked as: its repeats so far are counted before it, and none after it.
