@@ -871,14 +871,14 @@ fn child_of(pid: u32) -> u32 {
 /// Waits until process `pid` has been asleep for half a second on end (a program reading
 /// its input or starting up sleeps far less at a time): it waits for something.
 fn asleep(pid: u32) {
-    let (started, mut since) = (std::time::Instant::now(), std::time::Instant::now());
-    while since.elapsed().as_millis() < 500 {
+    let mut since = std::time::Instant::now();
+    let waited = within(60, || {
         if proc_state(pid).map(|s| s.0) != Some('S') {
             since = std::time::Instant::now();
         }
-        assert!(started.elapsed().as_secs() < 60, "process {pid} never waited: {:?}", proc_state(pid));
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+        since.elapsed().as_millis() >= 500
+    });
+    assert!(waited, "process {pid} never waited: {:?}", proc_state(pid));
 }
 
 /// Sends signal `sig` (`-TERM`, ...) to process `pid`.

@@ -526,16 +526,25 @@ impl<'f, L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Feed<'f, L, F> {
         // atomic, so the one under way has nothing to release or acquire.)
         let mut rest = refs;
         while !rest.is_empty() {
-            let n = self.lower.quiet(id, runtime, self.insns, rest);
-            if let Some(last) = rest[..n].last() {
-                self.cur = Some((last.insn, None));
-                self.released = false;
-            }
+            let n = self.take_quiet(id, runtime, rest);
             let Some((r, tail)) = rest[n..].split_first() else { break };
             self.one_ref(r)?;
             rest = tail;
         }
         Ok(())
+    }
+
+    /// Takes the longest prefix of `refs` (of plain or runtime block `id`) that adds
+    /// nothing to the batch ([`Lower::quiet`]), its last instruction becoming the one under
+    /// way, and answers its length.
+    #[inline(always)]
+    fn take_quiet(&mut self, id: u32, runtime: bool, refs: &[MemEvent]) -> usize {
+        let n = self.lower.quiet(id, runtime, self.insns, refs);
+        if let Some(last) = refs[..n].last() {
+            self.cur = Some((last.insn, None));
+            self.released = false;
+        }
+        n
     }
 
     /// [`on_refs`](Self::on_refs) of the references of a block just entered: those of a
@@ -546,11 +555,9 @@ impl<'f, L: Lower, F: FnMut(Vec<L::Item>) -> Sent> Feed<'f, L, F> {
         let Some((id, runtime)) = self.quick else {
             return self.on_refs(refs);
         };
-        let n = self.lower.quiet(id, runtime, self.insns, refs);
-        if let Some(last) = refs[..n].last() {
-            self.cur = Some((last.insn, None));
-            self.released = false;
-        }
+        // (The rest begins with a reference the quiet path does not take, which `on_refs`
+        // asks it about again: a few blocks in a hundred.)
+        let n = self.take_quiet(id, runtime, refs);
         match refs.get(n..) {
             Some([]) | None => Ok(()),
             Some(rest) => self.on_refs(rest),
