@@ -245,8 +245,12 @@ impl SimThread<'_> {
         if self.records {
             match self.rng.below(16) {
                 0 => {
+                    // Before one of its instructions, as an atomic's or a system call's
+                    // record is: the thread's segment ends in the middle of the block.
+                    // (Placed by the number, drawing nothing more from the generator.)
                     let seq = self.sync_seq();
-                    self.tags.escape(Escape::Sync { at: 0, seq });
+                    let at = (seq / self.thread.1.max(1)) % self.plans[b].insns.len().max(1) as u64;
+                    self.tags.escape(Escape::Sync { at: at as u16, seq });
                 }
                 1 => self.tags.escape(Escape::Return { func: 2, value: 16 }),
                 _ => {}
