@@ -25,11 +25,19 @@ struct Frame {
 }
 
 /// One thread's control-dependence state.
-#[derive(Default)]
 pub struct Control {
     /// Open regions: the branch instance and the node that closes it.
     stack: Vec<(Def, u32)>,
     frames: CallStack<Frame>,
+    /// What [`current`](Self::current) answers, worked out again after every change (every
+    /// instance asks; a change comes at most once a block).
+    now: Def,
+}
+
+impl Default for Control {
+    fn default() -> Self {
+        Control { stack: Vec::new(), frames: CallStack::default(), now: NONE }
+    }
 }
 
 impl Control {
@@ -42,14 +50,24 @@ impl Control {
     #[inline]
     pub fn enter(&mut self, node: u32) {
         let floor = self.floor();
-        while self.stack.len() > floor && self.stack.last().is_some_and(|e| e.1 == node) {
-            self.stack.pop();
+        if self.stack.len() > floor && self.stack.last().is_some_and(|e| e.1 == node) {
+            while self.stack.len() > floor && self.stack.last().is_some_and(|e| e.1 == node) {
+                self.stack.pop();
+            }
+            self.settle();
         }
     }
 
     /// The branch instance the next instance depends on, or [`NONE`].
-    #[inline]
+    #[inline(always)]
     pub fn current(&self) -> Def {
+        debug_assert_eq!(self.now, self.innermost());
+        self.now
+    }
+
+    /// The innermost open region's branch in the current frame, or what the frame's call
+    /// depended on.
+    fn innermost(&self) -> Def {
         if self.stack.len() > self.floor() {
             self.stack.last().map_or(NONE, |e| e.0)
         } else {
@@ -57,9 +75,17 @@ impl Control {
         }
     }
 
+    /// Works out [`current`](Self::current) again after a change.
+    #[inline]
+    fn settle(&mut self) {
+        self.now = self.innermost();
+    }
+
     /// Branch instance `d` opens a region closed by node `ipdom`.
     #[inline]
     pub fn branch(&mut self, d: Def, ipdom: u32) {
+        // (Either way the new region is the innermost: the next instance depends on `d`.)
+        self.now = d;
         if self.stack.len() > self.floor() {
             if let Some(top) = self.stack.last_mut() {
                 if top.1 == ipdom {
@@ -82,12 +108,14 @@ impl Control {
             // A tail call from the thread's outermost code: its regions stay as they are.
             Step::Beyond(_) | Step::Confined => {}
         }
+        self.settle();
     }
 
     /// A signal handler starts; what was interrupted depended on `base`.
     pub fn signal(&mut self, base: Def) {
         let dropped = self.frames.signal(Frame { base, floor: self.stack.len() as u32 });
         self.dropped(!dropped.is_empty());
+        self.settle();
     }
 
     /// A signal handler returned (through sigreturn).
@@ -95,6 +123,7 @@ impl Control {
         if let Some(k) = self.frames.handler() {
             self.pop_to(k);
         }
+        self.settle();
     }
 
     /// The stack dropped its outer frames: their regions go too.

@@ -17,6 +17,7 @@ pub mod ops;
 pub mod shadow;
 pub mod statics;
 pub mod store;
+pub mod template;
 pub mod text;
 pub mod values;
 

@@ -95,6 +95,11 @@ impl Ops {
         ops
     }
 
+    /// Blocks of the table (with a plan or not).
+    pub fn blocks(&self) -> u32 {
+        self.blocks.len() as u32
+    }
+
     /// Where block `b`'s instructions start.
     #[inline]
     pub fn first(&self, b: u32) -> u32 {

@@ -54,9 +54,13 @@ fn distinct(slots: &[Def], out: &mut Vec<Def>) {
 pub struct Registers {
     /// Each byte's definition, valid for registers whose `uni` is [`MIXED`].
     slots: Vec<Def>,
-    /// Per register: the definition of all its bytes, or [`MIXED`].
-    uni: Vec<Def>,
+    /// Per register: the definition of all its bytes, or [`MIXED`]. Indexed by a `u8`, so
+    /// the engine's every read and definition goes without a bounds check.
+    uni: Box<[Def; 256]>,
 }
+
+// (A register's index fits the `u8` a [`RegSpan`] holds it in.)
+const _: () = assert!(dep_profile::archregs::NUM_ARCH_REGS <= 256);
 
 /// Bytes of one register with different definitions. Never a [`Def`]: its instance field
 /// is the largest, which the engine never hands out (it stops below `MAX_INSTANCES - 1`).
@@ -69,7 +73,7 @@ const VEC_SLOTS: usize = 32 * 64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RegSpan {
     /// The register's index.
-    reg: u16,
+    reg: u8,
     /// Its bytes' slots.
     start: u16,
     len: u16,
@@ -77,9 +81,25 @@ pub struct RegSpan {
     full: bool,
 }
 
+impl RegSpan {
+    /// What the span holds, as keys a block's template tells bytes apart by: its bytes'
+    /// slots, or for a register held whole one key of its own; none for a span of no byte
+    /// (which no read depends through and no definition changes).
+    pub fn keys(&self) -> std::ops::Range<u32> {
+        if self.len > 0 {
+            self.start as u32..self.start as u32 + self.len as u32
+        } else if self.full {
+            let k = (GPR_SLOTS + VEC_SLOTS) as u32 + self.reg as u32;
+            k..k + 1
+        } else {
+            0..0
+        }
+    }
+}
+
 impl Default for Registers {
     fn default() -> Self {
-        Registers { slots: vec![NONE; GPR_SLOTS + VEC_SLOTS], uni: vec![NONE; dep_profile::archregs::NUM_ARCH_REGS] }
+        Registers { slots: vec![NONE; GPR_SLOTS + VEC_SLOTS], uni: Box::new([NONE; 256]) }
     }
 }
 
@@ -101,11 +121,11 @@ impl Registers {
         let reg = r.reg.index();
         let all = Self::all(reg);
         if all.is_empty() {
-            return RegSpan { reg: reg as u16, start: 0, len: 0, full: true };
+            return RegSpan { reg: reg as u8, start: 0, len: 0, full: true };
         }
         let lo = (r.lo as usize).min(all.len());
         let hi = (r.hi as usize).clamp(lo, all.len());
-        RegSpan { reg: reg as u16, start: (all.start + lo) as u16, len: (hi - lo) as u16, full: r.lo == 0 && r.hi as usize == all.len() }
+        RegSpan { reg: reg as u8, start: (all.start + lo) as u16, len: (hi - lo) as u16, full: r.lo == 0 && r.hi as usize == all.len() }
     }
 
     /// The definitions of the bytes `r` reads, appended to `out`.
