@@ -2,7 +2,8 @@
  * reading stdin, so the attach finds every thread inside a system call. A line on stdin (or its
  * end) lets them go: each thread sums a private array and bumps a shared counter under a mutex;
  * main joins them, prints the sums and exits with 5. With --block-signals the workers start with
- * every signal blocked, as xz's do. */
+ * every signal blocked, as xz's do; with --block-briefly they unblock them 100 ms after
+ * starting, as a thread just created does once it runs (ready is printed before then). */
 #include <pthread.h>
 #include <signal.h>
 #include <errno.h>
@@ -17,10 +18,17 @@ static int go[2];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static long shared;
 
+static int briefly;
 static void *worker(void *p)
 {
     long id = (long)p, sum = 0;
     char c;
+    if (briefly) {
+        sigset_t none;
+        sigemptyset(&none);
+        usleep(100000);
+        pthread_sigmask(SIG_SETMASK, &none, NULL);
+    }
     while (read(go[0], &c, 1) != 1) {}
     long *arr = malloc(LEN * sizeof *arr);
     for (long i = 0; i < LEN; i++) arr[i] = i * (id + 3) % 1009;
@@ -41,7 +49,8 @@ int main(int argc, char **argv)
     pthread_t t[NTHREADS];
     sigset_t all, old;
     sigfillset(&all);
-    int block = argc > 1 && strcmp(argv[1], "--block-signals") == 0;
+    briefly = argc > 1 && strcmp(argv[1], "--block-briefly") == 0;
+    int block = briefly || (argc > 1 && strcmp(argv[1], "--block-signals") == 0);
     if (pipe(go) != 0) return 1;
     if (block) pthread_sigmask(SIG_SETMASK, &all, &old);
     for (long i = 0; i < NTHREADS; i++)

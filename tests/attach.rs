@@ -53,11 +53,11 @@ fn program(args: &[&str]) -> Command {
     cmd
 }
 
-/// Runs corpora/attach, attaches `dep record --truth` (with `client` as DEP_CLIENT, if
-/// given) to it into `p` once it is ready, lets it go and returns (what it printed, its
-/// exit status, dep's exit status, dep's stderr).
-fn attach_and_run(p: &Path, client: Option<&Path>) -> (String, i32, i32, String) {
-    let (mut prog, out) = start(&mut program(&[]));
+/// Runs corpora/attach with `args`, attaches `dep record --truth` (with `client` as
+/// DEP_CLIENT, if given) to it into `p` once it is ready, lets it go and returns (what it
+/// printed, its exit status, dep's exit status, dep's stderr).
+fn attach_and_run(p: &Path, client: Option<&Path>, args: &[&str]) -> (String, i32, i32, String) {
+    let (mut prog, out) = start(&mut program(args));
     let mut rec = Command::new(dep());
     if let Some(c) = client {
         rec.env("DEP_CLIENT", c);
@@ -97,7 +97,7 @@ fn attach_and_run(p: &Path, client: Option<&Path>) -> (String, i32, i32, String)
 fn attached_process_recovers_to_its_truth_and_runs_as_natively() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("attach.dep");
-    let (printed, status, dep_status, said) = attach_and_run(&p, None);
+    let (printed, status, dep_status, said) = attach_and_run(&p, None, &[]);
     let native = Command::new(corpus().join("attach")).stdin(Stdio::null()).output().unwrap();
     let native_out = String::from_utf8_lossy(&native.stdout);
     assert_eq!(native.status.code(), Some(5));
@@ -182,7 +182,20 @@ fn attach_finds_its_helper_when_the_client_is_elsewhere() {
     std::fs::copy(&built, &client).unwrap();
     assert!(!dir.path().join("dep-attach").exists());
     let p = dir.path().join("moved.dep");
-    let (printed, status, dep_status, said) = attach_and_run(&p, Some(&client));
+    let (printed, status, dep_status, said) = attach_and_run(&p, Some(&client), &[]);
+    assert_eq!((status, dep_status), (5, 5), "{said}");
+    assert!(printed.contains("shared 150 total"), "{printed}");
+    assert!(!recovers_to_truth(&p).is_empty());
+}
+
+/// Every thread blocks all signals for a moment as it starts (glibc, from its clone until its
+/// start routine runs): one that blocks SIGILL is waited for, and refused only if it keeps
+/// it blocked (corpora/attach's workers unblock 100 ms after starting, after `ready`).
+#[test]
+fn attach_waits_for_a_thread_that_blocks_signals_for_a_moment() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("briefly.dep");
+    let (printed, status, dep_status, said) = attach_and_run(&p, None, &["--block-briefly"]);
     assert_eq!((status, dep_status), (5, 5), "{said}");
     assert!(printed.contains("shared 150 total"), "{printed}");
     assert!(!recovers_to_truth(&p).is_empty());

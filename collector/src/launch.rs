@@ -465,7 +465,7 @@ fn attach(install: &Install, pid: u32, dr_opts: &str, client_opts: &str, receive
     if maps.lines().any(|l| l.ends_with("/libdynamorio.so")) {
         return Err(RecordError::Attach { pid, why: "it already runs under DynamoRIO".into() });
     }
-    if let Some(tid) = blocks_takeover(pid) {
+    if let Some(tid) = keeps_takeover_blocked(pid, Duration::from_millis(250)) {
         return Err(RecordError::Attach {
             pid,
             why: format!(
@@ -524,6 +524,20 @@ fn blocks_takeover(pid: u32) -> Option<u32> {
         }
     }
     None
+}
+
+/// A thread of process `pid` that blocks SIGILL still after `settle`, checked every 10 ms
+/// until none does. A thread starting up blocks every signal for a moment (glibc, from its
+/// clone until its start routine runs): only one that keeps SIGILL blocked is refused.
+fn keeps_takeover_blocked(pid: u32, settle: Duration) -> Option<u32> {
+    let started = Instant::now();
+    loop {
+        let tid = blocks_takeover(pid)?;
+        if started.elapsed() >= settle {
+            return Some(tid);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// The end of a process that is not dep's child, through a pidfd.
