@@ -49,12 +49,12 @@ impl Control {
     /// Execution enters node `node`: the regions it closes end.
     #[inline]
     pub fn enter(&mut self, node: u32) {
-        let floor = self.floor();
-        if self.stack.len() > floor && self.stack.last().is_some_and(|e| e.1 == node) {
-            while self.stack.len() > floor && self.stack.last().is_some_and(|e| e.1 == node) {
-                self.stack.pop();
-            }
-            self.settle();
+        let (floor, open) = (self.floor(), self.stack.len());
+        while self.stack.len() > floor && self.stack.last().is_some_and(|e| e.1 == node) {
+            self.stack.pop();
+        }
+        if self.stack.len() != open {
+            self.refresh();
         }
     }
 
@@ -77,7 +77,7 @@ impl Control {
 
     /// Works out [`current`](Self::current) again after a change.
     #[inline]
-    fn settle(&mut self) {
+    fn refresh(&mut self) {
         self.now = self.innermost();
     }
 
@@ -108,14 +108,14 @@ impl Control {
             // A tail call from the thread's outermost code: its regions stay as they are.
             Step::Beyond(_) | Step::Confined => {}
         }
-        self.settle();
+        self.refresh();
     }
 
     /// A signal handler starts; what was interrupted depended on `base`.
     pub fn signal(&mut self, base: Def) {
         let dropped = self.frames.signal(Frame { base, floor: self.stack.len() as u32 });
         self.dropped(!dropped.is_empty());
-        self.settle();
+        self.refresh();
     }
 
     /// A signal handler returned (through sigreturn).
@@ -123,7 +123,7 @@ impl Control {
         if let Some(k) = self.frames.handler() {
             self.pop_to(k);
         }
-        self.settle();
+        self.refresh();
     }
 
     /// The stack dropped its outer frames: their regions go too.

@@ -540,8 +540,8 @@ impl<'a> Engine<'a> {
     }
 
     /// Runs the block's instructions from the next to start up to `to`, none of which makes
-    /// a reference (`first`: where the block's start in [`Ops`]; `executed`: how many of
-    /// its instructions ran).
+    /// a reference (`first`: where the block starts in [`Ops`]; `executed`: how many of its
+    /// instructions ran).
     #[inline(always)]
     fn plain<const M: Mode>(&mut self, first: u32, to: u32, executed: u32) -> Result<(), EngineError> {
         for i in self.t.next..to {
