@@ -15,7 +15,7 @@ use super::ops::{Op, Ops, BRANCH, GATHER, REP};
 use super::shadow::{self, id_of, inst_of, pack, At, Def, Flags, Registers, NONE};
 use super::statics::{Statics, NO_NODE};
 use super::store::Background;
-use super::template::{Inst, Templates, VALUES};
+use super::template::{Templates, VALUES};
 use super::values::Values;
 use crate::program::calls::{BlockExits, CallFlow};
 use dep_profile::semantics::Access;
@@ -440,13 +440,7 @@ impl<'a> Engine<'a> {
             }
             let def = self.def_of(bid, k);
             let Engine { st, ops, out, t, .. } = self;
-            let mut res = Ok(());
-            t.values.after(ops.steps(ops.op(ops.first(bid) + k)), def, &mut |d, v| {
-                if res.is_ok() {
-                    res = out.value(st, d, v);
-                }
-            });
-            res?;
+            after_values(&mut t.values, ops.steps(ops.op(ops.first(bid) + k)), def, st, out)?;
         }
         Ok(())
     }
@@ -487,7 +481,7 @@ impl<'a> Engine<'a> {
         let mut found = 0u64;
         if open {
             let i = tpl.inst(bid, from);
-            end_templated(i, local[from as usize], st, control, *node);
+            close_branch(i.kind, local[from as usize], st, control, *node);
         }
         let (s, e) = (from + open as u32, if stop { to } else { to + 1 });
         let stretch = tpl.stretch(bid, s, e);
@@ -499,12 +493,7 @@ impl<'a> Engine<'a> {
                 *node = i.node;
                 cd = control.current();
             }
-            let slot = &mut counts[i.id as usize];
-            let inst = *slot;
-            if inst + 1 >= shadow::MAX_INSTANCES {
-                return Err(EngineError::TooManyInstances { pc: st.insns[i.id as usize].pc, max: shadow::MAX_INSTANCES - 1 });
-            }
-            *slot = inst + 1;
+            let inst = next_instance(counts, st, i.id)?;
             let def = pack(i.id, inst);
             local[k as usize] = def;
             *last_cd = cd;
@@ -512,7 +501,7 @@ impl<'a> Engine<'a> {
                 emit::<M>(out, &mut found, st, i.seg, i.id, inst, cd)?;
             }
             if i.kind & BRANCH != 0 && k < to {
-                end_templated(*i, def, st, control, *node);
+                close_branch(i.kind, def, st, control, *node);
                 cd = control.current();
             }
         }
@@ -669,12 +658,7 @@ impl<'a> Engine<'a> {
             t.cd.enter(op.node);
             t.node = op.node;
         }
-        let slot = &mut counts[id as usize];
-        let inst = *slot;
-        if inst + 1 >= shadow::MAX_INSTANCES {
-            return Err(EngineError::TooManyInstances { pc: op.pc, max: shadow::MAX_INSTANCES - 1 });
-        }
-        *slot = inst + 1;
+        let inst = next_instance(counts, st, id)?;
         *instances += 1;
         let def = pack(id, inst);
         let seg0 = op.seg0;
@@ -753,32 +737,45 @@ impl<'a> Engine<'a> {
         if M == STORE {
             let steps = ops.steps(op);
             if !steps.is_empty() {
-                let mut res = Ok(());
-                t.values.after(steps, c.def, &mut |d, v| {
-                    if res.is_ok() {
-                        res = out.value(st, d, v);
-                    }
-                });
-                res?;
+                after_values(&mut t.values, steps, c.def, st, out)?;
             }
         }
-        if op.kind & BRANCH != 0 {
-            let n = t.node;
-            if n != NO_NODE && st.branch[n as usize] {
-                t.cd.branch(c.def, st.ipdom[n as usize]);
-            }
-        }
+        close_branch(op.kind, c.def, st, &mut t.cd, t.node);
         Ok(())
     }
 }
 
-/// The end of instance `def` of templated instruction `i`, a branch: the region it opens.
-/// (Its value rules are applied apart, in order with the values references reveal.)
+/// The end of instance `def` of an instruction of kind `kind` (its [`BRANCH`] bit), in graph
+/// node `node`: the control-dependence region it opens, if it is a branch of two or more
+/// successors.
 #[inline(always)]
-fn end_templated(i: Inst, def: Def, st: &Statics, control: &mut Control, node: u32) {
-    if i.kind & BRANCH != 0 && node != NO_NODE && st.branch[node as usize] {
+fn close_branch(kind: u8, def: Def, st: &Statics, control: &mut Control, node: u32) {
+    if kind & BRANCH != 0 && node != NO_NODE && st.branch[node as usize] {
         control.branch(def, st.ipdom[node as usize]);
     }
+}
+
+/// Applies value rules `steps` of instance `def`, handing the values they settle to `out`.
+fn after_values(values: &mut Values, steps: &[super::values::Step], def: Def, st: &Statics, out: &mut Out) -> io::Result<()> {
+    let mut res = Ok(());
+    values.after(steps, def, &mut |d, v| {
+        if res.is_ok() {
+            res = out.value(st, d, v);
+        }
+    });
+    res
+}
+
+/// The next instance of static instruction `id`, counted.
+#[inline(always)]
+fn next_instance(counts: &mut [u64], st: &Statics, id: u32) -> Result<u64, EngineError> {
+    let slot = &mut counts[id as usize];
+    let inst = *slot;
+    if inst + 1 >= shadow::MAX_INSTANCES {
+        return Err(EngineError::TooManyInstances { pc: st.insns[id as usize].pc, max: shadow::MAX_INSTANCES - 1 });
+    }
+    *slot = inst + 1;
+    Ok(inst)
 }
 
 /// What to report for `e`, the memory half's failure: where it fed the store, the store's
