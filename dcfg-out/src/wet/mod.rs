@@ -9,6 +9,7 @@
 //! half on a thread of its own, [`memside`]), then the comprehensive format's reordering,
 //! from memory and from runs spilled to temporary files.
 
+pub mod chunk;
 pub mod control;
 pub mod engine;
 pub mod handoff;

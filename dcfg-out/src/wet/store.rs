@@ -34,6 +34,25 @@ struct Seg {
 }
 
 impl Seg {
+    /// Appends a dependence record.
+    #[inline]
+    fn dep(&mut self, d: DepRecord) {
+        let (di, dd) = (d.inst - self.last, d.dep_inst.wrapping_sub(self.last_dep));
+        if self.count > 0 && di == self.d_inst && d.dep_id == self.last_id && dd == self.d_dep && self.run < u32::MAX {
+            self.run += 1;
+        } else {
+            self.flush_run();
+            put(&mut self.buf, di << 1 | 1);
+            put(&mut self.buf, zig(d.dep_id.wrapping_sub(self.last_id) as i32 as i64));
+            put(&mut self.buf, zig(dd as i64));
+            (self.d_inst, self.d_dep, self.last_id) = (di, dd, d.dep_id);
+        }
+        self.last = d.inst;
+        self.last_dep = d.dep_inst;
+        self.count += 1;
+        self.total += 1;
+    }
+
     #[inline]
     fn flush_run(&mut self) {
         if self.run > 0 {
@@ -132,7 +151,7 @@ fn read_varint(r: &mut impl Read) -> io::Result<Option<u64>> {
 }
 
 /// A dependence record: the use's instance, and the instance it depends on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DepRecord {
     pub inst: u64,
     pub dep_id: u32,
@@ -152,21 +171,7 @@ impl Store {
     pub fn dep(&mut self, seg: u32, inst: u64, dep: Def) -> io::Result<()> {
         let s = &mut self.segs[seg as usize];
         let before = s.buf.capacity();
-        let (id, dep_inst) = (id_of(dep), inst_of(dep));
-        let (di, dd) = (inst - s.last, dep_inst.wrapping_sub(s.last_dep));
-        if s.count > 0 && di == s.d_inst && id == s.last_id && dd == s.d_dep && s.run < u32::MAX {
-            s.run += 1;
-        } else {
-            s.flush_run();
-            put(&mut s.buf, di << 1 | 1);
-            put(&mut s.buf, zig(id.wrapping_sub(s.last_id) as i32 as i64));
-            put(&mut s.buf, zig(dd as i64));
-            (s.d_inst, s.d_dep, s.last_id) = (di, dd, id);
-        }
-        s.last = inst;
-        s.last_dep = dep_inst;
-        s.count += 1;
-        s.total += 1;
+        s.dep(DepRecord { inst, dep_id: id_of(dep), dep_inst: inst_of(dep) });
         self.held += s.buf.capacity() - before;
         self.check()
     }
@@ -521,16 +526,141 @@ fn next_value(r: &mut impl Read) -> io::Result<Option<(u64, u64)>> {
     }
 }
 
+/// A part of a segment, as [`Reader::dep_parts`] gives it.
+#[derive(Debug)]
+pub enum Part<'a> {
+    /// Read from a spilled run, into the reader's buffer.
+    Read(&'a [u8]),
+    /// The segment's records held in memory, whole.
+    Held(Vec<u8>),
+}
+
+/// Where reading one part of a segment stands (each part starts its deltas afresh): the
+/// next byte, the last record given, its deltas from the one before, and how many records
+/// repeating those deltas are still to come. A part can be read in stretches from several
+/// of these, each taken where the one before stopped.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cursor {
+    at: usize,
+    d: DepRecord,
+    di: u64,
+    dd: u64,
+    run: u64,
+}
+
+impl Cursor {
+    /// Gives the next `n` records of part `buf` (fewer at its end) to `f`, in order.
+    #[inline]
+    pub fn each(&mut self, buf: &[u8], n: u64, mut f: impl FnMut(DepRecord) -> io::Result<()>) -> io::Result<()> {
+        // (In locals, not through `self`, so that they stay in registers.)
+        let Cursor { mut at, mut d, mut di, mut dd, mut run } = *self;
+        let mut left = n;
+        while left > 0 {
+            if run > 0 {
+                let k = run.min(left);
+                for _ in 0..k {
+                    d.inst = d.inst.wrapping_add(di);
+                    d.dep_inst = d.dep_inst.wrapping_add(dd);
+                    f(d)?;
+                }
+                (run, left) = (run - k, left - k);
+                continue;
+            }
+            if at >= buf.len() {
+                break;
+            }
+            let v = get(buf, &mut at)?;
+            if v & 1 == 1 {
+                di = v >> 1;
+                d.dep_id = d.dep_id.wrapping_add(unzig(get(buf, &mut at)?) as u32);
+                dd = unzig(get(buf, &mut at)?) as u64;
+                d.inst = d.inst.wrapping_add(di);
+                d.dep_inst = d.dep_inst.wrapping_add(dd);
+                f(d)?;
+                left -= 1;
+            } else {
+                run = v >> 1;
+            }
+        }
+        *self = Cursor { at, d, di, dd, run };
+        Ok(())
+    }
+
+    /// Steps over the next `n` records of part `buf` (fewer at its end) without giving
+    /// them, a run of repeats at once; answers how many it stepped over.
+    pub fn skip(&mut self, buf: &[u8], n: u64) -> io::Result<u64> {
+        let mut left = n;
+        while left > 0 {
+            if self.run > 0 {
+                let k = self.run.min(left);
+                self.d.inst = self.d.inst.wrapping_add(self.di.wrapping_mul(k));
+                self.d.dep_inst = self.d.dep_inst.wrapping_add(self.dd.wrapping_mul(k));
+                (self.run, left) = (self.run - k, left - k);
+            } else if self.at >= buf.len() {
+                break;
+            } else {
+                self.each(buf, 1, |_| Ok(()))?;
+                left -= 1;
+            }
+        }
+        Ok(n - left)
+    }
+
+    /// Whether part `buf` is read through.
+    pub fn done(&self, buf: &[u8]) -> bool {
+        self.run == 0 && self.at >= buf.len()
+    }
+}
+
+/// Each dependence record of one part of a segment, in order.
+#[inline]
+pub fn each_dep(buf: &[u8], f: impl FnMut(DepRecord) -> io::Result<()>) -> io::Result<()> {
+    Cursor::default().each(buf, u64::MAX, f)
+}
+
+/// One part encoding `records` (in instance order), as the store writes them.
+#[cfg(test)]
+pub(super) fn encoded(records: &[DepRecord]) -> Vec<u8> {
+    let mut s = Seg::default();
+    for &d in records {
+        s.dep(d);
+    }
+    s.flush_run();
+    s.buf
+}
+
 impl Reader {
-    /// Calls `f` with each part of segment `seg` (raw bytes and record count), in run order.
-    /// Segments must be asked for in increasing order.
-    fn parts(&mut self, seg: u32, f: &mut dyn FnMut(&[u8], u64) -> io::Result<()>) -> io::Result<()> {
+    /// Positions every run at its first segment, once.
+    fn open(&mut self) -> io::Result<()> {
         if !self.started {
             for r in &mut self.runs {
                 r.advance()?;
             }
             self.started = true;
         }
+        Ok(())
+    }
+
+    /// Calls `f` with each part of segment `seg` (raw bytes and record count), in run order.
+    /// Segments must be asked for in increasing order.
+    fn parts(&mut self, seg: u32, f: &mut dyn FnMut(&[u8], u64) -> io::Result<()>) -> io::Result<()> {
+        self.dep_parts(seg, &mut |part, count| match part {
+            Part::Read(buf) => f(buf, count),
+            Part::Held(buf) => f(&buf, count),
+        })
+    }
+
+    /// Each dependence record of use-port segment `seg`, in instance order.
+    pub fn deps(&mut self, seg: u32, f: &mut dyn FnMut(DepRecord) -> io::Result<()>) -> io::Result<()> {
+        self.parts(seg, &mut |buf, _| each_dep(buf, &mut *f))
+    }
+
+    /// Calls `f` with each part of segment `seg` and its record count, in run order, for
+    /// [`each_dep`] or a [`Cursor`] to decode where the caller likes (the formatters,
+    /// beside this reader). The part held in memory is handed over whole, not copied (it
+    /// may be most of the memory budget). Segments must be asked for in increasing order.
+    pub fn dep_parts(&mut self, seg: u32, f: &mut dyn FnMut(Part, u64) -> io::Result<()>) -> io::Result<()> {
+        self.open()?;
         for r in &mut self.runs {
             while let Some((k, count, len)) = r.next {
                 if k > seg as u64 {
@@ -540,42 +670,16 @@ impl Reader {
                 r.r.read_exact(&mut self.buf)?;
                 r.advance()?;
                 if k == seg as u64 {
-                    f(&self.buf, count)?;
+                    f(Part::Read(&self.buf), count)?;
                 }
             }
         }
         let mut s = std::mem::take(&mut self.segs[seg as usize]);
         s.flush_run();
         if s.count > 0 {
-            f(&s.buf, s.count)?;
+            f(Part::Held(s.buf), s.count)?;
         }
         Ok(())
-    }
-
-    /// Each dependence record of use-port segment `seg`, in instance order.
-    pub fn deps(&mut self, seg: u32, f: &mut dyn FnMut(DepRecord) -> io::Result<()>) -> io::Result<()> {
-        self.parts(seg, &mut |buf, _| {
-            let (mut at, mut d) = (0usize, DepRecord { inst: 0, dep_id: 0, dep_inst: 0 });
-            let (mut di, mut dd) = (0u64, 0u64);
-            while at < buf.len() {
-                let v = get(buf, &mut at)?;
-                if v & 1 == 1 {
-                    di = v >> 1;
-                    d.dep_id = d.dep_id.wrapping_add(unzig(get(buf, &mut at)?) as u32);
-                    dd = unzig(get(buf, &mut at)?) as u64;
-                    d.inst += di;
-                    d.dep_inst = d.dep_inst.wrapping_add(dd);
-                    f(d)?;
-                } else {
-                    for _ in 0..v >> 1 {
-                        d.inst += di;
-                        d.dep_inst = d.dep_inst.wrapping_add(dd);
-                        f(d)?;
-                    }
-                }
-            }
-            Ok(())
-        })
     }
 
     /// The values of value segment `seg`: their number, then each, sorted by instance
@@ -706,6 +810,63 @@ mod tests {
                 assert_eq!(totals[port as usize], got.len() as u64);
             }
             assert_eq!(values(&mut r, vseg), (0..200).map(|i| (i, 199 - i)).collect::<Vec<_>>());
+        }
+    }
+
+    /// A part read in stretches of any length, each from where the last stopped (a run
+    /// of repeats stepped over at once, or cut anywhere), gives the records read whole.
+    #[test]
+    fn a_part_reads_the_same_in_stretches() {
+        // Runs of repeats of several lengths between records that are not, and steps back.
+        let mut recs = vec![];
+        let (mut inst, mut dep) = (3u64, 1000u64);
+        for k in 0..400u64 {
+            let (di, dd, id) = match k % 40 {
+                0..=24 => (1, 1, 7),
+                25..=29 => (2 + k % 3, k.wrapping_mul(31) % 9, 7 + (k % 2) as u32),
+                30..=38 => (1, 0, 9),
+                _ => (5, u64::MAX - 40, 2),
+            };
+            inst += di;
+            dep = dep.wrapping_add(dd);
+            recs.push(DepRecord { inst, dep_id: id, dep_inst: dep });
+        }
+        let part = encoded(&recs);
+        assert!(part.len() < recs.len(), "{} bytes: the runs were not kept as runs", part.len());
+        let mut whole = vec![];
+        each_dep(&part, |d| {
+            whole.push(d);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(whole, recs);
+        for n in [1u64, 2, 3, 7, 24, 25, 26, 64, 399, 400, 1000] {
+            // Read in stretches of n, and stepped over in stretches of n then read.
+            let (mut c, mut got) = (Cursor::default(), vec![]);
+            while !c.done(&part) {
+                let before = got.len();
+                c.each(&part, n, |d| {
+                    got.push(d);
+                    Ok(())
+                })
+                .unwrap();
+                assert_eq!((got.len() - before) as u64, n.min((recs.len() - before) as u64));
+            }
+            assert_eq!(got, recs, "read {n} at a time");
+            let (mut c, mut got) = (Cursor::default(), vec![]);
+            while !c.done(&part) {
+                let from = c;
+                let stepped = c.skip(&part, n).unwrap();
+                let mut again = from;
+                again
+                    .each(&part, stepped, |d| {
+                        got.push(d);
+                        Ok(())
+                    })
+                    .unwrap();
+                assert_eq!((again.at, again.run, again.d), (c.at, c.run, c.d), "stepped {n} at a time");
+            }
+            assert_eq!(got, recs, "stepped {n} at a time");
         }
     }
 
