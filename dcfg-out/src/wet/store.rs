@@ -613,8 +613,8 @@ impl Cursor {
 }
 
 /// Each dependence record of one part of a segment, in order.
-#[inline]
-pub fn each_dep(buf: &[u8], f: impl FnMut(DepRecord) -> io::Result<()>) -> io::Result<()> {
+#[cfg(test)]
+pub(super) fn each_dep(buf: &[u8], f: impl FnMut(DepRecord) -> io::Result<()>) -> io::Result<()> {
     Cursor::default().each(buf, u64::MAX, f)
 }
 
@@ -650,15 +650,17 @@ impl Reader {
         })
     }
 
-    /// Each dependence record of use-port segment `seg`, in instance order.
+    /// Each dependence record of use-port segment `seg`, in instance order. (The trace's
+    /// formatters decode [`dep_parts`](Self::dep_parts) themselves.)
+    #[cfg(test)]
     pub fn deps(&mut self, seg: u32, f: &mut dyn FnMut(DepRecord) -> io::Result<()>) -> io::Result<()> {
         self.parts(seg, &mut |buf, _| each_dep(buf, &mut *f))
     }
 
-    /// Calls `f` with each part of segment `seg` and its record count, in run order, for
-    /// [`each_dep`] or a [`Cursor`] to decode where the caller likes (the formatters,
-    /// beside this reader). The part held in memory is handed over whole, not copied (it
-    /// may be most of the memory budget). Segments must be asked for in increasing order.
+    /// Calls `f` with each part of segment `seg` and its record count, in run order, for a
+    /// [`Cursor`] to decode where the caller likes (the formatters, beside this reader).
+    /// The part held in memory is handed over whole, not copied (it may be most of the
+    /// memory budget). Segments must be asked for in increasing order.
     pub fn dep_parts(&mut self, seg: u32, f: &mut dyn FnMut(Part, u64) -> io::Result<()>) -> io::Result<()> {
         self.open()?;
         for r in &mut self.runs {

@@ -25,10 +25,9 @@ enum Piece {
     Size(u64),
     /// A part of a use port's records, in the job's bytes.
     Deps(Range<usize>),
-    /// A use port's records held in memory, whole.
-    HeldDeps(Vec<u8>),
-    /// `n` records of a part too long for one job, from `from` on: such a part is read in
-    /// stretches by several formatters at once, so none waits on another's long one.
+    /// `n` records of a part from `from` on: the part held in memory (whole, not copied),
+    /// or one too long for one job, read in stretches by several formatters at once, so
+    /// that none waits on another's long one.
     Stretch {
         part: Arc<Vec<u8>>,
         from: Cursor,
@@ -126,8 +125,7 @@ fn format(job: &Job, st: &Statics, place: &(dyn Fn(u32) -> String + Sync), t: &m
                 t.bytes(b"\n");
             }
             Piece::Deps(ref at) => dep_lines(t, &mut Cursor::default(), &job.bytes[at.clone()], u64::MAX)?,
-            Piece::HeldDeps(ref held) => dep_lines(t, &mut Cursor::default(), held, u64::MAX)?,
-            Piece::Stretch { ref part, from, n } => dep_lines(t, &mut from.clone(), part, n)?,
+            Piece::Stretch { ref part, mut from, n } => dep_lines(t, &mut from, part, n)?,
             Piece::Values(n) => {
                 t.bytes(b"VALUES ");
                 t.dec(n);
@@ -241,7 +239,7 @@ pub fn comprehensive(
                                     job.bytes.extend_from_slice(buf);
                                     Piece::Deps(at..job.bytes.len())
                                 }
-                                Part::Held(held) => Piece::HeldDeps(held),
+                                Part::Held(held) => Piece::Stretch { part: Arc::new(held), from: Cursor::default(), n: u64::MAX },
                             });
                             job.lines += count;
                             if job.lines >= JOB_LINES || job.bytes.len() >= JOB_BYTES {
@@ -409,7 +407,7 @@ mod tests {
                         job.bytes.extend_from_slice(&bytes);
                         Piece::Deps(at..job.bytes.len())
                     } else if k % 16 == 7 {
-                        Piece::HeldDeps(bytes)
+                        Piece::Stretch { part: Arc::new(bytes), from: Cursor::default(), n: u64::MAX }
                     } else {
                         // In stretches of a few records, the last one the rest.
                         let (part, mut c) = (Arc::new(bytes), Cursor::default());
