@@ -403,6 +403,16 @@ fn shadows_known_along_a_long_trace() {
     corpus_check("longtrace", &[]);
 }
 
+/// Faults in every copy of a hot loop of one block, which the trace repeats four times with
+/// its checks made in the first (collector/client/src/traces.rs, `end_trace`): each cuts
+/// the block where it faulted, as the observed trace does, and the program sees each
+/// fault at its own address.
+#[test]
+fn faults_in_a_repeated_loop() {
+    let out = corpus_check_all_modes("fault_loop");
+    assert!(out.contains("600 faults, 0 at another address"), "{out}");
+}
+
 #[test]
 fn siglongjmp_out_of_faults() {
     corpus_check("siglongjmp", &[]);

@@ -435,6 +435,9 @@ pub struct PerThread {
     pub stop_armed: Option<(u64, u64)>,
     /// `--stop-at`: the function returned (recording stopped, for good).
     pub stopped: bool,
+    /// The trace this thread is building ([`crate::traces`]): its head's tag, its blocks so
+    /// far, and its loop body's length once it came back to its head (0 before).
+    pub trace_building: (u64, u32, u32),
 }
 
 /// A recorded system call under way: what its return's records need.
@@ -645,6 +648,7 @@ pub unsafe fn new_thread(dc: *mut c_void) -> *mut PerThread {
         started: false,
         stop_armed: None,
         stopped: false,
+        trace_building: (0, 0, 0),
     }));
     *slot(&*pt, S_PREVHI) = 0;
     // The first block checks the windows.
