@@ -97,14 +97,14 @@ const UNROLL_BLOCKS: u32 = 4;
 /// again (the loop closes), the trace goes on round the loop while it stays within
 /// [`UNROLL_BLOCKS`]. DynamoRIO would end it there, and each round would then run the
 /// head's buffer and H-tag checks and test its shadows again; in the later copies of the
-/// loop body the trace event's optimizer finds them settled (a hot loop of one block, matrix's
-/// inner products, does its checks once in four rounds). Copies of a block record its tag
-/// each time it runs, as the block does; only where the checks are made changes.
+/// loop body the trace event's optimizer finds them settled (a hot loop of one block,
+/// matrix's inner products, does its checks once in four rounds). Copies of a block record
+/// its tag each time it runs, as the block does; only where the checks are made changes.
 ///
 /// # Safety
 /// DynamoRIO calls it on the thread building the trace, whose drcontext is `dc`; exercised
-/// by tests/collector.rs hello, shadows_known_along_a_long_trace and every
-/// recovery-equals-truth test.
+/// by tests/collector.rs faults_in_a_repeated_loop, signal_handler_interrupting_a_hot_loop
+/// and every recovery-equals-truth test.
 unsafe extern "C" fn end_trace(dc: *mut c_void, head: *mut c_void, next: *mut c_void) -> dr_custom_trace_action_t {
     let Some(pt) = crate::state::get(dc).as_mut() else {
         return dr_custom_trace_action_t_CUSTOM_TRACE_DR_DECIDES;
