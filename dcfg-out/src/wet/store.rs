@@ -769,7 +769,8 @@ mod tests {
     fn a_dropped_store_leaves_no_thread() {
         let mut bg = Background::new(Store::new(2, 1 << 30)).unwrap();
         let mut other = bg.feeder();
-        // Several batches' worth queued: the thread is busy for milliseconds after them.
+        // Eight batches, past the channel's four: the thread has started (it took some),
+        // and it is busy for milliseconds after them.
         for i in 0..4 * RECORDS as u64 {
             bg.dep(0, i, pack(1, i)).unwrap();
             other.dep(1, i, pack(2, i)).unwrap();
