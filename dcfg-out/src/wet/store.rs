@@ -740,25 +740,26 @@ impl Reader {
 mod tests {
     use super::super::shadow::pack;
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
     /// Store threads whose closure has not returned. Exact where the kernel's list of
     /// threads is not: a joined thread stays in /proc/self/task until the kernel reaps it,
     /// after `join` has returned (CI saw it there).
-    static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    static RUNNING: AtomicUsize = AtomicUsize::new(0);
 
     /// Counted in [`RUNNING`] while a store thread holds it.
     pub(super) struct Running;
 
     impl Running {
         pub(super) fn start() -> Running {
-            RUNNING.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            RUNNING.fetch_add(1, SeqCst);
             Running
         }
     }
 
     impl Drop for Running {
         fn drop(&mut self) {
-            RUNNING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            RUNNING.fetch_sub(1, SeqCst);
         }
     }
 
@@ -775,10 +776,10 @@ mod tests {
             bg.dep(0, i, pack(1, i)).unwrap();
             other.dep(1, i, pack(2, i)).unwrap();
         }
-        assert_eq!(RUNNING.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(RUNNING.load(SeqCst), 1);
         drop(other);
         drop(bg);
-        assert_eq!(RUNNING.load(std::sync::atomic::Ordering::SeqCst), 0, "the store thread runs on");
+        assert_eq!(RUNNING.load(SeqCst), 0, "the store thread runs on");
     }
 
     /// At the end, a store that failed says why, not that it stopped taking records.
